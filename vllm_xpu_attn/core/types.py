@@ -1,0 +1,125 @@
+"""Engine-neutral types: what a layer is (LayerSpec) and what a step runs (StepPlan)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Optional
+
+import torch
+
+
+class AttentionKind(str, enum.Enum):
+    DECODER = "decoder"  # causal self-attention over the paged cache
+    ENCODER = "encoder"  # bidirectional self-attention of an encoder-decoder's encoder
+    ENCODER_ONLY = "encoder_only"  # bidirectional (BERT-style), still through the paged cache
+    CROSS = "cross"  # decoder queries over the encoder's keys, non-causal
+
+    @property
+    def causal(self) -> bool:
+        return self is AttentionKind.DECODER
+
+
+class Mode(str, enum.Enum):
+    DECODE = "decode"  # one query per sequence
+    PREFILL = "prefill"  # only new sequences (no cached prefix)
+    EXTEND = "extend"  # new tokens on cached prefixes (prefix caching / chunked prefill)
+    MIXED = "mixed"  # decode and extend rows in one batch
+    TARGET_VERIFY = "target_verify"  # speculative decoding: draft tokens checked by the target
+    DRAFT_DECODE = "draft_decode"  # speculative decoding: the draft model's decode steps
+    IDLE = "idle"  # nothing to run (DP padding)
+
+    @property
+    def is_decode(self) -> bool:
+        return self in (Mode.DECODE, Mode.DRAFT_DECODE)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """Static description of one attention layer, as the engine configured it.
+
+    ``window_left`` uses FlashAttention's convention: a query sees itself and the
+    ``window_left`` keys before it (-1 = unbounded). Engines translate their own convention.
+    """
+
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    scale: float
+    v_head_dim: Optional[int] = None
+    kind: AttentionKind = AttentionKind.DECODER
+    window_left: int = -1
+    logit_softcap: float = 0.0
+    has_sinks: bool = False
+    alibi_slopes: Optional[tuple[float, ...]] = None
+    local_attention: bool = False  # Llama-4 iRoPE chunked attention layer
+    uses_swa_pool: bool = False  # hybrid SWA models: this layer's KV lives in the SWA pool
+    dtype: torch.dtype = torch.bfloat16
+    kv_dtype: torch.dtype = torch.bfloat16
+
+    def __post_init__(self) -> None:
+        if self.num_q_heads <= 0 or self.num_kv_heads <= 0:
+            raise ValueError(f"head counts must be positive, got Hq={self.num_q_heads}, Hkv={self.num_kv_heads}")
+        if self.num_q_heads % self.num_kv_heads:
+            raise ValueError(f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        if self.head_dim <= 0:
+            raise ValueError(f"head size must be positive, got {self.head_dim}")
+        if self.window_left < -1:
+            raise ValueError(f"window_left must be >= -1 (-1 = no sliding window), got {self.window_left}")
+        if self.logit_softcap < 0:
+            raise ValueError(f"logit softcap must be >= 0, got {self.logit_softcap}")
+        if self.alibi_slopes is not None and len(self.alibi_slopes) != self.num_q_heads:
+            raise ValueError(f"alibi_slopes has {len(self.alibi_slopes)} entries for {self.num_q_heads} query heads")
+        if self.kind is AttentionKind.CROSS and self.window_left >= 0:
+            raise ValueError("sliding window is undefined for cross-attention layers")
+
+    @property
+    def causal(self) -> bool:
+        return self.kind.causal
+
+    @property
+    def window(self) -> tuple[int, int]:
+        if self.window_left < 0:
+            return (-1, -1)
+        return (self.window_left, 0 if self.causal else self.window_left)
+
+
+@dataclasses.dataclass
+class AttnPlan:
+    """The inputs of one paged kernel call, shared by every layer of the step.
+
+    cu_seqlens_q int32 [B+1], cache_seqlens int32 [B] (prefix + new keys), page_table int32
+    [B, max_pages] of page ids; max_seqlen_q/k are host ints (upper bounds are fine).
+    """
+
+    cu_seqlens_q: torch.Tensor
+    cache_seqlens: torch.Tensor
+    page_table: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    page_size: int
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.cache_seqlens.shape[0])
+
+
+@dataclasses.dataclass
+class StepPlan:
+    """Everything the layers of one forward step share (built once, FlashInfer's plan()).
+
+    ``main``: the self-attention call. Optional sub-plans:
+      ``local``: iRoPE virtual batches for local-attention layers;
+      ``encoder``: keys = encoder tokens, for cross-attention layers;
+      ``swa_page_table``: ``main.page_table`` translated into the SWA pool's pages;
+      ``spec_expand``: the per-draft-token part of a top-k > 1 verify/draft step (page size 1),
+        merged with ``main`` by cascade (merge_state).
+    """
+
+    mode: Mode
+    main: AttnPlan
+    num_tokens: int
+    local: Optional[AttnPlan] = None
+    encoder: Optional[AttnPlan] = None
+    swa_page_table: Optional[torch.Tensor] = None
+    spec_expand: Optional[AttnPlan] = None

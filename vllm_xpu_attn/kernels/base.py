@@ -1,0 +1,154 @@
+"""What a kernel provider is: capability declarations plus the call contract.
+
+Modelled on xFormers' fmha operators: each provider states statically what it supports
+and answers ``not_supported_reasons(request)``; the registry picks the first provider
+with no reasons and explains every refusal when none fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Optional
+
+import torch
+
+from .contract import FP8_DTYPES, FLOAT_DTYPES
+
+_DTYPE_NAMES = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    **{d: str(d).replace("torch.", "") for d in FP8_DTYPES},
+}
+
+
+def dtype_name(d: torch.dtype) -> str:
+    return _DTYPE_NAMES.get(d, str(d).replace("torch.", ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRequest:
+    """A layer configuration plus the phase, i.e. what a provider must be able to run.
+
+    Built once per layer (and phase) by the core; providers only read it.
+    """
+
+    device_type: str  # "cpu" | "cuda" | "xpu"
+    dtype: torch.dtype  # q / output dtype
+    kv_dtype: torch.dtype  # cache dtype (== dtype, or fp8)
+    head_dim: int
+    num_q_heads: int
+    num_kv_heads: int
+    page_size: int
+    v_head_dim: Optional[int] = None
+    causal: bool = True
+    window: tuple[int, int] = (-1, -1)
+    softcap: bool = False
+    sinks: bool = False
+    alibi: bool = False
+    return_lse: bool = False
+    phase: str = "any"  # "prefill" | "decode" | "any"
+
+    @property
+    def gqa_group(self) -> int:
+        return self.num_q_heads // max(self.num_kv_heads, 1)
+
+    @property
+    def has_window(self) -> bool:
+        return self.window[0] >= 0 or self.window[1] >= 0
+
+    def describe(self) -> str:
+        parts = [
+            f"{self.device_type}", f"q={dtype_name(self.dtype)}", f"kv={dtype_name(self.kv_dtype)}",
+            f"D={self.head_dim}", f"Hq/Hkv={self.num_q_heads}/{self.num_kv_heads}", f"page={self.page_size}",
+            f"phase={self.phase}",
+        ]
+        if self.v_head_dim not in (None, self.head_dim):
+            parts.append(f"Dv={self.v_head_dim}")
+        if self.has_window:
+            parts.append(f"window={self.window}")
+        parts += [n for n, on in (("softcap", self.softcap), ("sinks", self.sinks), ("alibi", self.alibi),
+                                  ("lse", self.return_lse), ("non-causal", not self.causal)) if on]
+        return " ".join(parts)
+
+
+class KernelProvider:
+    """Base class. Subclasses set the ClassVars and implement the four calls.
+
+    Calls (shapes as in DESIGN.md):
+      flash_attn_with_kvcache(q [total_q, Hq, D], k_cache/v_cache [P, page, Hkv, D], page_table
+        int32 [B, max_pages], cache_seqlens int32 [B], cu_seqlens_q int32 [B+1], max_seqlen_q, ...)
+        -> out [total_q, Hq, Dv] (, lse [Hq, total_q] fp32)
+      flash_attn_varlen_func(q [total_q, Hq, D], k/v [total_k, Hkv, D], cu_seqlens_q, cu_seqlens_k, ...)
+      merge_state(o_a [T, H, D], lse_a [H, T], o_b, lse_b) -> (o, lse)
+      write_kv(k/v [T, Hkv, D], k_cache/v_cache, slot_mapping [T], k_scale, v_scale)
+    """
+
+    name: ClassVar[str] = "base"
+    description: ClassVar[str] = ""
+    devices: ClassVar[frozenset[str]] = frozenset()
+    dtypes: ClassVar[frozenset[torch.dtype]] = frozenset(FLOAT_DTYPES)
+    kv_dtypes: ClassVar[frozenset[torch.dtype]] = frozenset(FLOAT_DTYPES)  # plus FP8 where supported
+    head_dims: ClassVar[Optional[frozenset[int]]] = None  # None = any
+    max_head_dim: ClassVar[Optional[int]] = None
+    max_gqa_group: ClassVar[Optional[int]] = None
+    features: ClassVar[frozenset[str]] = frozenset()  # window, softcap, sinks, alibi, lse, non_causal, dv
+
+    # ---- availability ---------------------------------------------------------------
+    def unavailable_reason(self) -> Optional[str]:
+        """None when the provider can run in this process, else why not (missing library...)."""
+        return None
+
+    def page_size_reason(self, page_size: int, phase: str) -> Optional[str]:
+        return None if page_size >= 1 else f"page size {page_size} < 1"
+
+    def extra_reasons(self, req: KernelRequest) -> list[str]:
+        """Provider-specific limits beyond the declarative ones."""
+        return []
+
+    def not_supported_reasons(self, req: KernelRequest) -> list[str]:
+        reasons: list[str] = []
+        why = self.unavailable_reason()
+        if why:
+            reasons.append(why)
+        if req.device_type not in self.devices:
+            reasons.append(f"device {req.device_type!r} not in {sorted(self.devices)}")
+        if req.dtype not in self.dtypes:
+            reasons.append(f"dtype {dtype_name(req.dtype)} not in {sorted(dtype_name(d) for d in self.dtypes)}")
+        if req.kv_dtype not in self.kv_dtypes:
+            reasons.append(f"KV dtype {dtype_name(req.kv_dtype)} not in {sorted(dtype_name(d) for d in self.kv_dtypes)}")
+        if self.head_dims is not None and req.head_dim not in self.head_dims:
+            reasons.append(f"head dim {req.head_dim} not in {sorted(self.head_dims)}")
+        if self.max_head_dim is not None and req.head_dim > self.max_head_dim:
+            reasons.append(f"head dim {req.head_dim} > {self.max_head_dim}")
+        if self.max_gqa_group is not None and req.gqa_group > self.max_gqa_group:
+            reasons.append(f"GQA group {req.gqa_group} > {self.max_gqa_group}")
+        why = self.page_size_reason(req.page_size, req.phase)
+        if why:
+            reasons.append(why)
+        wanted = {
+            "window": req.has_window, "softcap": req.softcap, "sinks": req.sinks, "alibi": req.alibi,
+            "lse": req.return_lse, "non_causal": not req.causal,
+            "dv": req.v_head_dim not in (None, req.head_dim),
+        }
+        for feat, on in wanted.items():
+            if on and feat not in self.features:
+                reasons.append(f"no {feat.replace('_', '-')} support")
+        reasons.extend(self.extra_reasons(req))
+        return reasons
+
+    # ---- the contract ---------------------------------------------------------------
+    def flash_attn_with_kvcache(self, *args, **kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def flash_attn_varlen_func(self, *args, **kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def merge_state(self, o_a, lse_a, o_b, lse_b):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):  # pragma: no cover
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

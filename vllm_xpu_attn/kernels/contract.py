@@ -1,0 +1,198 @@
+"""The kernel call contract shared by every provider, and its input checks.
+
+The contract is FlashAttention-3's ``flash_attn_with_kvcache`` with a paged KV cache
+(see docs/DESIGN or ../shared/DESIGN.md). Checks come in two tiers:
+
+* structural checks (shapes, dtypes, devices): free, run by every provider;
+* value checks (cu_seqlens monotone, page table long enough, page ids in range):
+  need the values on the host, so only the reference provider (the oracle) and
+  callers that ask for them (``check_values=True``) run them.  Fast providers skip them
+  on the decode path because they would force a device-to-host synchronisation.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8_DTYPES = tuple(
+    d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d is not None
+)
+KV_DTYPES = FLOAT_DTYPES + FP8_DTYPES
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def is_fp8(dtype: torch.dtype) -> bool:
+    return dtype in FP8_DTYPES
+
+
+def _fail(cls: type, msg: str) -> None:
+    raise cls(msg)
+
+
+def check_window(window_size: Sequence[int], causal: bool) -> tuple[int, int]:
+    """Validate a FlashAttention window ``(left, right)``; -1 means unbounded."""
+    if len(window_size) != 2:
+        _fail(ValueError, f"window_size must be a (left, right) pair, got {tuple(window_size)!r}")
+    left, right = int(window_size[0]), int(window_size[1])
+    if left < -1 or right < -1:
+        _fail(ValueError, f"window_size entries must be >= -1 (-1 = unbounded), got ({left}, {right})")
+    if causal and right > 0:
+        _fail(
+            ValueError,
+            f"window_size right={right} with causal=True is contradictory: a causal mask already "
+            "hides every key to the right; pass right=0 or -1, or causal=False",
+        )
+    return left, right
+
+
+def check_per_head(name: str, t: Optional[torch.Tensor], num_heads: int, device: torch.device) -> None:
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor):
+        _fail(TypeError, f"{name} must be a torch.Tensor of shape [{num_heads}], got {type(t).__name__}")
+    if t.shape != (num_heads,):
+        _fail(ValueError, f"{name} must have shape [num_q_heads]=[{num_heads}], got {list(t.shape)}")
+    if not t.is_floating_point():
+        _fail(TypeError, f"{name} must be a floating tensor, got {t.dtype}")
+    if t.device != device:
+        _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
+
+
+def check_descale(name: str, t: Optional[torch.Tensor], batch: int, num_kv_heads: int) -> None:
+    """FP8 descales: a scalar, [1], or FA3's [batch, num_kv_heads], float32."""
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor):
+        _fail(TypeError, f"{name} must be a float32 tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        _fail(TypeError, f"{name} must be float32, got {t.dtype}")
+    if t.numel() != 1 and tuple(t.shape) != (batch, num_kv_heads):
+        _fail(
+            ValueError,
+            f"{name} must be a scalar, [1] or [batch, num_kv_heads]=[{batch}, {num_kv_heads}], got {list(t.shape)}",
+        )
+
+
+def check_paged_call(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    max_seqlen_q: int,
+    *,
+    causal: bool,
+    window_size: Sequence[int],
+    softcap: float,
+    sinks: Optional[torch.Tensor],
+    alibi_slopes: Optional[torch.Tensor],
+    k_descale: Optional[torch.Tensor],
+    v_descale: Optional[torch.Tensor],
+    out: Optional[torch.Tensor],
+    check_values: bool,
+) -> None:
+    """Raise ValueError/TypeError naming the problem for a bad paged-attention call."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
+                    ("cache_seqlens", cache_seqlens), ("cu_seqlens_q", cu_seqlens_q)):
+        if not isinstance(t, torch.Tensor):
+            _fail(TypeError, f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 3:
+        _fail(ValueError, f"q must be [total_q, num_q_heads, head_dim], got shape {list(q.shape)}")
+    if k_cache.dim() != 4 or v_cache.dim() != 4:
+        _fail(
+            ValueError,
+            "k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim] (NHD pages), got "
+            f"{list(k_cache.shape)} and {list(v_cache.shape)}",
+        )
+    if q.dtype not in FLOAT_DTYPES:
+        _fail(TypeError, f"q dtype {q.dtype} unsupported: use one of float32, float16, bfloat16")
+    if k_cache.dtype != v_cache.dtype:
+        _fail(TypeError, f"k_cache dtype {k_cache.dtype} != v_cache dtype {v_cache.dtype}")
+    if k_cache.dtype not in KV_DTYPES:
+        _fail(TypeError, f"KV cache dtype {k_cache.dtype} unsupported: use q's dtype or float8_e4m3fn/float8_e5m2")
+    if not is_fp8(k_cache.dtype) and k_cache.dtype != q.dtype:
+        _fail(TypeError, f"q dtype {q.dtype} and KV cache dtype {k_cache.dtype} differ (only FP8 caches may differ)")
+    if not is_fp8(k_cache.dtype) and (k_descale is not None or v_descale is not None):
+        _fail(ValueError, f"k_descale/v_descale given but the KV cache is {k_cache.dtype}, not FP8")
+    num_pages, page_size, hkv, d = k_cache.shape
+    total_q, hq, dq = q.shape
+    if page_size < 1:
+        _fail(ValueError, f"page size must be >= 1, got {page_size}")
+    if v_cache.shape[:3] != k_cache.shape[:3]:
+        _fail(ValueError, f"v_cache shape {list(v_cache.shape)} does not match k_cache {list(k_cache.shape)} in pages/page size/heads")
+    if dq != d:
+        _fail(ValueError, f"head_dim of q ({dq}) differs from head_dim of k_cache ({d})")
+    if hkv < 1 or hq % hkv != 0:
+        _fail(ValueError, f"num_q_heads ({hq}) must be a multiple of num_kv_heads ({hkv}) for GQA/MQA")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
+                    ("cache_seqlens", cache_seqlens), ("cu_seqlens_q", cu_seqlens_q)):
+        if t.device != q.device:
+            _fail(ValueError, f"{name} is on {t.device} but q is on {q.device}")
+    if page_table.dim() != 2:
+        _fail(ValueError, f"page_table must be [batch, max_pages], got shape {list(page_table.shape)}")
+    for name, t in (("page_table", page_table), ("cache_seqlens", cache_seqlens), ("cu_seqlens_q", cu_seqlens_q)):
+        if t.dtype not in INDEX_DTYPES:
+            _fail(TypeError, f"{name} must be int32 (or int64), got {t.dtype}")
+    batch = page_table.shape[0]
+    if cache_seqlens.shape != (batch,):
+        _fail(ValueError, f"cache_seqlens must be [batch]=[{batch}] (page_table rows), got {list(cache_seqlens.shape)}")
+    if cu_seqlens_q.shape != (batch + 1,):
+        _fail(ValueError, f"cu_seqlens_q must be [batch + 1]=[{batch + 1}], got {list(cu_seqlens_q.shape)}")
+    if int(max_seqlen_q) < 0:
+        _fail(ValueError, f"max_seqlen_q must be >= 0, got {max_seqlen_q}")
+    check_window(window_size, causal)
+    if softcap < 0:
+        _fail(ValueError, f"softcap must be >= 0 (0 disables it), got {softcap}")
+    check_per_head("sinks", sinks, hq, q.device)
+    check_per_head("alibi_slopes", alibi_slopes, hq, q.device)
+    check_descale("k_descale", k_descale, batch, hkv)
+    check_descale("v_descale", v_descale, batch, hkv)
+    if out is not None:
+        want = (total_q, hq, v_cache.shape[-1])
+        if tuple(out.shape) != want or out.dtype != q.dtype:
+            _fail(ValueError, f"out must be {list(want)} {q.dtype}, got {list(out.shape)} {out.dtype}")
+    if check_values:
+        check_paged_values(page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, total_q, page_size, num_pages, causal)
+
+
+def check_paged_values(
+    page_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    max_seqlen_q: int,
+    total_q: int,
+    page_size: int,
+    num_pages: int,
+    causal: bool = True,
+) -> None:
+    """Host-side value checks (synchronising). Used by the reference and in debug mode."""
+    cu = cu_seqlens_q.tolist()
+    lens = cache_seqlens.tolist()
+    if cu and cu[0] != 0:
+        _fail(ValueError, f"cu_seqlens_q must start at 0, got {cu[0]}")
+    q_lens = [b - a for a, b in zip(cu[:-1], cu[1:])]
+    if any(n < 0 for n in q_lens):
+        _fail(ValueError, f"cu_seqlens_q must be non-decreasing, got {cu}")
+    if cu and cu[-1] != total_q:
+        _fail(ValueError, f"cu_seqlens_q[-1]={cu[-1]} but q has {total_q} tokens")
+    if q_lens and max(q_lens) > int(max_seqlen_q):
+        _fail(ValueError, f"max_seqlen_q={max_seqlen_q} is smaller than the longest query ({max(q_lens)})")
+    if any(n < 0 for n in lens):
+        _fail(ValueError, f"cache_seqlens must be >= 0, got {lens}")
+    for b, (ql, kl) in enumerate(zip(q_lens, lens)):
+        if causal and ql > kl:
+            _fail(ValueError, f"sequence {b}: {ql} queries but only {kl} keys (cache_seqlens counts prefix + new tokens)")
+    max_pages = page_table.shape[1]
+    for b, kl in enumerate(lens):
+        need = -(-kl // page_size)
+        if need > max_pages:
+            _fail(ValueError, f"page_table too short: sequence {b} has {kl} keys = {need} pages of {page_size}, table has {max_pages} columns")
+        if need:
+            used = page_table[b, :need]
+            lo, hi = int(used.min()), int(used.max())
+            if lo < 0 or hi >= num_pages:
+                _fail(ValueError, f"page_table row {b} references page {lo if lo < 0 else hi}, outside [0, {num_pages})")

@@ -1,0 +1,250 @@
+"""The reference provider: pure torch, any device, every feature. The oracle.
+
+Written for obviousness, not speed: one sequence at a time, fp32 math, explicit masks.
+Every value check of the contract runs here (it synchronises; that is fine for an oracle).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from .base import KernelProvider
+from .contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window, is_fp8
+
+
+def _descale_for(descale: Optional[torch.Tensor], b: int) -> Optional[torch.Tensor]:
+    """Descale for sequence b, shaped to broadcast over [keys, Hkv, D]."""
+    if descale is None:
+        return None
+    if descale.numel() == 1:
+        return descale.reshape(1, 1, 1)
+    return descale[b].reshape(1, -1, 1)  # [batch, Hkv] -> per kv head
+
+
+def _to_f32(x: torch.Tensor, descale: Optional[torch.Tensor]) -> torch.Tensor:
+    x = x.float()
+    return x * descale if descale is not None else x
+
+
+def attend_one_sequence(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool,
+    window: tuple[int, int],
+    softcap: float,
+    sinks: Optional[torch.Tensor],
+    alibi_slopes: Optional[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention for one sequence, queries aligned to the end of the keys.
+
+    q [Lq, Hq, D] fp32, k [Lk, Hkv, D] fp32, v [Lk, Hkv, Dv] fp32 -> (o [Lq, Hq, Dv] fp32, lse [Hq, Lq] fp32).
+    A query that sees no key (and has no sink) gets o = 0, lse = -inf.
+    """
+    lq, hq, _ = q.shape
+    lk, hkv, _ = k.shape
+    group = hq // hkv
+    k = k.repeat_interleave(group, dim=1)  # query head h reads kv head h // group
+    v = v.repeat_interleave(group, dim=1)
+
+    s = torch.einsum("qhd,khd->hqk", q, k) * scale  # [Hq, Lq, Lk]
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+
+    q_pos = torch.arange(lq, device=q.device) + (lk - lq)  # FlashAttention's bottom-right alignment
+    k_pos = torch.arange(lk, device=q.device)
+    rel = k_pos[None, :] - q_pos[:, None]  # [Lq, Lk]: key position relative to the query
+    if alibi_slopes is not None:
+        s = s - alibi_slopes.float()[:, None, None] * rel.abs()[None]
+
+    left, right = window
+    if causal:
+        right = 0
+    visible = torch.ones(lq, lk, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        visible &= rel >= -left
+    if right >= 0:
+        visible &= rel <= right
+    s = s.masked_fill(~visible[None], float("-inf"))
+
+    if sinks is not None:
+        sink_col = sinks.float()[:, None, None].expand(hq, lq, 1)
+        lse = torch.logsumexp(torch.cat([s, sink_col], dim=-1), dim=-1)  # [Hq, Lq]
+    else:
+        lse = torch.logsumexp(s, dim=-1)
+    finite = torch.isfinite(lse)
+    p = torch.where(finite[..., None], torch.exp(s - lse.masked_fill(~finite, 0.0)[..., None]), 0.0)
+    o = torch.einsum("hqk,khd->qhd", p, v)
+    return o, lse
+
+
+class ReferenceProvider(KernelProvider):
+    name = "reference"
+    description = "pure torch, one sequence at a time; the oracle for every other provider"
+    devices = frozenset({"cpu", "cuda", "xpu"})
+    dtypes = frozenset(FLOAT_DTYPES)
+    kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
+    features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv"})
+
+    def flash_attn_with_kvcache(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        page_table: torch.Tensor,
+        cache_seqlens: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        max_seqlen_q: int,
+        softmax_scale: Optional[float] = None,
+        causal: bool = True,
+        window_size: Sequence[int] = (-1, -1),
+        softcap: float = 0.0,
+        sinks: Optional[torch.Tensor] = None,
+        alibi_slopes: Optional[torch.Tensor] = None,
+        k_descale: Optional[torch.Tensor] = None,
+        v_descale: Optional[torch.Tensor] = None,
+        return_softmax_lse: bool = False,
+        out: Optional[torch.Tensor] = None,
+    ):
+        check_paged_call(
+            q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
+            causal=causal, window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+            k_descale=k_descale, v_descale=v_descale, out=out, check_values=True,
+        )
+        page_size = k_cache.shape[1]
+        scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        window = (int(window_size[0]), int(window_size[1]))
+        total_q, hq = q.shape[:2]
+        o = torch.zeros(total_q, hq, v_cache.shape[-1], dtype=torch.float32, device=q.device)
+        lse = torch.full((hq, total_q), float("-inf"), dtype=torch.float32, device=q.device)
+        cu = cu_seqlens_q.tolist()
+        for b, k_len in enumerate(cache_seqlens.tolist()):
+            q0, q1 = cu[b], cu[b + 1]
+            if q1 == q0:
+                continue
+            pages = page_table[b, : -(-k_len // page_size)].long()
+            k = k_cache[pages].flatten(0, 1)[:k_len]  # [k_len, Hkv, D]
+            v = v_cache[pages].flatten(0, 1)[:k_len]
+            o_b, lse_b = attend_one_sequence(
+                q[q0:q1].float(), _to_f32(k, _descale_for(k_descale, b)), _to_f32(v, _descale_for(v_descale, b)),
+                scale=scale, causal=causal, window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+            )
+            o[q0:q1], lse[:, q0:q1] = o_b, lse_b
+        result = o.to(q.dtype)
+        if out is not None:
+            out.copy_(result)
+            result = out
+        return (result, lse) if return_softmax_lse else result
+
+    def flash_attn_varlen_func(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        cu_seqlens_k: torch.Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        softmax_scale: Optional[float] = None,
+        causal: bool = False,
+        window_size: Sequence[int] = (-1, -1),
+        softcap: float = 0.0,
+        sinks: Optional[torch.Tensor] = None,
+        alibi_slopes: Optional[torch.Tensor] = None,
+        return_softmax_lse: bool = False,
+        out: Optional[torch.Tensor] = None,
+    ):
+        """Non-paged varlen attention: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]."""
+        if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+            raise ValueError(f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+        if q.dtype not in FLOAT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+            raise TypeError(f"q/k/v dtypes must match and be float32/float16/bfloat16, got {q.dtype}, {k.dtype}, {v.dtype}")
+        if q.shape[-1] != k.shape[-1]:
+            raise ValueError(f"head_dim of q ({q.shape[-1]}) differs from head_dim of k ({k.shape[-1]})")
+        if k.shape[:2] != v.shape[:2] or q.shape[1] % k.shape[1]:
+            raise ValueError(f"k/v token/head counts must match and Hq must be a multiple of Hkv: {list(k.shape)}, {list(v.shape)}, Hq={q.shape[1]}")
+        check_window(window_size, causal)
+        check_per_head("sinks", sinks, q.shape[1], q.device)
+        check_per_head("alibi_slopes", alibi_slopes, q.shape[1], q.device)
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        if len(cq) != len(ck):
+            raise ValueError(f"cu_seqlens_q has {len(cq)} entries but cu_seqlens_k has {len(ck)}")
+        for name, cu, total in (("cu_seqlens_q", cq, q.shape[0]), ("cu_seqlens_k", ck, k.shape[0])):
+            if cu[0] != 0 or any(b < a for a, b in zip(cu[:-1], cu[1:])) or cu[-1] != total:
+                raise ValueError(f"{name} must start at 0, be non-decreasing and end at {total}, got {cu}")
+        scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        hq = q.shape[1]
+        o = torch.zeros(q.shape[0], hq, v.shape[-1], dtype=torch.float32, device=q.device)
+        lse = torch.full((hq, q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+        for b in range(len(cq) - 1):
+            q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+            if q1 == q0:
+                continue
+            if causal and q1 - q0 > k1 - k0:
+                raise ValueError(f"sequence {b}: causal attention with {q1 - q0} queries but {k1 - k0} keys")
+            o_b, lse_b = attend_one_sequence(
+                q[q0:q1].float(), k[k0:k1].float(), v[k0:k1].float(), scale=scale, causal=causal,
+                window=(int(window_size[0]), int(window_size[1])), softcap=softcap, sinks=sinks,
+                alibi_slopes=alibi_slopes,
+            )
+            o[q0:q1], lse[:, q0:q1] = o_b, lse_b
+        result = o.to(q.dtype)
+        if out is not None:
+            out.copy_(result)
+            result = out
+        return (result, lse) if return_softmax_lse else result
+
+    def merge_state(self, o_a, lse_a, o_b, lse_b):
+        """Merge two partial softmax results over disjoint key sets (cascade attention).
+
+        o_* [T, H, D], lse_* [H, T] fp32 (natural log) -> (o [T, H, D] o_a.dtype, lse [H, T] fp32).
+        """
+        if o_a.shape != o_b.shape or lse_a.shape != lse_b.shape:
+            raise ValueError(f"merge_state shapes differ: o {list(o_a.shape)} vs {list(o_b.shape)}, lse {list(lse_a.shape)} vs {list(lse_b.shape)}")
+        if lse_a.shape != (o_a.shape[1], o_a.shape[0]):
+            raise ValueError(f"lse must be [H, T]=[{o_a.shape[1]}, {o_a.shape[0]}], got {list(lse_a.shape)}")
+        lse = torch.logaddexp(lse_a.float(), lse_b.float())
+        safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+        w_a = torch.where(torch.isfinite(lse_a), torch.exp(lse_a.float() - safe), 0.0).T[..., None]  # [T, H, 1]
+        w_b = torch.where(torch.isfinite(lse_b), torch.exp(lse_b.float() - safe), 0.0).T[..., None]
+        o = o_a.float() * w_a + o_b.float() * w_b
+        return o.to(o_a.dtype), lse
+
+    def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
+        """Scatter new keys/values into the paged cache; slot = page * page_size + offset, < 0 = skip.
+
+        k/v [T, Hkv, D] in the model dtype; caches [P, page, Hkv, D] (model dtype or FP8, in which case
+        values are divided by k_scale / v_scale and saturated to the FP8 range).
+        """
+        for name, new, cache, scale in (("k", k, k_cache, k_scale), ("v", v, v_cache, v_scale)):
+            if new is None:
+                continue
+            if new.dim() != 3 or tuple(new.shape[1:]) != tuple(cache.shape[2:]):
+                raise ValueError(f"{name} must be [tokens, {cache.shape[2]}, {cache.shape[3]}] to match the cache, got {list(new.shape)}")
+            if slot_mapping.shape != (new.shape[0],):
+                raise ValueError(f"slot_mapping must be [{new.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
+            flat = cache.view(-1, *cache.shape[2:])
+            keep = slot_mapping >= 0
+            slots = slot_mapping[keep].long()
+            vals = new[keep]
+            if is_fp8(cache.dtype):
+                vals = quantize_fp8(vals, cache.dtype, scale)
+                flat.view(torch.uint8)[slots] = vals.view(torch.uint8)  # index_put lacks FP8 kernels on some devices
+            else:
+                if new.dtype != cache.dtype:
+                    raise TypeError(f"{name} dtype {new.dtype} does not match KV cache dtype {cache.dtype}")
+                flat[slots] = vals
+
+
+def quantize_fp8(x: torch.Tensor, fp8_dtype: torch.dtype, scale) -> torch.Tensor:
+    """x / scale, saturated to the FP8 format's finite range (no inf/nan from overflow)."""
+    finfo = torch.finfo(fp8_dtype)
+    s = 1.0 if scale is None else scale
+    if isinstance(s, torch.Tensor):
+        s = s.float().reshape(-1)[0] if s.numel() == 1 else s.float()
+    return (x.float() / s).clamp(finfo.min, finfo.max).to(fp8_dtype)
