@@ -44,3 +44,13 @@ def decoder_token_table(token_table: torch.Tensor, encoder_offset: int, page_siz
             f"decoder tokens must start on a page boundary (pad the encoder to {cdiv(encoder_offset, page_size) * page_size})"
         )
     return token_table[:, encoder_offset:]
+
+
+def shift_token_table(token_table: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
+    """Row b of the result is token_table[b, offsets[b] : offsets[b] + width] (clamped at the edge).
+
+    For decoder self-attention of encoder-decoder models whose encoder tokens (a different
+    count per request) precede the decoder tokens in each row. Sync-free (a gather).
+    """
+    cols = offsets.long()[:, None] + torch.arange(width, device=token_table.device)[None, :]
+    return token_table.gather(1, cols.clamp(max=max(token_table.shape[1] - 1, 0)))

@@ -54,6 +54,21 @@ class LayerRunner:
 
         write_kv(self.decode_provider, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
 
+    def forward_varlen(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                       max_seqlen: int, out: torch.Tensor, sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Encoder / encoder-only self-attention straight on q/k/v (no cache): [T, H, D] each.
+
+        Only the first cu_seqlens[-1] rows are real; they are written into ``out``.
+        """
+        res = self.prefill_provider.flash_attn_varlen_func(
+            q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=self.spec.scale,
+            causal=self.spec.causal, window_size=self.spec.window, softcap=self.spec.logit_softcap, sinks=sinks,
+            alibi_slopes=self._alibi, out=out,
+        )
+        if res.data_ptr() != out.data_ptr():
+            out.copy_(res)
+        return out
+
     def _call(self, provider: KernelProvider, plan: AttnPlan, page_table: torch.Tensor, q, k_cache, v_cache, *,
               causal: bool, window: tuple[int, int], sinks, k_descale, v_descale, return_lse: bool, out):
         return provider.flash_attn_with_kvcache(

@@ -1,0 +1,215 @@
+"""SGLang attention backend running on the vllm-xpu-attn core.
+
+Translation only: ForwardBatch + the model runner's pools -> core StepPlan (once per step,
+in ``init_forward_metadata_out_graph``); RadixAttention -> core LayerSpec (once per layer);
+the pool's [tokens, H, D] buffers -> the core's [pages, page_size, H, D] views. KV writes go
+through the pool's own ``set_kv_buffer`` (it owns FP8 storage and SWA sub-pools).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+
+from vllm_xpu_attn import core
+from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan
+from vllm_xpu_attn.log import setup_logging
+
+from .compat import AttentionBackend, AttentionType, ForwardBatch, KVWriteLoc, uses_sliding_window_pool
+
+logger = logging.getLogger("vllm_xpu_attn")
+
+
+class XpuAttnSGLangBackend(AttentionBackend):
+    """``--attention-backend xpu_attn`` (or ``intel_xpu`` with XPU_ATTN_AS_INTEL_XPU=1)."""
+
+    def __init__(self, model_runner, skip_prefill: bool = False, speculative_step_id: int = 0, topk: int = 0,
+                 speculative_num_steps: int = 0):
+        super().__init__()
+        setup_logging()
+        mc = model_runner.model_config
+        if getattr(model_runner, "use_mla_backend", False):
+            raise ValueError("xpu_attn: MLA models are not supported yet; use --attention-backend triton or flashinfer")
+        self.device = torch.device(model_runner.device)
+        self.page_size = int(model_runner.page_size)
+        self.req_to_token_pool = model_runner.req_to_token_pool
+        self.token_to_kv_pool = model_runner.token_to_kv_pool
+        self.use_swa_pool = uses_sliding_window_pool(self.token_to_kv_pool)
+        self.attention_chunk_size = getattr(model_runner, "attention_chunk_size", None)
+        self.is_encoder_decoder = bool(getattr(mc, "is_encoder_decoder", False))
+        self.dtype = model_runner.dtype
+        self.kv_dtype = model_runner.kv_cache_dtype
+        sa = model_runner.server_args
+        self.topk = getattr(sa, "speculative_eagle_topk", None) or 0
+        self.num_draft = getattr(sa, "speculative_num_draft_tokens", None) or 0
+        self.speculative_step_id = speculative_step_id
+        self.speculative_num_steps = speculative_num_steps
+        self.forward_metadata: Optional[StepPlan] = None
+        self.swa_out_cache_loc: Optional[torch.Tensor] = None
+        self._runners: dict[tuple[int, bool], LayerRunner] = {}
+        self._graph: Optional[dict] = None
+        self._validate_layers(model_runner)
+
+    # ---- configuration ------------------------------------------------------------
+    def _validate_layers(self, model_runner) -> None:
+        """Choose providers for every attention layer now: unservable layers fail at start-up."""
+        from sglang.srt.layers.radix_attention import RadixAttention
+
+        model = getattr(model_runner, "model", None)
+        if model is None:
+            return
+        for mod in model.modules():
+            if isinstance(mod, RadixAttention):
+                self._runner(mod, has_sinks=getattr(mod, "sinks", None) is not None)
+
+    def _spec(self, layer, has_sinks: bool) -> LayerSpec:
+        if layer.is_cross_attention:
+            kind = AttentionKind.CROSS
+        elif layer.attn_type in (AttentionType.ENCODER_ONLY, getattr(AttentionType, "DECODER_BIDIRECTIONAL", None)):
+            kind = AttentionKind.ENCODER_ONLY  # bidirectional over the paged cache
+        else:
+            kind = AttentionKind.DECODER
+        window = layer.sliding_window_size if (layer.sliding_window_size is not None and layer.sliding_window_size > -1
+                                               and kind is not AttentionKind.CROSS) else -1
+        return LayerSpec(
+            num_q_heads=layer.tp_q_head_num, num_kv_heads=layer.tp_k_head_num, head_dim=layer.qk_head_dim,
+            v_head_dim=layer.v_head_dim, scale=float(layer.scaling), kind=kind,
+            window_left=window,  # SGLang's sliding_window_size already excludes the query itself
+            logit_softcap=float(layer.logit_cap or 0.0), has_sinks=has_sinks,
+            local_attention=bool(getattr(layer, "use_irope", False)) and self.attention_chunk_size is not None,
+            uses_swa_pool=self.use_swa_pool and window >= 0, dtype=self.dtype, kv_dtype=self.kv_dtype,
+        )
+
+    def _runner(self, layer, has_sinks: bool) -> LayerRunner:
+        key = (layer.layer_id, has_sinks)
+        r = self._runners.get(key)
+        if r is None:
+            r = LayerRunner(self._spec(layer, has_sinks), self.device, self.page_size,
+                            with_spec_decode=self.topk > 1)
+            self._runners[key] = r
+            if len(self._runners) == 1:
+                logger.info("xpu_attn (SGLang): providers %s, page size %d", r.providers_used(), self.page_size)
+        return r
+
+    # ---- per-step planning --------------------------------------------------------
+    def init_forward_metadata_out_graph(self, forward_batch: ForwardBatch, in_capture: bool = False):
+        self.forward_metadata = self.plan(forward_batch)
+        loc = forward_batch.out_cache_loc
+        self.swa_out_cache_loc = (
+            self.token_to_kv_pool.translate_loc_from_full_to_swa(loc) if self.use_swa_pool and loc is not None else None
+        )
+
+    def init_forward_metadata_in_graph(self, forward_batch: ForwardBatch):
+        return None  # the plan is built out of graph; its tensors are the step's own
+
+    def plan(self, fb: ForwardBatch) -> StepPlan:
+        """ForwardBatch -> core StepPlan. Host maxima come from the *_cpu fields (no device sync)."""
+        mode = fb.forward_mode
+        bs = fb.batch_size
+        seq_lens = fb.seq_lens
+        max_k = int(fb.seq_lens_cpu.max()) if bs else 0
+        rows = self.req_to_token_pool.req_to_token[fb.req_pool_indices]  # [B, max_context] token slots
+        enc_lens = fb.encoder_lens
+        if enc_lens is not None:
+            enc_lens_cpu = list(fb.encoder_lens_cpu) if fb.encoder_lens_cpu is not None else enc_lens.tolist()
+            max_enc = max(enc_lens_cpu + [0])
+            dec_rows = core.shift_token_table(rows, enc_lens, max_k)  # decoder tokens follow the encoder's
+        else:
+            dec_rows = rows
+
+        spec_expand = None
+        if mode.is_decode_or_idle():
+            if fb.spec_info is not None and self.topk > 1:  # draft decode, tree branches
+                main = core.verify_main_plan_topk(seq_lens, core.token_table_to_page_table(dec_rows, self.page_size, max_k),
+                                                  self.page_size, self.topk, max_k)
+                spec_expand = core.draft_decode_expand_plan(fb.out_cache_loc, bs, self.topk,
+                                                            self.speculative_num_steps, self.speculative_step_id)
+                q_tokens, smode = bs * self.topk, Mode.DRAFT_DECODE
+            else:
+                extra = self.speculative_step_id + 1 if fb.spec_info is not None else 0
+                k_lens = seq_lens + extra if extra else seq_lens
+                table = core.token_table_to_page_table(dec_rows, self.page_size, max_k + extra)
+                main = core.decode_plan(k_lens, table, self.page_size, max_k + extra)
+                q_tokens, smode = bs, (Mode.DRAFT_DECODE if extra else Mode.DECODE)
+            q_lens = torch.ones_like(seq_lens)
+            max_q = 1
+        elif mode.is_target_verify():
+            n = self.num_draft
+            if self.topk <= 1:
+                table = core.token_table_to_page_table(dec_rows, self.page_size, max_k + n)
+                main = core.verify_plan_topk1(seq_lens, table, self.page_size, n, max_k)
+            else:
+                table = core.token_table_to_page_table(dec_rows, self.page_size, max_k)
+                main = core.verify_main_plan_topk(seq_lens, table, self.page_size, n, max_k)
+                spec_expand = core.verify_expand_plan(seq_lens, dec_rows, n, fb.spec_info.custom_mask)
+            q_tokens, smode, q_lens, max_q = bs * n, Mode.TARGET_VERIFY, torch.full_like(seq_lens, n), n
+        else:  # extend / mixed / draft extend: new tokens on (possibly cached) prefixes
+            q_lens = fb.extend_seq_lens
+            max_q = max(fb.extend_seq_lens_cpu) if bs else 0
+            table = core.token_table_to_page_table(dec_rows, self.page_size, max_k)
+            main = core.build_plan(q_lens, seq_lens, table, self.page_size, max_q, max_k)
+            q_tokens = int(fb.extend_num_tokens if fb.extend_num_tokens is not None else sum(fb.extend_seq_lens_cpu))
+            smode = Mode.EXTEND if any(fb.extend_prefix_lens_cpu or []) else Mode.PREFILL
+            if mode.is_mixed():
+                smode = Mode.MIXED
+
+        plan = StepPlan(smode, main, q_tokens, spec_expand=spec_expand)
+        if self.attention_chunk_size and smode in (Mode.DECODE, Mode.PREFILL, Mode.EXTEND, Mode.MIXED):
+            plan.local = core.local_attention_plan(self.attention_chunk_size, q_lens, main.cache_seqlens,
+                                                   main.page_table, self.page_size, max_q)
+        if enc_lens is not None:
+            enc_table = rows[:, : max(max_enc, 1)]
+            plan.encoder = core.encoder_plan(enc_lens, enc_table, self.page_size, max_enc, q_lens, max_q)
+        if self.use_swa_pool:
+            swa_rows = core.swa_translate(dec_rows[:, : main.page_table.shape[1] * self.page_size],
+                                          self.token_to_kv_pool.translate_loc_from_full_to_swa)
+            plan.swa_page_table = core.token_table_to_page_table(swa_rows, self.page_size, swa_rows.shape[1])
+        return plan
+
+    # ---- per-layer run ------------------------------------------------------------
+    def _forward(self, q, k, v, layer, fb: ForwardBatch, save_kv_cache: bool, sinks: Optional[torch.Tensor]):
+        if k is None and v is None:
+            pass  # cross-layer KV sharing: this layer reads another layer's cache; nothing to write
+        elif k is None or v is None:
+            raise ValueError("xpu_attn: k and v must both be given or both be None (cross-layer KV sharing)")
+        elif save_kv_cache:
+            loc = fb.encoder_out_cache_loc if layer.is_cross_attention else fb.out_cache_loc
+            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, self.swa_out_cache_loc), k, v,
+                                                layer.k_scale, layer.v_scale)
+        runner = self._runner(layer, sinks is not None)
+        hq, d, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
+        k_cache, v_cache = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        k_cache = k_cache.view(-1, self.page_size, layer.tp_k_head_num, d)
+        v_cache = v_cache.view(-1, self.page_size, layer.tp_v_head_num, dv)
+        k_descale = v_descale = None
+        if self.kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            k_descale = layer.k_scale.reshape(1).float() if layer.k_scale is not None else None
+            v_descale = layer.v_scale.reshape(1).float() if layer.v_scale is not None else None
+        q3 = q.reshape(-1, hq, d)
+        if q3.dtype != self.dtype:
+            q3 = q3.to(self.dtype)
+        out = q.new_empty(q3.shape[0], hq * dv)
+        runner.forward(self.forward_metadata, q3, k_cache, v_cache, out.view(-1, hq, dv), sinks=sinks,
+                       k_descale=k_descale, v_descale=v_descale)
+        return out
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
+                       sinks=None, **kwargs):
+        return self._forward(q, k, v, layer, forward_batch, save_kv_cache, sinks)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
+                       sinks=None, **kwargs):
+        return self._forward(q, k, v, layer, forward_batch, save_kv_cache, sinks)
+
+    # ---- graphs -------------------------------------------------------------------
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        """Graph capture needs stable plan addresses; the plan is rebuilt per step into fresh
+        tensors today, so graphs are refused rather than replayed with stale metadata."""
+        raise NotImplementedError(
+            "xpu_attn: CUDA/XPU graph capture is not supported yet; run with --disable-cuda-graph"
+        )
+
+    def get_cuda_graph_seq_len_fill_value(self):
+        return 1  # padded decode rows see one key (page 0), never zero-length softmax rows

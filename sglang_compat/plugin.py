@@ -1,0 +1,41 @@
+"""``sglang.srt.plugins`` entry point: makes ``--attention-backend xpu_attn`` available.
+
+SGLang calls general plugins in the engine, every scheduler and the detokenizer, so the
+name is registered in every process. Re-entrant; harmless when SGLang is absent.
+With ``XPU_ATTN_AS_INTEL_XPU=1`` the backend also takes the name ``intel_xpu``, so the
+policies SGLang keys on that name (page-size snapping, model checks) apply to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger("vllm_xpu_attn")
+
+NAME = "xpu_attn"
+ENV_AS_INTEL_XPU = "XPU_ATTN_AS_INTEL_XPU"
+
+
+def create_backend(runner):
+    from .backend import XpuAttnSGLangBackend
+
+    return XpuAttnSGLangBackend(runner)
+
+
+def register() -> None:
+    try:
+        from .compat import registry
+
+        register_attention_backend, backends, add_choices, choices = registry()
+    except Exception as e:  # SGLang absent or too different: change nothing
+        logger.debug("xpu_attn: not registering with SGLang (%s)", e)
+        return
+    names = [NAME]
+    if os.environ.get(ENV_AS_INTEL_XPU, "").strip().lower() in ("1", "true", "yes", "on"):
+        names.append("intel_xpu")
+    for name in names:
+        if name not in choices:
+            add_choices([name])
+        if backends.get(name) is not create_backend:
+            register_attention_backend(name)(create_backend)

@@ -1,0 +1,57 @@
+"""Run SGLang's offline Engine once and dump JSON (token ids, top-5 logprobs, backend used).
+
+Usage: python run_sglang.py MODEL_DIR OUT_JSON --backend xpu_attn|torch_native [--max-tokens N]
+       [--chunked-prefill-size N] [--prompts-json FILE] [--repeat N] [--page-size N]
+"""
+
+import argparse
+import json
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--backend", required=True)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--chunked-prefill-size", type=int, default=None)
+    ap.add_argument("--prompts-json", default=None)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--page-size", type=int, default=None)
+    ap.add_argument("--disable-radix-cache", action="store_true")
+    a = ap.parse_args()
+
+    import sglang
+
+    from vllm_xpu_attn.tiny_model import PROMPTS
+
+    prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
+    kw = dict(model_path=a.model, device="cpu", attention_backend=a.backend, dtype="float32", context_length=256,
+              mem_fraction_static=0.1, disable_cuda_graph=True, random_seed=0, skip_server_warmup=True,
+              log_level="info", disable_radix_cache=a.disable_radix_cache)
+    if a.chunked_prefill_size:
+        kw["chunked_prefill_size"] = a.chunked_prefill_size
+    if a.page_size:
+        kw["page_size"] = a.page_size
+    engine = sglang.Engine(**kw)
+    sp = {"temperature": 0.0, "max_new_tokens": a.max_tokens, "ignore_eos": True}
+    outs = []
+    cached = []
+    try:
+        for _ in range(a.repeat):
+            res = engine.generate(prompt=prompts, sampling_params=sp, return_logprob=True, top_logprobs_num=5)
+            for r in res:
+                mi = r["meta_info"]
+                cached.append(mi.get("cached_tokens", 0))
+                outs.append({
+                    "text": r["text"],
+                    "token_ids": [t[1] for t in mi["output_token_logprobs"]],
+                    "logprobs": [{str(t[1]): t[0] for t in step} for step in mi["output_top_logprobs"]],
+                })
+    finally:
+        engine.shutdown()
+    json.dump({"backend": a.backend, "outputs": outs, "cached_tokens": cached}, open(a.out, "w"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""vLLM suite: runs in the vLLM venv (ci/venvs.sh vllm). Importing vllm here makes a missing
+engine a collection error, never a silent skip."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import vllm  # noqa: F401  (hard requirement of this suite)
+
+from vllm_xpu_attn.tiny_model import make_tiny_model
+
+HERE = Path(__file__).parent
+BASE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+            "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {"llama": make_tiny_model(root / "llama", "llama", seed=1),
+            "mistral-swa": make_tiny_model(root / "mistral", "mistral-swa", seed=2, sliding_window=16)}
+
+
+def run_vllm(model: str, tmp_path: Path, *, ours: bool, multiprocess: bool = False, args=(), tag="run") -> dict:
+    """One vLLM process; returns the JSON it wrote plus its combined log under 'log'."""
+    out = tmp_path / f"{tag}-{'ours' if ours else 'vllm'}.json"
+    env = dict(os.environ, **BASE_ENV)
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
+    env["XPU_ATTN_ENABLE"] = "1" if ours else "0"
+    proc = subprocess.run([sys.executable, str(HERE / "run_vllm.py"), model, str(out), *map(str, args)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise AssertionError(f"vLLM run failed (rc {proc.returncode}):\n{log[-6000:]}")
+    res = json.loads(out.read_text())
+    res["log"] = log
+    return res
+
+
+LOGPROB_TOL = 2e-4  # fp32 on both sides; observed max |diff| ~1e-5
+
+
+def assert_parity(base: dict, ours: dict) -> float:
+    """Identical greedy token ids; top-5 logprobs within LOGPROB_TOL. Returns the max diff seen."""
+    assert len(base["outputs"]) == len(ours["outputs"]) >= 8
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(base["outputs"], ours["outputs"])):
+        assert len(a["token_ids"]) >= 32
+        assert a["token_ids"] == b["token_ids"], f"prompt {i}: token ids differ\n{a['token_ids']}\n{b['token_ids']}"
+        for step, (la, lb) in enumerate(zip(a["logprobs"], b["logprobs"])):
+            for tok, lp in la.items():
+                if tok in lb:
+                    worst = max(worst, abs(lp - lb[tok]))
+                    assert abs(lp - lb[tok]) <= LOGPROB_TOL, f"prompt {i} step {step} token {tok}: {lp} vs {lb[tok]}"
+    return worst

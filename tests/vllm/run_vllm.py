@@ -1,0 +1,77 @@
+"""Run vLLM once (in its own process: the platform is chosen per process) and dump JSON.
+
+Usage: python run_vllm.py MODEL_DIR OUT_JSON [--max-tokens N] [--max-num-batched-tokens N]
+       [--prefix-caching] [--num-gpu-blocks N] [--prompts-json FILE] [--block-size N]
+Prints nothing but vLLM's logs; writes {"backend": ..., "outputs": [{"token_ids", "logprobs"}...]}.
+"""
+
+import argparse
+import json
+import os
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=None)
+    ap.add_argument("--prefix-caching", action="store_true")
+    ap.add_argument("--num-gpu-blocks", type=int, default=None)
+    ap.add_argument("--block-size", type=int, default=None)
+    ap.add_argument("--prompts-json", default=None)
+    ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--max-model-len", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=1, help="generate the prompts this many times (prefix-cache hits)")
+    a = ap.parse_args()
+
+    from vllm import LLM, SamplingParams
+
+    from vllm_xpu_attn.tiny_model import PROMPTS
+
+    prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
+    kw = dict(model=a.model, dtype="float32", seed=0, max_model_len=a.max_model_len, enforce_eager=True,
+              enable_prefix_caching=a.prefix_caching, disable_log_stats=False)
+    if a.max_num_batched_tokens:
+        kw.update(max_num_batched_tokens=a.max_num_batched_tokens, enable_chunked_prefill=True)
+    if a.num_gpu_blocks:
+        kw["num_gpu_blocks_override"] = a.num_gpu_blocks
+    if a.block_size:
+        kw["block_size"] = a.block_size
+    if a.max_num_seqs:
+        kw["max_num_seqs"] = a.max_num_seqs
+    llm = LLM(**kw)
+    sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, logprobs=5, ignore_eos=True)
+    outs = []
+    for _ in range(a.repeat):
+        outs += llm.generate(prompts, sp)
+    metrics = {}
+    try:
+        for m in llm.get_metrics():
+            if any(w in m.name for w in ("prefix_cache", "preempt")):
+                metrics[m.name] = getattr(m, "value", None)
+    except Exception as e:  # metrics API moved: record why
+        metrics["error"] = repr(e)
+    from vllm.platforms import current_platform
+
+    backend = None
+    try:  # which attention backend class the platform picked, for the record
+        from vllm_xpu_attn.kernels.registry import _logged
+        backend = sorted({name for name, _ in _logged}) or None
+    except Exception:
+        pass
+    res = {
+        "platform": type(current_platform).__name__,
+        "providers": backend,
+        "metrics": metrics,
+        "outputs": [
+            {"prompt": o.prompt, "text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids),
+             "logprobs": [{str(k): v.logprob for k, v in lp.items()} for lp in o.outputs[0].logprobs]}
+            for o in outs
+        ],
+    }
+    json.dump(res, open(a.out, "w"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""The package logger ("vllm_xpu_attn"). Engines configure only their own loggers, so the
+adapters attach a stderr handler once; VLLM_XPU_ATTN_LOG_LEVEL sets the level (default INFO)."""
+
+import logging
+import os
+
+logger = logging.getLogger("vllm_xpu_attn")
+
+
+def setup_logging() -> None:
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [vllm-xpu-attn] %(message)s", "%m-%d %H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(os.environ.get("VLLM_XPU_ATTN_LOG_LEVEL", "INFO").upper())
+    logger.propagate = False

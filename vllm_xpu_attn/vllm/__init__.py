@@ -1,0 +1,1 @@
+"""vLLM adapter. Importing this package does not import vLLM; its submodules do."""

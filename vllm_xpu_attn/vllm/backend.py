@@ -1,0 +1,221 @@
+"""vLLM v1 attention backend: static declarations, a metadata builder per step, an impl per layer.
+
+The adapter only translates: CommonAttentionMetadata -> core StepPlan, vLLM layer
+arguments -> core LayerSpec, vLLM's cache tensor -> the core's K/V page views.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import ClassVar, Optional
+
+import torch
+
+from ..core import AttentionKind, AttnPlan, LayerRunner, LayerSpec, Mode, StepPlan
+from . import compat
+from .compat import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    CrossAttentionSpec,
+    MultipleOf,
+)
+
+logger = logging.getLogger("vllm_xpu_attn")
+
+BACKEND_NAME = "CUSTOM"  # vLLM resolves get_name() through AttentionBackendEnum; CUSTOM is the slot for out-of-tree backends
+
+
+class XpuAttnBackend(AttentionBackend):
+    """vllm-xpu-attn for vLLM. What it declares is what the reference provider (always
+    present) computes; faster providers are chosen per layer where they fit."""
+
+    forward_includes_kv_cache_update: bool = False
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
+    @staticmethod
+    def get_name() -> str:
+        return BACKEND_NAME
+
+    @staticmethod
+    def get_impl_cls() -> type["XpuAttnImpl"]:
+        return XpuAttnImpl
+
+    @staticmethod
+    def get_builder_cls() -> type["XpuAttnMetadataBuilder"]:
+        return XpuAttnMetadataBuilder
+
+    @staticmethod
+    def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list:
+        return [MultipleOf(1)]  # any page size; vendor kernels that need 16/32/64 are skipped per layer
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return list(range(8, 513, 8))
+
+    @classmethod
+    def supported_kv_cache_layouts(cls):
+        return (compat.KV_LAYOUT,)
+
+    @classmethod
+    def supports_sink(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_non_causal(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type in (AttentionType.DECODER, AttentionType.ENCODER, AttentionType.ENCODER_ONLY,
+                             AttentionType.ENCODER_DECODER)
+
+    @classmethod
+    def is_mla(cls) -> bool:
+        return False
+
+
+@dataclasses.dataclass
+class XpuAttnMetadata:
+    """One step's plan (shared by the layers of a KV-cache group) plus what the KV write needs."""
+
+    plan: StepPlan
+    slot_mapping: torch.Tensor
+    causal: bool = True
+
+
+class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.page_size = kv_cache_spec.block_size
+        self.is_cross = isinstance(kv_cache_spec, CrossAttentionSpec)
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
+              fast_build: bool = False) -> XpuAttnMetadata:
+        return XpuAttnMetadata(plan=plan_from_common(common_attn_metadata, self.page_size, self.is_cross),
+                               slot_mapping=common_attn_metadata.slot_mapping,
+                               causal=bool(common_attn_metadata.causal) if not isinstance(common_attn_metadata.causal, torch.Tensor) else False)
+
+
+def plan_from_common(cam: CommonAttentionMetadata, page_size: int, is_cross: bool = False) -> StepPlan:
+    """Translate vLLM's per-step metadata into the core plan. No host sync: vLLM gives host maxima."""
+    if cam.max_query_len <= 1:
+        mode = Mode.DECODE
+    else:
+        mode = Mode.MIXED  # prefill, extend and decode rows alike; the kernel handles each row by its lengths
+    if is_cross:
+        if cam.encoder_seq_lens is None:
+            raise ValueError("cross-attention step without encoder_seq_lens")
+        enc_max = int(cam.encoder_seq_lens_cpu.max()) if cam.encoder_seq_lens_cpu is not None and len(cam.encoder_seq_lens_cpu) else 0
+        enc = AttnPlan(cu_seqlens_q=cam.query_start_loc, cache_seqlens=cam.encoder_seq_lens.to(torch.int32),
+                       page_table=cam.block_table_tensor, max_seqlen_q=cam.max_query_len, max_seqlen_k=enc_max,
+                       page_size=page_size)
+        return StepPlan(mode, enc, cam.num_actual_tokens, encoder=enc)
+    main = AttnPlan(cu_seqlens_q=cam.query_start_loc, cache_seqlens=cam.seq_lens, page_table=cam.block_table_tensor,
+                    max_seqlen_q=cam.max_query_len, max_seqlen_k=cam.max_seq_len, page_size=page_size)
+    return StepPlan(mode, main, cam.num_actual_tokens)
+
+
+_KINDS = {
+    AttentionType.DECODER: AttentionKind.DECODER,
+    AttentionType.ENCODER: AttentionKind.ENCODER,
+    AttentionType.ENCODER_ONLY: AttentionKind.ENCODER_ONLY,
+    AttentionType.ENCODER_DECODER: AttentionKind.CROSS,
+}
+
+
+class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: Optional[int] = None,
+        alibi_slopes: Optional[list[float]] = None,
+        sliding_window: Optional[int] = None,
+        kv_cache_dtype: str = "auto",
+        logits_soft_cap: Optional[float] = None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name: Optional[str] = None,
+        sinks: Optional[torch.Tensor] = None,
+    ) -> None:
+        from vllm.platforms import current_platform
+
+        if attn_type not in _KINDS:
+            raise NotImplementedError(f"vllm-xpu-attn: attention type {attn_type!r} is not supported")
+        if kv_cache_dtype not in compat.KV_CACHE_DTYPES:
+            raise ValueError(f"vllm-xpu-attn: KV cache dtype {kv_cache_dtype!r} unsupported; "
+                             f"use one of {sorted(compat.KV_CACHE_DTYPES)}")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.sinks = sinks
+        if sinks is not None and sinks.shape != (num_heads,):
+            raise ValueError(f"vllm-xpu-attn: sinks must have shape [{num_heads}], got {list(sinks.shape)}")
+        # vLLM's sliding_window counts the query itself; FlashAttention's left window does not.
+        self.sliding_window = sliding_window
+        model_dtype = compat.get_current_vllm_config().model_config.dtype
+        kv_dtype = compat.KV_CACHE_DTYPES[kv_cache_dtype] or model_dtype
+        self.spec = LayerSpec(
+            num_q_heads=num_heads, num_kv_heads=self.num_kv_heads, head_dim=head_size, scale=self.scale,
+            kind=_KINDS[attn_type], window_left=(sliding_window - 1) if sliding_window else -1,
+            logit_softcap=float(logits_soft_cap or 0.0), has_sinks=sinks is not None,
+            alibi_slopes=tuple(float(a) for a in alibi_slopes) if alibi_slopes is not None else None,
+            dtype=model_dtype, kv_dtype=kv_dtype,
+        )
+        page_size = compat.get_current_vllm_config().cache_config.block_size
+        # Providers are chosen now, so an unservable layer fails at start-up with every reason.
+        self.runner = LayerRunner(self.spec, current_platform.device_type, page_size)
+        logger.info("vllm-xpu-attn: layer Hq=%d Hkv=%d D=%d window=%s kind=%s -> providers %s", num_heads,
+                    self.num_kv_heads, head_size, self.spec.window, self.spec.kind.value, self.runner.providers_used())
+
+    def _caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return compat.split_kv_cache(kv_cache, self.head_size, self.spec.kv_dtype)
+
+    def _descales(self, layer) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        if self.spec.kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            return layer._k_scale.reshape(1).float(), layer._v_scale.reshape(1).float()
+        return None, None
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata: Optional[XpuAttnMetadata], output,
+                output_scale=None, output_block_scale=None):
+        """query [T, Hq, D], key/value [T, Hkv, D] (None when KV is shared), output [T, Hq, D]."""
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("vllm-xpu-attn: fused output quantization is not supported")
+        if attn_metadata is None:  # profiling / warm-up run
+            return output
+        out = output.view(-1, self.num_heads, self.head_size)
+        plan = attn_metadata.plan
+        n = plan.num_tokens
+        if self.spec.kind in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY):
+            self.runner.forward_varlen(query[:n], key[:n], value[:n], plan.main.cu_seqlens_q, plan.main.max_seqlen_q,
+                                       out[:n], sinks=self.sinks)
+            return output
+        k_cache, v_cache = self._caches(kv_cache)
+        k_descale, v_descale = self._descales(layer)
+        self.runner.forward(plan, query, k_cache, v_cache, out, sinks=self.sinks, k_descale=k_descale, v_descale=v_descale)
+        return output
+
+    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
+        if self.spec.kind in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY):
+            return  # encoder self-attention reads q/k/v directly
+        if self.kv_sharing_target_layer_name is not None:
+            return  # another layer wrote this KV
+        k_cache, v_cache = self._caches(kv_cache)
+        k_scale, v_scale = self._descales(layer)
+        self.runner.write_kv(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)

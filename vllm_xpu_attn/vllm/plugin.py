@@ -1,0 +1,78 @@
+"""vLLM entry points. Both import nothing heavy and are harmless when vLLM or a device is absent.
+
+* ``platform_plugin`` (group ``vllm.platform_plugins``): returns the class path of a platform
+  that subclasses the host's built-in one and routes attention to this backend. Active by
+  itself on Intel XPU; on CUDA or CPU only when ``XPU_ATTN_ENABLE=1`` (``=0`` turns it off on XPU too). Otherwise None, and vLLM
+  behaves as without this package.
+* ``general_plugin`` (group ``vllm.general_plugins``): registers the backend as
+  ``AttentionBackendEnum.CUSTOM`` so ``--attention-backend CUSTOM`` selects it wherever the
+  platform honours the user's choice. Runs in every vLLM process; re-entrant.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+logger = logging.getLogger("vllm_xpu_attn")
+
+ENV_ENABLE = "XPU_ATTN_ENABLE"  # not VLLM_*: vLLM warns about VLLM_ variables it does not know
+BACKEND_PATH = "vllm_xpu_attn.vllm.backend.XpuAttnBackend"
+_PLATFORMS = {
+    "xpu": "vllm_xpu_attn.vllm.platform.XpuAttnXPUPlatform",
+    "cuda": "vllm_xpu_attn.vllm.platform.XpuAttnCudaPlatform",
+    "cpu": "vllm_xpu_attn.vllm.platform.XpuAttnCpuPlatform",
+}
+
+
+def _env_flag(name: str) -> Optional[bool]:
+    val = os.environ.get(name)
+    if val is None or val == "":
+        return None
+    return val.strip().lower() in ("1", "true", "yes", "on")
+
+
+def host_device() -> str:
+    """The device vLLM would pick by itself: xpu, cuda or cpu."""
+    import torch
+
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def platform_plugin() -> Optional[str]:
+    from ..log import setup_logging
+
+    setup_logging()
+    enabled = _env_flag(ENV_ENABLE)
+    dev = host_device()
+    if enabled is False:
+        return None  # explicitly off
+    if dev == "xpu" or enabled:
+        logger.info("vllm-xpu-attn: platform plugin active on %s (%s)", dev,
+                    "Intel XPU" if dev == "xpu" and not enabled else f"{ENV_ENABLE}=1")
+        return _PLATFORMS[dev]
+    return None
+
+
+_registered = False
+
+
+def general_plugin() -> None:
+    global _registered
+    from ..log import setup_logging
+
+    setup_logging()
+    if _registered:
+        return
+    try:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    except Exception as e:  # vLLM absent or too different: say so, change nothing
+        logger.debug("vllm-xpu-attn: not registering with vLLM (%s)", e)
+        return
+    register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
+    _registered = True
