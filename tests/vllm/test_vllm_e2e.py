@@ -32,7 +32,7 @@ def test_parity_prefix_cache_hits(models, tmp_path, arch):
 
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps(PREFIX_PROMPTS))
-    args = ["--max-tokens", "32", "--prefix-caching", "--repeat", "2", "--prompts-json", prompts, "--block-size", "16"]
+    args = ["--max-tokens", "32", "--prefix-caching", "--repeat", "2", "--prompts-json", prompts, "--block-size", "32"]
     base = run_vllm(models[arch], tmp_path, ours=False, args=args, tag="prefix")
     ours = run_vllm(models[arch], tmp_path, ours=True, args=args, tag="prefix")
     assert ours["metrics"].get("vllm:prefix_cache_hits", 0) > 0, ours["metrics"]
@@ -40,7 +40,7 @@ def test_parity_prefix_cache_hits(models, tmp_path, arch):
 
 
 def test_parity_under_preemption(models, tmp_path):
-    args = ["--max-tokens", "32", "--num-gpu-blocks", "10", "--block-size", "16", "--max-model-len", "128"]
+    args = ["--max-tokens", "32", "--num-gpu-blocks", "6", "--block-size", "32", "--max-model-len", "128"]
     base = run_vllm(models["llama"], tmp_path, ours=False, args=args, tag="preempt")
     ours = run_vllm(models["llama"], tmp_path, ours=True, args=args, tag="preempt")
     assert ours["metrics"].get("vllm:num_preemptions", 0) > 0, ours["metrics"]

@@ -1,0 +1,127 @@
+"""The SGLang adapter with SGLang's own objects (ReqToTokenPool, MHATokenToKVPool, RadixAttention,
+ForwardBatch), checked against the naive oracle on K/V the test keeps itself."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from naive import naive_paged_attention
+from layouts import assert_close_to
+
+H, HKV, D = 4, 2, 16
+
+
+def _setup(page_size=1):
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+
+    req_pool = ReqToTokenPool(size=4, max_context_len=64, device="cpu", enable_memory_saver=False)
+    kv_pool = MHATokenToKVPool(size=512, page_size=page_size, dtype=torch.float32, head_num=HKV, head_dim=D,
+                               layer_num=3, device="cpu", enable_memory_saver=False)
+    runner = SimpleNamespace(
+        device="cpu", page_size=page_size, req_to_token_pool=req_pool, token_to_kv_pool=kv_pool,
+        model_config=SimpleNamespace(is_encoder_decoder=False), dtype=torch.float32, kv_cache_dtype=torch.float32,
+        server_args=SimpleNamespace(speculative_eagle_topk=None, speculative_num_draft_tokens=None), model=None,
+        attention_chunk_size=None, use_mla_backend=False)
+    from sglang_compat.backend import XpuAttnSGLangBackend
+
+    return XpuAttnSGLangBackend(runner), req_pool, kv_pool
+
+
+def _layers():
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    return [RadixAttention(H, D, D ** -0.5, HKV, layer_id=0),
+            RadixAttention(H, D, D ** -0.5, HKV, layer_id=1, sliding_window_size=3, logit_cap=5.0)]
+
+
+def _fb(mode, req_idx, seq_lens, out_loc, extend_lens=None, prefix_lens=None):
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    kw = {}
+    if extend_lens is not None:
+        kw = dict(extend_seq_lens=torch.tensor(extend_lens, dtype=torch.int32), extend_seq_lens_cpu=list(extend_lens),
+                  extend_prefix_lens_cpu=list(prefix_lens), extend_num_tokens=sum(extend_lens),
+                  extend_prefix_lens=torch.tensor(prefix_lens, dtype=torch.int32))
+    return ForwardBatch(forward_mode=mode, batch_size=len(seq_lens), input_ids=torch.zeros(out_loc.shape[0], dtype=torch.long),
+                        req_pool_indices=torch.tensor(req_idx), seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+                        out_cache_loc=out_loc, seq_lens_sum=sum(seq_lens),
+                        seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32), **kw)
+
+
+@pytest.mark.parametrize("layer_idx", [0, 1])
+def test_extend_with_prefix_then_decode_matches_oracle(layer_idx):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    backend, req_pool, kv_pool = _setup()
+    layer = _layers()[layer_idx]
+    g = torch.Generator().manual_seed(layer_idx)
+    prefix, new = [10, 0], [4, 5]  # request A: radix-cached prefix of 10 + 4 new; request B: 5 new
+    total = [p + n for p, n in zip(prefix, new)]
+    slots = torch.randperm(400, generator=g)[: sum(total) + 2] + 1  # shuffled, non-contiguous slots
+    keys = torch.randn(sum(total) + 2, HKV, D, generator=g)
+    vals = torch.randn(sum(total) + 2, HKV, D, generator=g)
+    rows, start = [], 0
+    for b, t in enumerate(total):
+        req_pool.req_to_token[b + 1, : t + 1] = slots[start: start + t + 1].int()
+        rows.append(list(range(start, start + t + 1)))
+        start += t + 1
+    # the cached prefix is already in the pool (written by an earlier step)
+    kv_pool.set_kv_buffer(layer, slots[rows[0][:10]].long(), keys[rows[0][:10]], vals[rows[0][:10]])
+    new_idx = rows[0][10:14] + rows[1][:5]
+    fb = _fb(ForwardMode.EXTEND, [1, 2], total, slots[new_idx].long(), new, prefix)
+    backend.init_forward_metadata(fb)
+    q = torch.randn(9, H * D, generator=g) * 3
+    out = backend.forward_extend(q, keys[new_idx], vals[new_idx], layer, fb)
+
+    # oracle: each request's keys in its own contiguous "cache" (page size 1)
+    kc = keys[:, None]
+    vc = vals[:, None]
+    pt = torch.zeros(2, 15, dtype=torch.int32)
+    pt[0, :14] = torch.tensor(rows[0][:14])
+    pt[1, :5] = torch.tensor(rows[1][:5])
+    window = (3, 0) if layer_idx == 1 else (-1, -1)
+    softcap = 5.0 if layer_idx == 1 else 0.0
+    want, _ = naive_paged_attention(q.view(9, H, D), kc, vc, pt, torch.tensor(total), torch.tensor([0, 4, 9]),
+                                    scale=D ** -0.5, window=window, softcap=softcap)
+    assert_close_to(out.view(9, H, D), want, torch.float32)
+
+    # decode: one more token each (slots already reserved in the token table)
+    dec_idx = [rows[0][14], rows[1][5]]
+    fb = _fb(ForwardMode.DECODE, [1, 2], [15, 6], slots[dec_idx].long())
+    backend.init_forward_metadata(fb)
+    qd = torch.randn(2, H * D, generator=g)
+    out = backend.forward_decode(qd, keys[dec_idx], vals[dec_idx], layer, fb)
+    pt[0, 14] = rows[0][14]
+    pt[1, 5] = rows[1][5]
+    want, _ = naive_paged_attention(qd.view(2, H, D), kc, vc, pt, torch.tensor([15, 6]), torch.tensor([0, 1, 2]),
+                                    scale=D ** -0.5, window=window, softcap=softcap)
+    assert_close_to(out.view(2, H, D), want, torch.float32)
+
+
+def test_shared_kv_layer_skips_the_write_and_plan_is_hand_computed():
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    backend, req_pool, kv_pool = _setup()
+    layer = _layers()[0]
+    req_pool.req_to_token[1, :3] = torch.tensor([7, 8, 9], dtype=torch.int32)
+    fb = _fb(ForwardMode.DECODE, [1], [3], torch.tensor([9]))
+    backend.init_forward_metadata(fb)
+    plan = backend.forward_metadata
+    assert plan.main.page_table.tolist() == [[7, 8, 9]] and plan.main.cache_seqlens.tolist() == [3]
+    assert plan.main.cu_seqlens_q.tolist() == [0, 1] and plan.num_tokens == 1
+    before = kv_pool.get_key_buffer(0).clone()
+    backend.forward_decode(torch.randn(1, H * D), None, None, layer, fb)  # cross-layer KV sharing
+    assert torch.equal(kv_pool.get_key_buffer(0), before)
+    with pytest.raises(ValueError, match="both"):
+        backend.forward_decode(torch.randn(1, H * D), torch.randn(1, HKV, D), None, layer, fb)
+
+
+def test_page_size_16_plan_strides_the_token_table():
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    backend, req_pool, _ = _setup(page_size=16)
+    req_pool.req_to_token[1, :20] = torch.arange(32, 52, dtype=torch.int32)  # pages 2 and 3
+    fb = _fb(ForwardMode.DECODE, [1], [20], torch.tensor([51]))
+    backend.init_forward_metadata(fb)
+    assert backend.forward_metadata.main.page_table.tolist() == [[2, 3]]
