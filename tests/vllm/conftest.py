@@ -40,19 +40,4 @@ def run_vllm(model: str, tmp_path: Path, *, ours: bool, multiprocess: bool = Fal
     return res
 
 
-LOGPROB_TOL = 2e-4  # fp32 on both sides; observed max |diff| ~1e-5
-
-
-def assert_parity(base: dict, ours: dict) -> float:
-    """Identical greedy token ids; top-5 logprobs within LOGPROB_TOL. Returns the max diff seen."""
-    assert len(base["outputs"]) == len(ours["outputs"]) >= 8
-    worst = 0.0
-    for i, (a, b) in enumerate(zip(base["outputs"], ours["outputs"])):
-        assert len(a["token_ids"]) >= 32
-        assert a["token_ids"] == b["token_ids"], f"prompt {i}: token ids differ\n{a['token_ids']}\n{b['token_ids']}"
-        for step, (la, lb) in enumerate(zip(a["logprobs"], b["logprobs"])):
-            for tok, lp in la.items():
-                if tok in lb:
-                    worst = max(worst, abs(lp - lb[tok]))
-                    assert abs(lp - lb[tok]) <= LOGPROB_TOL, f"prompt {i} step {step} token {tok}: {lp} vs {lb[tok]}"
-    return worst
+from parity import LOGPROB_TOL, assert_parity  # noqa: E402,F401  (shared by both engine suites)
