@@ -1,0 +1,1 @@
+"""Triton kernel provider (optional dependency: triton)."""

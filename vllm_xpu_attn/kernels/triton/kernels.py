@@ -1,0 +1,242 @@
+"""Device-neutral Triton kernels for the provider contract (CUDA and Intel's Triton backend).
+
+Rules kept here: no fp64, no vendor intrinsics (tanh is written with exp), every address
+that scales with the cache size is formed in int64, and the same code runs under
+TRITON_INTERPRET=1 on the CPU (the CI check).
+
+One attention kernel serves prefill, extend and decode. A program owns one KV head of one
+sequence and a tile of BLOCK_M "rows", a row being (query token, query head of the GQA
+group): the group's heads share every K/V tile they load. Decode splits the keys of a
+sequence over NUM_SPLITS programs (flash-decoding); ``_merge_splits`` combines them.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _tanh(x):
+    # tanh without libdevice: 1 - 2 / (exp(2x) + 1) saturates correctly at +-inf
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def _paged_attn_kernel(
+    Q, K, V, PT, SEQ, CUQ, SINKS, ALIBI, KDS, VDS,
+    O, LSE, OP, LP,
+    stride_qt, stride_qh,
+    stride_kp, stride_ks, stride_kh,
+    stride_vp, stride_vs, stride_vh,
+    stride_ot, stride_oh,
+    stride_ptb,
+    stride_ds_b,
+    total_q, num_q_heads,
+    scale, softcap,
+    WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr,
+    PAGE: tl.constexpr, GROUP: tl.constexpr,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, CAUSAL: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_DESCALE: tl.constexpr, DESCALE_PER_HEAD: tl.constexpr,
+    WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr,
+):
+    b = tl.program_id(0)
+    tile = tl.program_id(1)
+    kvh_split = tl.program_id(2)
+    kvh = kvh_split // NUM_SPLITS
+    split = kvh_split % NUM_SPLITS
+
+    q_start = tl.load(CUQ + b)
+    q_len = tl.load(CUQ + b + 1) - q_start
+    k_len = tl.load(SEQ + b)
+    if tile * BLOCK_M >= q_len * GROUP:
+        return
+
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    t = rows // GROUP  # query token within the sequence
+    head = kvh * GROUP + rows % GROUP
+    row_ok = t < q_len
+    pos = k_len - q_len + t  # bottom-right aligned position of each query
+
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q_rows = (q_start + t).to(tl.int64)
+    q = tl.load(Q + q_rows[:, None] * stride_qt + head[:, None].to(tl.int64) * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+
+    qk_scale = scale
+    v_scale = 1.0
+    if HAS_DESCALE:
+        if DESCALE_PER_HEAD:
+            qk_scale = qk_scale * tl.load(KDS + b * stride_ds_b + kvh)
+            v_scale = tl.load(VDS + b * stride_ds_b + kvh)
+        else:
+            qk_scale = qk_scale * tl.load(KDS)
+            v_scale = tl.load(VDS)
+    if HAS_ALIBI:
+        slope = tl.load(ALIBI + head, mask=row_ok, other=0.0).to(tl.float32)
+
+    # key range this tile can see
+    pos_lo = k_len - q_len + tile * BLOCK_M // GROUP
+    pos_hi = tl.minimum(k_len - q_len + (tile * BLOCK_M + BLOCK_M - 1) // GROUP, k_len - 1)
+    lo = 0
+    hi = k_len
+    if CAUSAL:
+        hi = tl.minimum(hi, pos_hi + 1)
+    elif WIN_RIGHT >= 0:
+        hi = tl.minimum(hi, pos_hi + WIN_RIGHT + 1)
+    if WIN_LEFT >= 0:
+        lo = tl.maximum(pos_lo - WIN_LEFT, 0)
+    lo = (lo // BLOCK_N) * BLOCK_N
+    if NUM_SPLITS > 1:
+        per = tl.cdiv(tl.cdiv(hi - lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        lo = lo + split * per
+        hi = tl.minimum(hi, lo + per)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    pt_row = PT + b.to(tl.int64) * stride_ptb
+    for start in range(lo, hi, BLOCK_N):
+        j = start + tl.arange(0, BLOCK_N)
+        j_ok = j < hi
+        page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
+        slot_off = (j % PAGE).to(tl.int64)
+        k = tl.load(K + page[None, :] * stride_kp + slot_off[None, :] * stride_ks + kvh * stride_kh + offs_d[:, None],
+                    mask=j_ok[None, :] & (offs_d[:, None] < D), other=0.0)  # [BLOCK_D, BLOCK_N]
+        if FP32_DOT:
+            s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
+        else:
+            s = tl.dot(q, k.to(q.dtype))
+        s = s * qk_scale
+        if HAS_SOFTCAP:
+            s = softcap * _tanh(s / softcap)
+        rel = j[None, :] - pos[:, None]
+        if HAS_ALIBI:
+            s = s - slope[:, None] * tl.abs(rel).to(tl.float32)
+        ok = row_ok[:, None] & j_ok[None, :] & (j[None, :] < k_len)
+        if CAUSAL:
+            ok = ok & (rel <= 0)
+        elif WIN_RIGHT >= 0:
+            ok = ok & (rel <= WIN_RIGHT)
+        if WIN_LEFT >= 0:
+            ok = ok & (rel >= -WIN_LEFT)
+        s = tl.where(ok, s * LOG2E, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V + page[:, None] * stride_vp + slot_off[:, None] * stride_vs + kvh * stride_vh + offs_dv[None, :],
+                    mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)  # [BLOCK_N, BLOCK_DV]
+        if FP32_DOT:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        m_i = m_new
+
+    acc = acc * v_scale
+    out_rows = (q_start + t).to(tl.int64)
+    if NUM_SPLITS == 1:
+        if HAS_SINKS:
+            sink = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * LOG2E
+            m_fin = tl.maximum(m_i, sink)
+            l_i = l_i * tl.exp2(m_i - m_fin) + tl.exp2(sink - m_fin)
+            acc = acc * tl.exp2(m_i - m_fin)[:, None]
+            m_i = m_fin
+        has = l_i > 0
+        o = acc / tl.where(has, l_i, 1.0)[:, None]
+        tl.store(O + out_rows[:, None] * stride_ot + head[:, None].to(tl.int64) * stride_oh + offs_dv[None, :],
+                 o.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < DV))
+        if WRITE_LSE:
+            lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+            tl.store(LSE + head.to(tl.int64) * total_q + out_rows, lse, mask=row_ok)
+    else:
+        # partial result of this split, unnormalised-by-sink: o = acc / l, lse in natural log
+        has = l_i > 0
+        o = acc / tl.where(has, l_i, 1.0)[:, None]
+        base = split.to(tl.int64) * total_q * num_q_heads
+        idx = base + out_rows * num_q_heads + head
+        tl.store(OP + idx[:, None] * BLOCK_DV + offs_dv[None, :], o, mask=row_ok[:, None])
+        lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        tl.store(LP + idx, lse, mask=row_ok)
+
+
+@triton.jit
+def _merge_splits(
+    OP, LP, O, LSE, SINKS,
+    stride_ot, stride_oh,
+    total_q, num_q_heads,
+    DV: tl.constexpr, BLOCK_DV: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    HAS_SINKS: tl.constexpr, WRITE_LSE: tl.constexpr,
+):
+    tok = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    offs = tl.arange(0, BLOCK_DV)
+    splits = tl.arange(0, NUM_SPLITS)
+    idx = splits.to(tl.int64) * total_q * num_q_heads + tok * num_q_heads + h
+    lse = tl.load(LP + idx)  # [NUM_SPLITS]
+    m = tl.max(lse, 0)
+    if HAS_SINKS:
+        sink = tl.load(SINKS + h).to(tl.float32)
+        m = tl.maximum(m, sink)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse - m_safe)
+    denom = tl.sum(w, 0)
+    if HAS_SINKS:
+        denom = denom + tl.exp(sink - m_safe)
+    o = tl.load(OP + idx[:, None] * BLOCK_DV + offs[None, :])
+    acc = tl.sum(o * w[:, None], 0)
+    has = denom > 0
+    out = acc / tl.where(has, denom, 1.0)
+    tl.store(O + tok * stride_ot + h * stride_oh + offs, out.to(O.dtype.element_ty), mask=offs < DV)
+    if WRITE_LSE:
+        tl.store(LSE + h.to(tl.int64) * total_q + tok, tl.where(has, m_safe + tl.log(tl.where(has, denom, 1.0)), float("-inf")))
+
+
+@triton.jit
+def _merge_state_kernel(OA, LA, OB, LB, O, L, stride_t, stride_h, total, D: tl.constexpr, BLOCK_D: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    offs = tl.arange(0, BLOCK_D)
+    la = tl.load(LA + h * total + t)
+    lb = tl.load(LB + h * total + t)
+    m = tl.maximum(la, lb)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    wa = tl.exp(la - m_safe)
+    wb = tl.exp(lb - m_safe)
+    den = wa + wb
+    has = den > 0
+    dn = tl.where(has, den, 1.0)
+    msk = offs < D
+    oa = tl.load(OA + t * stride_t + h * stride_h + offs, mask=msk, other=0.0).to(tl.float32)
+    ob = tl.load(OB + t * stride_t + h * stride_h + offs, mask=msk, other=0.0).to(tl.float32)
+    tl.store(O + t * stride_t + h * stride_h + offs, ((oa * wa + ob * wb) / dn).to(O.dtype.element_ty), mask=msk)
+    tl.store(L + h * total + t, tl.where(has, m_safe + tl.log(dn), float("-inf")))
+
+
+@triton.jit
+def _write_kv_kernel(X, C, SLOT, SCALE, stride_xt, stride_xh, stride_cp, stride_cs, stride_ch,
+                     H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_D: tl.constexpr,
+                     QUANT: tl.constexpr, FMAX: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    slot = tl.load(SLOT + t).to(tl.int64)
+    if slot < 0:
+        return
+    offs = tl.arange(0, BLOCK_D)
+    msk = offs < D
+    x = tl.load(X + t * stride_xt + h * stride_xh + offs, mask=msk, other=0.0)
+    dst = C + (slot // PAGE) * stride_cp + (slot % PAGE) * stride_cs + h * stride_ch + offs
+    if QUANT:
+        y = x.to(tl.float32) / tl.load(SCALE)
+        y = tl.minimum(tl.maximum(y, -FMAX), FMAX)
+        tl.store(dst, y.to(C.dtype.element_ty), mask=msk)
+    else:
+        tl.store(dst, x.to(C.dtype.element_ty), mask=msk)
