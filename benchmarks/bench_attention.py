@@ -141,6 +141,9 @@ def main():
         row = {"case": label, "batch": batch, "new": new, "prefix": prefix}
         t = bench(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=10)
         row["triton_tflops"] = flops / t / 1e12
+        if a.reference:
+            t = bench(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=2, warmup=1)
+            row["reference_tflops"] = flops / t / 1e12
         qd, k, v = dense_from_paged(q, kc, vc, pt, batch, new, k_len)
         for name in ("cudnn", "flash"):
             try:

@@ -106,10 +106,21 @@ def _paged_attn_kernel(
     for start in range(lo, hi, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
         j_ok = j < hi
-        page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
-        slot_off = (j % PAGE).to(tl.int64)
-        k = tl.load(K + page[None, :] * stride_kp + slot_off[None, :] * stride_ks + kvh * stride_kh + offs_d[:, None],
-                    mask=j_ok[None, :] & (offs_d[:, None] < D), other=0.0)  # [BLOCK_D, BLOCK_N]
+        if PAGE % BLOCK_N == 0:
+            # the whole key block lies in one page: one page id, affine addresses (vectorisable loads)
+            pg = tl.load(pt_row + start // PAGE).to(tl.int64)
+            k_base = K + pg * stride_kp + kvh * stride_kh
+            v_base = V + pg * stride_vp + kvh * stride_vh
+            in_page = (start % PAGE + tl.arange(0, BLOCK_N)).to(tl.int64)
+            k_row = k_base + in_page * stride_ks
+            v_row = v_base + in_page * stride_vs
+        else:
+            page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
+            slot_off = (j % PAGE).to(tl.int64)
+            k_row = K + page * stride_kp + slot_off * stride_ks + kvh * stride_kh
+            v_row = V + page * stride_vp + slot_off * stride_vs + kvh * stride_vh
+        k = tl.load(k_row[:, None] + offs_d[None, :], mask=j_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+        k = tl.trans(k)  # [BLOCK_D, BLOCK_N]
         if FP32_DOT:
             s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
         else:
@@ -133,8 +144,7 @@ def _paged_attn_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + page[:, None] * stride_vp + slot_off[:, None] * stride_vs + kvh * stride_vh + offs_dv[None, :],
-                    mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)  # [BLOCK_N, BLOCK_DV]
+        v = tl.load(v_row[:, None] + offs_dv[None, :], mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
         if FP32_DOT:
             acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
         else:

@@ -19,7 +19,7 @@ from ..contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_hea
 # Measured on an H200 (docs/benchmarks.md); Intel entries are conservative starting points
 # (smaller tiles: less register file / SLM on Xe), not measured here.
 TUNING: dict[str, dict[str, tuple[int, int, int, int]]] = {
-    "cuda_sm90": {"prefill": (128, 64, 8, 3), "decode": (16, 64, 4, 3)},
+    "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 4, 3)},  # benchmarks/tune.py, H200
     "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2)},
     "xpu": {"prefill": (64, 32, 8, 2), "decode": (16, 32, 4, 2)},
     "cpu": {"prefill": (16, 16, 1, 1), "decode": (16, 16, 1, 1)},  # interpreter: small tiles, fast tests
