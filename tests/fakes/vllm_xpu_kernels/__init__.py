@@ -1,0 +1,1 @@
+"""Fake vllm_xpu_kernels package."""
