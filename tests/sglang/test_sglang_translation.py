@@ -12,17 +12,17 @@ from layouts import assert_close_to
 H, HKV, D = 4, 2, 16
 
 
-def _setup(page_size=1):
+def _setup(page_size=1, kv_dtype=torch.float32, chunk=None, encoder_decoder=False):
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
     req_pool = ReqToTokenPool(size=4, max_context_len=64, device="cpu", enable_memory_saver=False)
-    kv_pool = MHATokenToKVPool(size=512, page_size=page_size, dtype=torch.float32, head_num=HKV, head_dim=D,
+    kv_pool = MHATokenToKVPool(size=512, page_size=page_size, dtype=kv_dtype, head_num=HKV, head_dim=D,
                                layer_num=3, device="cpu", enable_memory_saver=False)
     runner = SimpleNamespace(
         device="cpu", page_size=page_size, req_to_token_pool=req_pool, token_to_kv_pool=kv_pool,
-        model_config=SimpleNamespace(is_encoder_decoder=False), dtype=torch.float32, kv_cache_dtype=torch.float32,
+        model_config=SimpleNamespace(is_encoder_decoder=encoder_decoder), dtype=torch.float32, kv_cache_dtype=kv_dtype,
         server_args=SimpleNamespace(speculative_eagle_topk=None, speculative_num_draft_tokens=None), model=None,
-        attention_chunk_size=None, use_mla_backend=False)
+        attention_chunk_size=chunk, use_mla_backend=False)
     from sglang_compat.backend import XpuAttnSGLangBackend
 
     return XpuAttnSGLangBackend(runner), req_pool, kv_pool
@@ -125,3 +125,84 @@ def test_page_size_16_plan_strides_the_token_table():
     fb = _fb(ForwardMode.DECODE, [1], [20], torch.tensor([51]))
     backend.init_forward_metadata(fb)
     assert backend.forward_metadata.main.page_table.tolist() == [[2, 3]]
+
+
+def _prefill_one(backend, req_pool, layer, n, g, q_scale=3.0, **fb_extra):
+    """One request of n new tokens in shuffled slots; returns (q, keys, vals, slots, out)."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    slots = (torch.randperm(400, generator=g)[:n] + 1).long()
+    req_pool.req_to_token[1, :n] = slots.int()
+    keys, vals = torch.randn(n, HKV, D, generator=g), torch.randn(n, HKV, D, generator=g)
+    fb = _fb(ForwardMode.EXTEND, [1], [n], slots, [n], [0])
+    for k_, v_ in fb_extra.items():
+        setattr(fb, k_, v_)
+    backend.init_forward_metadata(fb)
+    q = torch.randn(n, H * D, generator=g) * q_scale
+    return q, keys, vals, slots, fb
+
+
+def _contiguous_oracle(q, keys, vals, n, **kw):
+    pt = torch.arange(n, dtype=torch.int32).reshape(1, n)
+    return naive_paged_attention(q.view(n, H, D), keys[:, None], vals[:, None], pt, torch.tensor([n]),
+                                 torch.tensor([0, n]), scale=D ** -0.5, **kw)[0]
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_kv_pool_with_scales(fp8):
+    backend, req_pool, kv_pool = _setup(kv_dtype=fp8)
+    layer = _layers()[0]
+    layer.k_scale, layer.v_scale = torch.tensor(0.5), torch.tensor(0.25)
+    g = torch.Generator().manual_seed(5)
+    q, keys, vals, slots, fb = _prefill_one(backend, req_pool, layer, 9, g)
+    out = backend.forward_extend(q, keys.clone(), vals.clone(), layer, fb)  # the pool divides its inputs in place
+    # what the pool stores: value / scale cast to FP8; the kernel must dequantise with the same scales
+    kq = (keys / 0.5).to(fp8).float() * 0.5
+    vq = (vals / 0.25).to(fp8).float() * 0.25
+    assert_close_to(out.view(9, H, D), _contiguous_oracle(q, kq, vq, 9), torch.float32)
+
+
+def test_sinks_kwarg_reaches_the_kernel():
+    backend, req_pool, _ = _setup()
+    layer = _layers()[0]
+    g = torch.Generator().manual_seed(6)
+    q, keys, vals, slots, fb = _prefill_one(backend, req_pool, layer, 7, g)
+    sinks = torch.tensor([2.0, -1.0, 0.5, 3.0])
+    out = backend.forward_extend(q, keys, vals, layer, fb, sinks=sinks)
+    assert_close_to(out.view(7, H, D), _contiguous_oracle(q, keys, vals, 7, sinks=sinks), torch.float32)
+
+
+def test_local_attention_layer_uses_chunks():
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    backend, req_pool, _ = _setup(chunk=4)
+    layer = RadixAttention(H, D, D ** -0.5, HKV, layer_id=0, use_irope=True)
+    g = torch.Generator().manual_seed(7)
+    q, keys, vals, slots, fb = _prefill_one(backend, req_pool, layer, 10, g)
+    out = backend.forward_extend(q, keys, vals, layer, fb)
+    assert backend.forward_metadata.local is not None
+    assert_close_to(out.view(10, H, D), _contiguous_oracle(q, keys, vals, 10, chunk_size=4), torch.float32)
+
+
+def test_cross_attention_reads_encoder_tokens_non_causal():
+    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    backend, req_pool, kv_pool = _setup(encoder_decoder=True)
+    layer = RadixAttention(H, D, D ** -0.5, HKV, layer_id=2, is_cross_attention=True)
+    g = torch.Generator().manual_seed(8)
+    enc, dec = 6, 3
+    slots = (torch.randperm(400, generator=g)[: enc + dec] + 1).long()
+    req_pool.req_to_token[1, : enc + dec] = slots.int()  # encoder tokens first, then the decoder's
+    enc_k, enc_v = torch.randn(enc, HKV, D, generator=g), torch.randn(enc, HKV, D, generator=g)
+    fb = _fb(ForwardMode.EXTEND, [1], [dec], slots[enc:], [dec], [0])
+    fb.encoder_lens = torch.tensor([enc], dtype=torch.int32)
+    fb.encoder_lens_cpu = [enc]
+    fb.encoder_out_cache_loc = slots[:enc]
+    backend.init_forward_metadata(fb)
+    q = torch.randn(dec, H * D, generator=g) * 3
+    out = backend.forward_extend(q, enc_k, enc_v, layer, fb)  # cross layer writes the encoder's K/V
+    pt = torch.arange(enc, dtype=torch.int32).reshape(1, enc)
+    want = naive_paged_attention(q.view(dec, H, D), enc_k[:, None], enc_v[:, None], pt, torch.tensor([enc]),
+                                 torch.tensor([0, dec]), scale=D ** -0.5, causal=False)[0]
+    assert_close_to(out.view(dec, H, D), want, torch.float32)
