@@ -70,6 +70,10 @@ def test_backend_declarations():
                                        use_mla=True, has_sink=False, use_sparse=False, use_mm_prefix=False,
                                        use_per_head_quant_scales=False, device_capability=None, attn_type="decoder")
     assert "MLA not supported" in reasons
+    assert "non-causal attention not supported" in B.validate_configuration(
+        head_size=64, dtype=torch.float32, kv_cache_dtype="auto", block_size=16, use_mla=False, has_sink=False,
+        use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False, device_capability=None,
+        attn_type="decoder", use_non_causal=True)
 
 
 def _cam(q_lens, k_lens, table, max_q, max_k, **kw):

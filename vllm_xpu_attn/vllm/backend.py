@@ -22,6 +22,7 @@ from .compat import (
     AttentionType,
     CommonAttentionMetadata,
     CrossAttentionSpec,
+    EncoderOnlyAttentionSpec,
     MultipleOf,
 )
 
@@ -72,7 +73,10 @@ class XpuAttnBackend(AttentionBackend):
 
     @classmethod
     def supports_non_causal(cls) -> bool:
-        return True
+        # non-causal *decoder* groups (attention_config.use_non_causal, dynamic causal masks) are not
+        # translated yet: declare it, so vLLM refuses at start-up instead of running them causally.
+        # Encoder and encoder-only layers are bidirectional through their attention type.
+        return False
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
@@ -90,7 +94,6 @@ class XpuAttnMetadata:
 
     plan: StepPlan
     slot_mapping: torch.Tensor
-    causal: bool = True
 
 
 class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
@@ -100,12 +103,16 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.page_size = kv_cache_spec.block_size
         self.is_cross = isinstance(kv_cache_spec, CrossAttentionSpec)
+        # layers whose attention type already makes them bidirectional
+        self.non_causal_ok = self.is_cross or isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> XpuAttnMetadata:
+        causal = common_attn_metadata.causal
+        if isinstance(causal, torch.Tensor) or (causal is False and not self.non_causal_ok):
+            raise NotImplementedError("vllm-xpu-attn: non-causal or per-request causal decoder attention is not supported")
         return XpuAttnMetadata(plan=plan_from_common(common_attn_metadata, self.page_size, self.is_cross),
-                               slot_mapping=common_attn_metadata.slot_mapping,
-                               causal=bool(common_attn_metadata.causal) if not isinstance(common_attn_metadata.causal, torch.Tensor) else False)
+                               slot_mapping=common_attn_metadata.slot_mapping)
 
 
 def plan_from_common(cam: CommonAttentionMetadata, page_size: int, is_cross: bool = False) -> StepPlan:
