@@ -93,6 +93,48 @@ def sdpa(backend_name: str, qd, k, v, causal_lower_right: bool):
     return run
 
 
+def flex_paged(q, kc, vc, pt, batch: int, q_len: int, k_len: int, compile: bool = True):
+    """FlexAttention's paged path (torch.nn.attention.experimental._paged_attention) over the
+    same pages and page table. Returns (run, to_varlen): run() -> [B, Hq, q_len, D];
+    to_varlen(out) -> [B*q_len, Hq, D] for comparison with the paged providers.
+
+    Flex wants a head-major cache [1, Hkv, pages*page, D], so it gets its own copy of the
+    pages (made once here, outside the timing); the page table and page ids are the same.
+    """
+    from torch.nn.attention.experimental._paged_attention import PagedAttention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    n_pages, page, hkv, d = kc.shape
+    hq = q.shape[1]
+    dev = q.device
+    pages_per = pt.shape[1]
+    paged = PagedAttention(n_pages, page, batch, device=dev)
+    paged.page_table[:, :pages_per] = pt.long()
+    logical = torch.arange(pages_per, device=dev).expand(batch, -1).contiguous()
+    paged.physical_to_logical.scatter_(1, pt.long(), logical)
+    paged.capacity[:] = pages_per * page
+    kf = kc.permute(2, 0, 1, 3).reshape(1, hkv, n_pages * page, d)
+    vf = vc.permute(2, 0, 1, 3).reshape(1, hkv, n_pages * page, d)
+    qf = q.view(batch, q_len, hq, d).transpose(1, 2).contiguous()
+    offset = k_len - q_len  # bottom-right aligned causal mask
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + offset
+
+    def visible(b, h, q_idx, kv_idx):
+        return kv_idx < k_len
+
+    mask = create_block_mask(causal if q_len > 1 else visible, batch, None, q_len, pages_per * page, device=dev,
+                             BLOCK_SIZE=(128, page))
+    mask = paged.convert_logical_block_mask(mask)
+    fn = torch.compile(flex_attention, dynamic=False) if compile else flex_attention
+
+    def run():
+        return fn(qf, kf, vf, block_mask=mask, enable_gqa=True)
+
+    return run, lambda out: out.transpose(1, 2).reshape(batch * q_len, hq, d)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/out")
@@ -104,6 +146,7 @@ def main():
     ref = get_provider("reference")
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "copy_tbps": copy_bandwidth(),
+           "flex_attention_paged": "torch.nn.attention.experimental._paged_attention + torch.compile(flex_attention)",
            "decode": [], "prefill": []}
     import triton
 
@@ -120,6 +163,8 @@ def main():
         if a.reference:
             t = bench(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1), iters=3, warmup=1)
             row["reference_tbps"] = kv_bytes / t / 1e12
+        flex_row(row, "tbps", kv_bytes, tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1),
+                 lambda: flex_paged(q, kc, vc, pt, batch, 1, ctx))
         qd, k, v = dense_from_paged(q, kc, vc, pt, batch, 1, ctx)
         for name in ("cudnn", "flash", "efficient"):
             try:
@@ -128,7 +173,8 @@ def main():
             except Exception as e:  # a backend may refuse the shape
                 row[f"sdpa_{name}_error"] = str(e).splitlines()[0][:200]
         res["decode"].append(row)
-        print(json.dumps(row))
+        save(res, a.out)  # after every row: a run cut short keeps what it measured
+        print(json.dumps(row), flush=True)
         del q, kc, vc, qd, k, v
         torch.cuda.empty_cache()
 
@@ -144,6 +190,8 @@ def main():
         if a.reference:
             t = bench(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=2, warmup=1)
             row["reference_tflops"] = flops / t / 1e12
+        flex_row(row, "tflops", flops, tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new),
+                 lambda: flex_paged(q, kc, vc, pt, batch, new, k_len), iters=10)
         qd, k, v = dense_from_paged(q, kc, vc, pt, batch, new, k_len)
         for name in ("cudnn", "flash"):
             try:
@@ -154,15 +202,31 @@ def main():
         if "sdpa_cudnn_tflops" in row:
             row["triton_pct_cudnn"] = 100 * row["triton_tflops"] / row["sdpa_cudnn_tflops"]
         res["prefill"].append(row)
-        print(json.dumps(row))
+        save(res, a.out)
+        print(json.dumps(row), flush=True)
         del q, kc, vc, qd, k, v
         torch.cuda.empty_cache()
 
-    res["flex_attention_paged"] = "not measured (no paged FlexAttention path wired in this benchmark yet)"
-    with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    save(res, a.out)
     plot(res, os.path.join(a.out, "results.png"))
     print(json.dumps({"copy_tbps": res["copy_tbps"]}))
+
+
+def save(res: dict, out_dir: str) -> None:
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+
+def flex_row(row: dict, unit: str, work: float, triton_out, make, iters: int = 20) -> None:
+    """Time FlexAttention's paged path into row['flex_paged_<unit>'] (work / s / 1e12), and record
+    its max |difference| from the Triton provider's output on the same inputs."""
+    try:
+        run, to_varlen = make()
+        out = run()
+        row["flex_paged_max_abs_diff_vs_triton"] = float((to_varlen(out).float() - triton_out.float()).abs().max())
+        row[f"flex_paged_{unit}"] = work / bench(run, iters=iters) / 1e12
+    except Exception as e:  # experimental API: record why, never hide it
+        row["flex_paged_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
 
 
 def plot(res: dict, path: str) -> None:
@@ -173,21 +237,22 @@ def plot(res: dict, path: str) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     labels = [f"b{r['batch']} ctx{r['context']}" for r in res["decode"]]
-    series = [("triton_tbps", "triton (paged)"), ("sdpa_flash_tbps", "SDPA flash (dense, GQA expanded)"),
-              ("sdpa_cudnn_tbps", "SDPA cuDNN (dense, GQA expanded)")]
+    series = [("triton_tbps", "triton (paged)"), ("flex_paged_tbps", "FlexAttention (paged)"),
+              ("sdpa_flash_tbps", "SDPA flash (dense, GQA expanded)"), ("sdpa_cudnn_tbps", "SDPA cuDNN (dense, GQA expanded)")]
     w = 0.8 / len(series)
     for i, (key, name) in enumerate(series):
         ax1.bar([x + i * w for x in range(len(labels))], [r.get(key, 0) for r in res["decode"]], w, label=name)
     ax1.axhline(res["copy_tbps"], color="k", ls="--", label=f"device copy {res['copy_tbps']:.2f} TB/s")
-    ax1.set_xticks([x + w for x in range(len(labels))], labels)
+    ax1.set_xticks([x + w * (len(series) - 1) / 2 for x in range(len(labels))], labels)
     ax1.set_ylabel("attained KV bandwidth (TB/s)")
     ax1.set_title("decode, bf16, D=128, 32/8 heads, page 64")
     ax1.legend(fontsize=7)
     labels = [r["case"] for r in res["prefill"]]
-    series = [("triton_tflops", "triton (paged)"), ("sdpa_cudnn_tflops", "SDPA cuDNN"), ("sdpa_flash_tflops", "SDPA flash")]
+    series = [("triton_tflops", "triton (paged)"), ("flex_paged_tflops", "FlexAttention (paged)"),
+              ("sdpa_cudnn_tflops", "SDPA cuDNN"), ("sdpa_flash_tflops", "SDPA flash")]
     for i, (key, name) in enumerate(series):
         ax2.bar([x + i * w for x in range(len(labels))], [r.get(key, 0) for r in res["prefill"]], w, label=name)
-    ax2.set_xticks([x + w for x in range(len(labels))], labels)
+    ax2.set_xticks([x + w * (len(series) - 1) / 2 for x in range(len(labels))], labels)
     ax2.set_ylabel("TFLOP/s")
     ax2.set_title(f"prefill, causal ({res['device']})")
     ax2.legend(fontsize=7)

@@ -1,7 +1,7 @@
 """SGLang attention backend running on the vllm-xpu-attn core.
 
-Translation only: ForwardBatch + the model runner's pools -> core StepPlan (once per step,
-in ``init_forward_metadata_out_graph``); RadixAttention -> core LayerSpec (once per layer);
+Translation only: ForwardBatch + the model runner's pools -> core StepPlan (once per step:
+``init_forward_metadata`` eagerly, ``init_forward_metadata_in_graph`` under graphs); RadixAttention -> core LayerSpec (once per layer);
 the pool's [tokens, H, D] buffers -> the core's [pages, page_size, H, D] views. KV writes go
 through the pool's own ``set_kv_buffer`` (it owns FP8 storage and SWA sub-pools).
 """
@@ -17,7 +17,8 @@ from vllm_xpu_attn import core
 from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan
 from vllm_xpu_attn.log import setup_logging
 
-from .compat import AttentionBackend, AttentionType, ForwardBatch, KVWriteLoc, uses_sliding_window_pool
+from .compat import (AttentionBackend, AttentionType, ForwardBatch, KVWriteLoc, layer_in_swa_pool,
+                     uses_sliding_window_pool)
 
 logger = logging.getLogger("vllm_xpu_attn")
 
@@ -49,7 +50,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
         self.forward_metadata: Optional[StepPlan] = None
         self.swa_out_cache_loc: Optional[torch.Tensor] = None
         self._runners: dict[tuple[int, bool], LayerRunner] = {}
-        self._graph: Optional[dict] = None
+        self._graph_max_k: Optional[int] = None  # set by init_cuda_graph_state
         self._validate_layers(model_runner)
 
     # ---- configuration ------------------------------------------------------------
@@ -79,7 +80,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
             window_left=window,  # SGLang's sliding_window_size already excludes the query itself
             logit_softcap=float(layer.logit_cap or 0.0), has_sinks=has_sinks,
             local_attention=bool(getattr(layer, "use_irope", False)) and self.attention_chunk_size is not None,
-            uses_swa_pool=self.use_swa_pool and window >= 0, dtype=self.dtype, kv_dtype=self.kv_dtype,
+            uses_swa_pool=layer_in_swa_pool(self.token_to_kv_pool, layer.layer_id), dtype=self.dtype, kv_dtype=self.kv_dtype,
         )
 
     def _runner(self, layer, has_sinks: bool) -> LayerRunner:
@@ -94,22 +95,45 @@ class XpuAttnSGLangBackend(AttentionBackend):
         return r
 
     # ---- per-step planning --------------------------------------------------------
+    # Eager steps plan in init_forward_metadata. Under graphs (decode, verify, draft decode) the
+    # plan is built *inside* the captured region from the runner's static buffers with static
+    # host bounds, so every replay rebuilds it on device from that replay's inputs: no copies
+    # into arenas, no host reads (tests/sglang/test_sglang_graphs.py runs it on `meta` tensors).
+    def init_forward_metadata(self, forward_batch: ForwardBatch):
+        self._set_plan(forward_batch, static=False)
+
     def init_forward_metadata_out_graph(self, forward_batch: ForwardBatch, in_capture: bool = False):
-        self.forward_metadata = self.plan(forward_batch)
-        loc = forward_batch.out_cache_loc
+        if not self._plans_in_graph(forward_batch):
+            self._set_plan(forward_batch, static=False)  # e.g. a prefill runner's padded view: eager plan
+
+    def init_forward_metadata_in_graph(self, forward_batch: ForwardBatch):
+        if self._plans_in_graph(forward_batch):
+            self._set_plan(forward_batch, static=True)
+
+    def _plans_in_graph(self, fb: ForwardBatch) -> bool:
+        mode = fb.forward_mode
+        return self._graph_max_k is not None and (mode.is_decode_or_idle() or mode.is_target_verify())
+
+    def _set_plan(self, fb: ForwardBatch, static: bool) -> None:
+        self.forward_metadata = self.plan(fb, static_max_k=self._graph_max_k if static else None)
+        loc = fb.out_cache_loc
         self.swa_out_cache_loc = (
             self.token_to_kv_pool.translate_loc_from_full_to_swa(loc) if self.use_swa_pool and loc is not None else None
         )
 
-    def init_forward_metadata_in_graph(self, forward_batch: ForwardBatch):
-        return None  # the plan is built out of graph; its tensors are the step's own
+    def plan(self, fb: ForwardBatch, static_max_k: Optional[int] = None) -> StepPlan:
+        """ForwardBatch -> core StepPlan, without device-to-host syncs.
 
-    def plan(self, fb: ForwardBatch) -> StepPlan:
-        """ForwardBatch -> core StepPlan. Host maxima come from the *_cpu fields (no device sync)."""
+        Host maxima come from the *_cpu fields; with ``static_max_k`` (graph capture) they are
+        that fixed bound instead, so every tensor's shape depends on the batch size alone.
+        """
         mode = fb.forward_mode
         bs = fb.batch_size
         seq_lens = fb.seq_lens
-        max_k = int(fb.seq_lens_cpu.max()) if bs else 0
+        if static_max_k is not None:
+            max_k = static_max_k
+        else:
+            max_k = int(fb.seq_lens_cpu.max()) if bs else 0
         rows = self.req_to_token_pool.req_to_token[fb.req_pool_indices]  # [B, max_context] token slots
         enc_lens = fb.encoder_lens
         if enc_lens is not None:
@@ -205,11 +229,28 @@ class XpuAttnSGLangBackend(AttentionBackend):
 
     # ---- graphs -------------------------------------------------------------------
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
-        """Graph capture needs stable plan addresses; the plan is rebuilt per step into fresh
-        tensors today, so graphs are refused rather than replayed with stale metadata."""
-        raise NotImplementedError(
-            "xpu_attn: CUDA/XPU graph capture is not supported yet; run with --disable-cuda-graph"
-        )
+        """Graph capture for decode, target verify (top-k 1) and draft decode (top-k 1).
+
+        Nothing to allocate: the plan is rebuilt inside the graph (see _set_plan), with the
+        key bound fixed to the token table's width minus the speculative tokens that can follow.
+        """
+        if self.topk > 1:
+            raise ValueError(
+                "xpu_attn: graph capture with speculative top-k > 1 (EAGLE trees) is not supported: its expand "
+                "plan depends on the tree mask's layout; run with --disable-cuda-graph or --speculative-eagle-topk 1"
+            )
+        if self.is_encoder_decoder:
+            raise ValueError(
+                "xpu_attn: graph capture for encoder-decoder (cross-attention) models is not supported; "
+                "run with --disable-cuda-graph"
+            )
+        width = int(self.req_to_token_pool.req_to_token.shape[1])
+        extra = max(self.num_draft, self.speculative_num_steps + 1) if (self.num_draft or self.speculative_num_steps) else 0
+        if width - extra < 1:
+            raise ValueError(f"xpu_attn: token table width {width} leaves no room for {extra} speculative tokens")
+        self._graph_max_k = width - extra
+        logger.info("xpu_attn (SGLang): graph capture on, key bound %d (token table width %d), max batch %d",
+                    self._graph_max_k, width, max_bs)
 
     def get_cuda_graph_seq_len_fill_value(self):
         return 1  # padded decode rows see one key (page 0), never zero-length softmax rows

@@ -25,3 +25,11 @@ def registry():
 
 def uses_sliding_window_pool(pool) -> bool:
     return isinstance(pool, SWAKVPool) and getattr(pool, "swa_layer_nums", 0) > 0
+
+
+def layer_in_swa_pool(pool, layer_id: int) -> bool:
+    """Whether a layer's KV lives in a hybrid pool's sliding-window sub-pool (and so is addressed
+    through the full->SWA slot translation)."""
+    if not uses_sliding_window_pool(pool):
+        return False
+    return bool(pool.layers_mapping[layer_id][1])

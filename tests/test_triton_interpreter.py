@@ -87,3 +87,27 @@ def test_triton_write_kv(fp8):
     TRITON.write_kv(k if fp8 else k, v, kc, vc, slots, scale, scale)
     REF.write_kv(k, v, kr, vr, slots, scale, scale)
     assert torch.equal(kc.view(torch.uint8), kr.view(torch.uint8)) and torch.equal(vc.view(torch.uint8), vr.view(torch.uint8))
+
+
+@pytest.mark.parametrize("window,group", [((-1, -1), 1), ((-1, -1), 4), ((5, 0), 2), ((20, 0), 1), ((3, 3), 2), ((20, 20), 2)])
+def test_every_block_alignment_of_the_mask_edges(window, group):
+    """The kernel skips the mask on key blocks that every row of a tile fully sees. Sweep query
+    and key lengths across block boundaries (BLOCK_N = 16 here) so that an off-by-one in which
+    blocks count as 'fully seen' shows up, whatever the random layouts happen to draw."""
+    g = torch.Generator().manual_seed(group)
+    page, hkv, d = 16, 1, 16
+    pairs = [(q, k) for q in (1, 3, 7, 16, 17, 23) for k in range(q, q + 35, 3)]
+    causal = window[1] == 0 or window == (-1, -1)
+    if not causal:  # two-sided windows: non-causal self-attention, queries = keys
+        pairs = [(n, n) for n in range(1, 75, 3)]
+    pages_per = -(-max(k for _, k in pairs) // page)
+    kc = torch.randn(len(pairs) * pages_per + 1, page, hkv, d, generator=g)
+    vc = torch.randn_like(kc)
+    pt = (torch.randperm(kc.shape[0] - 1, generator=g) + 1)[: len(pairs) * pages_per].view(len(pairs), -1).int()
+    q_lens = torch.tensor([q for q, _ in pairs])
+    cu = torch.nn.functional.pad(q_lens.cumsum(0), (1, 0)).int()
+    seq = torch.tensor([k for _, k in pairs], dtype=torch.int32)
+    q = torch.randn(int(cu[-1]), hkv * group, d, generator=g) * 2
+    args = (q, kc, vc, pt, seq, cu, int(q_lens.max()))
+    kw = dict(causal=causal, window_size=window)
+    _close(TRITON.flash_attn_with_kvcache(*args, **kw), REF.flash_attn_with_kvcache(*args, **kw), torch.float32)

@@ -97,3 +97,82 @@ def test_int64_addressing_past_2_31_elements():
     ref = REF.flash_attn_with_kvcache(*args)
     assert kc.numel() > 2 ** 31
     assert_close_to(out.float().cpu(), ref.double().cpu(), torch.bfloat16)
+
+
+@pytest.mark.parametrize("feature", ["plain", "window_softcap", "sinks", "fp8", "local"])
+def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
+    """What the SGLang adapter records under graphs: token table -> page table -> decode plan
+    (static key bound = table width) -> Triton decode, captured once and replayed on new
+    lengths, page assignments and queries; each replay checked against the naive oracle."""
+    from naive import naive_paged_attention
+
+    from vllm_xpu_attn.core import LayerSpec, Mode, StepPlan
+
+    bs, real, width, ps, hq, hkv, d = 8, 6, 1024, 16, 8, 2, 128
+    n_pages = (bs + 1) * width // ps
+    kv_dtype = torch.float8_e4m3fn if feature == "fp8" else torch.bfloat16
+    spec = LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=torch.bfloat16,
+                     kv_dtype=kv_dtype, window_left=100 if feature == "window_softcap" else -1,
+                     logit_softcap=30.0 if feature == "window_softcap" else 0.0, has_sinks=feature == "sinks",
+                     local_attention=feature == "local")
+    runner = core.LayerRunner(spec, DEV, ps)
+    assert runner.decode_provider.name == "triton"
+    g = torch.Generator().manual_seed(9)
+    kc = (torch.randn(n_pages, ps, hkv, d, generator=g) * 2).to(DEV).to(kv_dtype)
+    vc = torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype)
+    descale = torch.tensor([0.5], device=DEV) if feature == "fp8" else None
+    sinks = torch.randn(hq, generator=g).to(DEV) if feature == "sinks" else None
+    # static inputs, as an engine's graph runner keeps them
+    req_to_token = torch.zeros(bs + 1, width, dtype=torch.int64, device=DEV)
+    req_idx = torch.zeros(bs, dtype=torch.int64, device=DEV)
+    seq_lens = torch.ones(bs, dtype=torch.int32, device=DEV)
+    q = torch.zeros(bs, hq, d, dtype=torch.bfloat16, device=DEV)
+    out = torch.zeros(bs, hq, d, dtype=torch.bfloat16, device=DEV)
+
+    def step():
+        table = core.token_table_to_page_table(req_to_token[req_idx], ps, width)
+        plan = StepPlan(Mode.DECODE, core.decode_plan(seq_lens, table, ps, width), bs)
+        if spec.local_attention:
+            plan.local = core.local_attention_plan(64, torch.ones_like(seq_lens), plan.main.cache_seqlens, table, ps, 1)
+        runner.forward(plan, q, kc, vc, out, sinks=sinks, k_descale=descale, v_descale=descale)
+
+    def new_batch(seed):
+        gg = torch.Generator().manual_seed(seed)
+        lens = torch.randint(1, width + 1, (real,), generator=gg)
+        pages = torch.randperm(n_pages, generator=gg)[: real * (width // ps)].view(real, -1)
+        tok = (pages[:, :, None] * ps + torch.arange(ps)).reshape(real, width)
+        req_to_token.zero_()
+        req_to_token[1: real + 1] = tok.to(DEV)
+        req_idx.copy_(torch.tensor(list(range(1, real + 1)) + [0] * (bs - real)))  # padded rows -> request 0
+        seq_lens.copy_(torch.tensor(lens.tolist() + [1] * (bs - real), dtype=torch.int32))
+        q.copy_(torch.randn(bs, hq, d, generator=gg).to(torch.bfloat16))
+        return lens, pages
+
+    new_batch(0)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up compiles the kernels outside capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.graph(graph):
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    kc_cpu, vc_cpu = kc.cpu().float(), vc.cpu().float()
+    if descale is not None:
+        kc_cpu, vc_cpu = kc_cpu * 0.5, vc_cpu * 0.5
+    for seed in (1, 2, 3):
+        lens, pages = new_batch(seed)
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        want, _ = naive_paged_attention(
+            q[:real].cpu().float(), kc_cpu, vc_cpu, pages.int(), lens, torch.arange(real + 1), scale=d ** -0.5,
+            window=spec.window, softcap=spec.logit_softcap, sinks=None if sinks is None else sinks.cpu(),
+            chunk_size=64 if spec.local_attention else None)
+        assert_close_to(out[:real].float().cpu(), want, torch.bfloat16)
+        assert torch.isfinite(out[real:].float()).all()

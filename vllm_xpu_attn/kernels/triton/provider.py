@@ -120,7 +120,7 @@ class TritonProvider(KernelProvider):
             BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=num_splits, CAUSAL=causal,
             HAS_SOFTCAP=softcap > 0, HAS_SINKS=sinks is not None, HAS_ALIBI=alibi_slopes is not None,
             HAS_DESCALE=k_descale is not None, DESCALE_PER_HEAD=per_head,
-            WRITE_LSE=return_softmax_lse,
+            WRITE_LSE=return_softmax_lse, SKIP_FULL_MASKS=phase == "prefill",
             # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
             FP32_DOT=q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16),
             num_warps=warps, num_stages=stages,
