@@ -14,6 +14,16 @@ LOGDIR="${VXA_LOG_DIR:-$here/.venvs/logs}"
 mkdir -p "$LOGDIR"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 
+# The three venvs take ~17 GB (SGLang's alone ~11 GB). Say so up front when the disk is short,
+# rather than leaving only pip's "No space left on device" in a venv log.
+need_gb=18
+[ -f "$VENV_DIR/sglang/.vxa-stamp" ] && need_gb=2
+free_gb=$(df -Pk "$(dirname "$VENV_DIR")" | awk 'NR==2 {print int($4 / 1048576)}')
+if [ "${free_gb:-0}" -lt "$need_gb" ]; then
+  echo "[test] WARNING: ${free_gb} GB free under $(dirname "$VENV_DIR"); the venvs need about ${need_gb} GB." \
+       "Free disk space or set VXA_VENV_DIR to a larger disk." >&2
+fi
+
 # Engine venvs install in the background while the core suite runs.
 declare -A install_pid
 for s in $SUITES; do

@@ -19,7 +19,8 @@ fi
 echo "[venvs] $which: installing into $venv"
 rm -rf "$venv"
 "$PY" -m venv "$venv"
-pip="$venv/bin/python -m pip install -q --disable-pip-version-check"
+# --no-cache-dir: the wheels (~15 GB for all three venvs) are not kept twice on disk
+pip="$venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir"
 case "$which" in
   core)
     $pip "torch==2.13.0"
