@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from naive import naive_paged_attention
+from sgl_objects import forward_batch as _fb
 from layouts import assert_close_to
 
 H, HKV, D = 4, 2, 16
@@ -33,20 +34,6 @@ def _layers():
 
     return [RadixAttention(H, D, D ** -0.5, HKV, layer_id=0),
             RadixAttention(H, D, D ** -0.5, HKV, layer_id=1, sliding_window_size=3, logit_cap=5.0)]
-
-
-def _fb(mode, req_idx, seq_lens, out_loc, extend_lens=None, prefix_lens=None):
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
-
-    kw = {}
-    if extend_lens is not None:
-        kw = dict(extend_seq_lens=torch.tensor(extend_lens, dtype=torch.int32), extend_seq_lens_cpu=list(extend_lens),
-                  extend_prefix_lens_cpu=list(prefix_lens), extend_num_tokens=sum(extend_lens),
-                  extend_prefix_lens=torch.tensor(prefix_lens, dtype=torch.int32))
-    return ForwardBatch(forward_mode=mode, batch_size=len(seq_lens), input_ids=torch.zeros(out_loc.shape[0], dtype=torch.long),
-                        req_pool_indices=torch.tensor(req_idx), seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
-                        out_cache_loc=out_loc, seq_lens_sum=sum(seq_lens),
-                        seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32), **kw)
 
 
 @pytest.mark.parametrize("layer_idx", [0, 1])

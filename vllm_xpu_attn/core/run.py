@@ -42,10 +42,6 @@ class LayerRunner:
             torch.tensor(spec.alibi_slopes, dtype=torch.float32, device=self.device) if spec.alibi_slopes else None
         )
 
-    @property
-    def provider(self) -> KernelProvider:
-        return self.prefill_provider
-
     def providers_used(self) -> dict[str, str]:
         return {"prefill": self.prefill_provider.name, "decode": self.decode_provider.name}
 

@@ -76,6 +76,17 @@ def check_descale(name: str, t: Optional[torch.Tensor], batch: int, num_kv_heads
         )
 
 
+def check_write_kv(name: str, new: torch.Tensor, cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """One of write_kv's k/v: new [T, Hkv, D] against cache [P, page, Hkv, D], slot_mapping [T];
+    the dtypes must match unless the cache is FP8 (then the write quantises)."""
+    if new.dim() != 3 or tuple(new.shape[1:]) != tuple(cache.shape[2:]):
+        _fail(ValueError, f"{name} must be [tokens, {cache.shape[2]}, {cache.shape[3]}] to match the cache, got {list(new.shape)}")
+    if slot_mapping.shape != (new.shape[0],):
+        _fail(ValueError, f"slot_mapping must be [{new.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
+    if not is_fp8(cache.dtype) and new.dtype != cache.dtype:
+        _fail(TypeError, f"{name} dtype {new.dtype} does not match KV cache dtype {cache.dtype}")
+
+
 def check_paged_call(
     q: torch.Tensor,
     k_cache: torch.Tensor,

@@ -12,7 +12,8 @@ from typing import Optional, Sequence
 import torch
 
 from .base import KernelProvider
-from .contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window, is_fp8
+from .contract import (FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window, check_write_kv,
+                       is_fp8)
 
 
 def _descale_for(descale: Optional[torch.Tensor], b: int) -> Optional[torch.Tensor]:
@@ -224,10 +225,7 @@ class ReferenceProvider(KernelProvider):
         for name, new, cache, scale in (("k", k, k_cache, k_scale), ("v", v, v_cache, v_scale)):
             if new is None:
                 continue
-            if new.dim() != 3 or tuple(new.shape[1:]) != tuple(cache.shape[2:]):
-                raise ValueError(f"{name} must be [tokens, {cache.shape[2]}, {cache.shape[3]}] to match the cache, got {list(new.shape)}")
-            if slot_mapping.shape != (new.shape[0],):
-                raise ValueError(f"slot_mapping must be [{new.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
+            check_write_kv(name, new, cache, slot_mapping)
             flat = cache.view(-1, *cache.shape[2:])
             keep = slot_mapping >= 0
             slots = slot_mapping[keep].long()
@@ -236,8 +234,6 @@ class ReferenceProvider(KernelProvider):
                 vals = quantize_fp8(vals, cache.dtype, scale)
                 flat.view(torch.uint8)[slots] = vals.view(torch.uint8)  # index_put lacks FP8 kernels on some devices
             else:
-                if new.dtype != cache.dtype:
-                    raise TypeError(f"{name} dtype {new.dtype} does not match KV cache dtype {cache.dtype}")
                 flat[slots] = vals
 
 

@@ -13,7 +13,8 @@ from typing import Optional, Sequence
 import torch
 
 from ..base import KernelProvider, KernelRequest
-from ..contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window, is_fp8
+from ..contract import (FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window, check_write_kv,
+                        is_fp8)
 
 # Tile sizes per device family and phase: (BLOCK_M, BLOCK_N, num_warps, num_stages).
 # Measured on an H200 (docs/benchmarks.md); Intel entries are conservative starting points
@@ -193,13 +194,8 @@ class TritonProvider(KernelProvider):
         for name, x, cache, scale in (("k", k, k_cache, k_scale), ("v", v, v_cache, v_scale)):
             if x is None:
                 continue
-            if x.dim() != 3 or tuple(x.shape[1:]) != tuple(cache.shape[2:]):
-                raise ValueError(f"{name} must be [tokens, {cache.shape[2]}, {cache.shape[3]}] to match the cache, got {list(x.shape)}")
-            if slot_mapping.shape != (x.shape[0],):
-                raise ValueError(f"slot_mapping must be [{x.shape[0]}], got {list(slot_mapping.shape)}")
+            check_write_kv(name, x, cache, slot_mapping)
             quant = is_fp8(cache.dtype)
-            if not quant and x.dtype != cache.dtype:
-                raise TypeError(f"{name} dtype {x.dtype} does not match KV cache dtype {cache.dtype}")
             if x.stride(-1) != 1 or cache.stride(-1) != 1:
                 raise ValueError("write_kv: the head_dim dimension must be contiguous")
             if scale is None or not isinstance(scale, torch.Tensor):
