@@ -29,16 +29,8 @@ def _close(out, ref_out, dtype):
 
 @settings(max_examples=N)
 @given(layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16, 64)),
-       want_lse=st.booleans(), splits=st.sampled_from([None, 1, 2, 4]), skip_full_masks=st.booleans())
-def test_triton_matches_reference(layout, want_lse, splits, skip_full_masks):
-    TRITON.skip_full_masks = skip_full_masks  # both prefill loop variants (the attribute is the provider's)
-    try:
-        _check_against_reference(layout, want_lse, splits)
-    finally:
-        del TRITON.skip_full_masks
-
-
-def _check_against_reference(layout, want_lse, splits):
+       want_lse=st.booleans(), splits=st.sampled_from([None, 1, 2, 4]))
+def test_triton_matches_reference(layout, want_lse, splits):
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
     # num_splits > 1 only applies to decode-only batches (max_seqlen_q <= 1): forced here to test the merge
@@ -98,11 +90,10 @@ def test_triton_write_kv(fp8):
 
 
 @pytest.mark.parametrize("window,group", [((-1, -1), 1), ((-1, -1), 4), ((5, 0), 2), ((20, 0), 1), ((3, 3), 2), ((20, 20), 2)])
-def test_every_block_alignment_of_the_mask_edges(window, group, monkeypatch):
-    """The kernel skips the mask on key blocks that every row of a tile fully sees. Sweep query
-    and key lengths across block boundaries (BLOCK_N = 16 here) so that an off-by-one in which
-    blocks count as 'fully seen' shows up, whatever the random layouts happen to draw."""
-    monkeypatch.setattr(TRITON, "skip_full_masks", True)
+def test_every_block_alignment_of_the_mask_edges(window, group):
+    """Query and key lengths swept across block boundaries (BLOCK_N = 16 here), causal, one- and
+    two-sided windows, GQA: the key range a tile walks and the masks at its edges must be exact
+    for every alignment, whatever the random layouts happen to draw."""
     g = torch.Generator().manual_seed(group)
     page, hkv, d = 16, 1, 16
     pairs = [(q, k) for q in (1, 3, 7, 16, 17, 23) for k in range(q, q + 35, 3)]

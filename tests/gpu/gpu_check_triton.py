@@ -27,16 +27,8 @@ N = int(os.environ.get("VXA_GPU_EXAMPLES", "300"))
 
 @settings(max_examples=N)
 @given(layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(64, 128), gqa=(1, 4, 8), max_kv_heads=4),
-       want_lse=st.booleans(), splits=st.sampled_from([None, 1, 4, 8]), skip_full_masks=st.booleans())
-def test_triton_matches_reference_real_sizes(layout, want_lse, splits, skip_full_masks):
-    TRITON.skip_full_masks = skip_full_masks  # both prefill loop variants (the attribute is the provider's)
-    try:
-        _check_against_reference(layout, want_lse, splits)
-    finally:
-        del TRITON.skip_full_masks
-
-
-def _check_against_reference(layout, want_lse, splits):
+       want_lse=st.booleans(), splits=st.sampled_from([None, 1, 4, 8]))
+def test_triton_matches_reference_real_sizes(layout, want_lse, splits):
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
     ns = splits if lay.max_seqlen_q <= 1 else None

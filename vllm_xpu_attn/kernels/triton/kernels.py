@@ -26,66 +26,6 @@ def _tanh(x):
 
 
 @triton.jit
-def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, pt_row,
-                stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
-                qk_scale, softcap, slope, offs_d, offs_dv,
-                WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr,
-                DV: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                HAS_ALIBI: tl.constexpr, FP32_DOT: tl.constexpr, MASKED: tl.constexpr):
-    """One BLOCK_N block of keys folded into the running softmax (m_i, l_i, acc) of a tile.
-    MASKED=False only for blocks every row of the tile may fully see."""
-    j = start + tl.arange(0, BLOCK_N)
-    j_ok = j < hi
-    if PAGE % BLOCK_N == 0:
-        # the whole key block lies in one page: one page id, affine addresses (vectorisable loads)
-        pg = tl.load(pt_row + start // PAGE).to(tl.int64)
-        k_base = K + pg * stride_kp + kvh * stride_kh
-        v_base = V + pg * stride_vp + kvh * stride_vh
-        in_page = (start % PAGE + tl.arange(0, BLOCK_N)).to(tl.int64)
-        k_row = k_base + in_page * stride_ks
-        v_row = v_base + in_page * stride_vs
-    else:
-        page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
-        slot_off = (j % PAGE).to(tl.int64)
-        k_row = K + page * stride_kp + slot_off * stride_ks + kvh * stride_kh
-        v_row = V + page * stride_vp + slot_off * stride_vs + kvh * stride_vh
-    k = tl.load(k_row[:, None] + offs_d[None, :], mask=j_ok[:, None] & (offs_d[None, :] < D), other=0.0)
-    k = tl.trans(k)  # [BLOCK_D, BLOCK_N]
-    if FP32_DOT:
-        s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
-    else:
-        s = tl.dot(q, k.to(q.dtype))
-    s = s * qk_scale
-    if HAS_SOFTCAP:
-        s = softcap * _tanh(s / softcap)
-    rel = j[None, :] - pos[:, None]
-    if HAS_ALIBI:
-        s = s - slope[:, None] * tl.abs(rel).to(tl.float32)
-    s = s * LOG2E
-    if MASKED:
-        ok = row_ok[:, None] & j_ok[None, :] & (j[None, :] < k_len)
-        if CAUSAL:
-            ok = ok & (rel <= 0)
-        elif WIN_RIGHT >= 0:
-            ok = ok & (rel <= WIN_RIGHT)
-        if WIN_LEFT >= 0:
-            ok = ok & (rel >= -WIN_LEFT)
-        s = tl.where(ok, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_row[:, None] + offs_dv[None, :], mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
-    if FP32_DOT:
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
-    m_i = m_new
-    return acc, l_i, m_i
-
-
-@triton.jit
 def _paged_attn_kernel(
     Q, K, V, PT, SEQ, CUQ, SINKS, ALIBI, KDS, VDS,
     O, LSE, OP, LP,
@@ -104,7 +44,7 @@ def _paged_attn_kernel(
     NUM_SPLITS: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_DESCALE: tl.constexpr, DESCALE_PER_HEAD: tl.constexpr,
-    WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr, SKIP_FULL_MASKS: tl.constexpr,
+    WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr,
 ):
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -139,7 +79,6 @@ def _paged_attn_kernel(
         else:
             qk_scale = qk_scale * tl.load(KDS)
             v_scale = tl.load(VDS)
-    slope = 0.0
     if HAS_ALIBI:
         slope = tl.load(ALIBI + head, mask=row_ok, other=0.0).to(tl.float32)
 
@@ -163,39 +102,54 @@ def _paged_attn_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    # Blocks whose keys every row of the tile may see run without the mask (most of a long
-    # causal prefill); only the diagonal and window-edge blocks pay for it.
-    full_lo = lo
-    full_hi = hi
-    if CAUSAL:
-        full_hi = tl.minimum(full_hi, pos_lo + 1)  # the tile's first row sees keys <= pos_lo
-    elif WIN_RIGHT >= 0:
-        full_hi = tl.minimum(full_hi, pos_lo + WIN_RIGHT + 1)
-    if WIN_LEFT >= 0:
-        full_lo = tl.maximum(full_lo, pos_hi - WIN_LEFT)  # its last row sees keys >= pos_hi - window
-    # inward to whole blocks; lo <= full_lo <= full_hi <= hi whenever lo <= hi (an empty split
-    # has hi < lo: then all three loops are empty)
-    full_lo = tl.maximum(tl.minimum(lo + tl.cdiv(full_lo - lo, BLOCK_N) * BLOCK_N, hi), lo)
-    full_hi = tl.minimum(tl.maximum(lo + ((full_hi - lo) // BLOCK_N) * BLOCK_N, full_lo), hi)
-    if not SKIP_FULL_MASKS:  # decode keeps one masked loop: the split did not measure faster there
-        full_lo = tl.maximum(hi, lo)
-        full_hi = full_lo
     pt_row = PT + b.to(tl.int64) * stride_ptb
-    for start in range(lo, full_lo, BLOCK_N):
-        acc, l_i, m_i = _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, pt_row,
-                                    stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
-                                    qk_scale, softcap, slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV,
-                                    BLOCK_N, CAUSAL, HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, True)
-    for start in range(full_lo, full_hi, BLOCK_N):
-        acc, l_i, m_i = _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, pt_row,
-                                    stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
-                                    qk_scale, softcap, slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV,
-                                    BLOCK_N, CAUSAL, HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, False)
-    for start in range(full_hi, hi, BLOCK_N):
-        acc, l_i, m_i = _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, pt_row,
-                                    stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
-                                    qk_scale, softcap, slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV,
-                                    BLOCK_N, CAUSAL, HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, True)
+    for start in range(lo, hi, BLOCK_N):
+        j = start + tl.arange(0, BLOCK_N)
+        j_ok = j < hi
+        if PAGE % BLOCK_N == 0:
+            # the whole key block lies in one page: one page id, affine addresses (vectorisable loads)
+            pg = tl.load(pt_row + start // PAGE).to(tl.int64)
+            k_base = K + pg * stride_kp + kvh * stride_kh
+            v_base = V + pg * stride_vp + kvh * stride_vh
+            in_page = (start % PAGE + tl.arange(0, BLOCK_N)).to(tl.int64)
+            k_row = k_base + in_page * stride_ks
+            v_row = v_base + in_page * stride_vs
+        else:
+            page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
+            slot_off = (j % PAGE).to(tl.int64)
+            k_row = K + page * stride_kp + slot_off * stride_ks + kvh * stride_kh
+            v_row = V + page * stride_vp + slot_off * stride_vs + kvh * stride_vh
+        k = tl.load(k_row[:, None] + offs_d[None, :], mask=j_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+        k = tl.trans(k)  # [BLOCK_D, BLOCK_N]
+        if FP32_DOT:
+            s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
+        else:
+            s = tl.dot(q, k.to(q.dtype))
+        s = s * qk_scale
+        if HAS_SOFTCAP:
+            s = softcap * _tanh(s / softcap)
+        rel = j[None, :] - pos[:, None]
+        if HAS_ALIBI:
+            s = s - slope[:, None] * tl.abs(rel).to(tl.float32)
+        ok = row_ok[:, None] & j_ok[None, :] & (j[None, :] < k_len)
+        if CAUSAL:
+            ok = ok & (rel <= 0)
+        elif WIN_RIGHT >= 0:
+            ok = ok & (rel <= WIN_RIGHT)
+        if WIN_LEFT >= 0:
+            ok = ok & (rel >= -WIN_LEFT)
+        s = tl.where(ok, s * LOG2E, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_row[:, None] + offs_dv[None, :], mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
+        if FP32_DOT:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        m_i = m_new
 
     acc = acc * v_scale
     out_rows = (q_start + t).to(tl.int64)

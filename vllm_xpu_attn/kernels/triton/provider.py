@@ -6,7 +6,6 @@ interpreter (TRITON_INTERPRET=1), which is how CI checks it.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from typing import Optional, Sequence
@@ -51,10 +50,6 @@ class TritonProvider(KernelProvider):
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
     max_head_dim = 256
     features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv"})
-    # Prefill: run key blocks that every row of a tile fully sees without the mask. Measured +24 %
-    # on a causal 8192-token prefill (H200, docs/benchmarks.md) and checked through the interpreter
-    # in CI, but not yet through the 300-layout GPU suite: opt-in until it is.
-    skip_full_masks: bool = os.environ.get("VLLM_XPU_ATTN_TRITON_SKIP_FULL_MASKS", "0") == "1"
 
     def unavailable_reason(self) -> Optional[str]:
         try:
@@ -126,7 +121,7 @@ class TritonProvider(KernelProvider):
             BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=num_splits, CAUSAL=causal,
             HAS_SOFTCAP=softcap > 0, HAS_SINKS=sinks is not None, HAS_ALIBI=alibi_slopes is not None,
             HAS_DESCALE=k_descale is not None, DESCALE_PER_HEAD=per_head,
-            WRITE_LSE=return_softmax_lse, SKIP_FULL_MASKS=self.skip_full_masks and phase == "prefill",
+            WRITE_LSE=return_softmax_lse,
             # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
             FP32_DOT=q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16),
             num_warps=warps, num_stages=stages,
@@ -211,11 +206,6 @@ class TritonProvider(KernelProvider):
                 x, cache, slot_mapping, scale.float().reshape(-1), x.stride(0), x.stride(1),
                 cache.stride(0), cache.stride(1), cache.stride(2), H=x.shape[1], D=x.shape[2], PAGE=cache.shape[1],
                 BLOCK_D=_pow2(x.shape[2], 1), QUANT=quant, FMAX=float(torch.finfo(cache.dtype).max) if quant else 0.0)
-
-
-if TritonProvider.skip_full_masks:
-    logging.getLogger("vllm_xpu_attn").info(
-        "vllm_xpu_attn: Triton prefill skips masks on fully visible key blocks (VLLM_XPU_ATTN_TRITON_SKIP_FULL_MASKS=1)")
 
 
 def triton_cdiv(a: int, b: int) -> int:
