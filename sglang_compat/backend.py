@@ -1,8 +1,8 @@
 """SGLang attention backend running on the vllm-xpu-attn core.
 
 Translation only: ForwardBatch + the model runner's pools -> core StepPlan (once per step:
-``init_forward_metadata`` eagerly, ``init_forward_metadata_in_graph`` under graphs); RadixAttention -> core LayerSpec (once per layer);
-the pool's [tokens, H, D] buffers -> the core's [pages, page_size, H, D] views. KV writes go
+``init_forward_metadata`` eagerly, ``init_forward_metadata_in_graph`` under graphs);
+RadixAttention -> core LayerSpec (once per layer); the pool's [tokens, H, D] buffers -> the core's [pages, page_size, H, D] views. KV writes go
 through the pool's own ``set_kv_buffer`` (it owns FP8 storage and SWA sub-pools).
 """
 
@@ -80,7 +80,8 @@ class XpuAttnSGLangBackend(AttentionBackend):
             window_left=window,  # SGLang's sliding_window_size already excludes the query itself
             logit_softcap=float(layer.logit_cap or 0.0), has_sinks=has_sinks,
             local_attention=bool(getattr(layer, "use_irope", False)) and self.attention_chunk_size is not None,
-            uses_swa_pool=layer_in_swa_pool(self.token_to_kv_pool, layer.layer_id), dtype=self.dtype, kv_dtype=self.kv_dtype,
+            uses_swa_pool=layer_in_swa_pool(self.token_to_kv_pool, layer.layer_id), dtype=self.dtype,
+            kv_dtype=self.kv_dtype,
         )
 
     def _runner(self, layer, has_sinks: bool) -> LayerRunner:
