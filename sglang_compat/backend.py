@@ -2,8 +2,9 @@
 
 Translation only: ForwardBatch + the model runner's pools -> core StepPlan (once per step:
 ``init_forward_metadata`` eagerly, ``init_forward_metadata_in_graph`` under graphs);
-RadixAttention -> core LayerSpec (once per layer); the pool's [tokens, H, D] buffers -> the core's [pages, page_size, H, D] views. KV writes go
-through the pool's own ``set_kv_buffer`` (it owns FP8 storage and SWA sub-pools).
+RadixAttention -> core LayerSpec (once per layer); the pool's [tokens, H, D] buffers -> the
+core's [pages, page_size, H, D] views. KV writes go through the pool's own ``set_kv_buffer``
+(it owns FP8 storage and SWA sub-pools).
 """
 
 from __future__ import annotations
