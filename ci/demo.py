@@ -6,6 +6,7 @@ python ci/demo.py --engine vllm|sglang --model DIR   (run inside that engine's v
 import argparse
 import logging
 import os
+import sys
 
 
 def run_vllm(model: str, prompts: list[str]) -> list[str]:
@@ -40,7 +41,8 @@ def main():
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
     from vllm_xpu_attn.log import setup_logging
-    from vllm_xpu_attn.tiny_model import PROMPTS, make_tiny_model
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from tiny_model import PROMPTS, make_tiny_model  # the seeded tiny model the tests use too
 
     setup_logging()
     if not os.path.exists(os.path.join(a.model, "config.json")):

@@ -52,6 +52,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
         self.swa_out_cache_loc: Optional[torch.Tensor] = None
         self._runners: dict[tuple[int, bool], LayerRunner] = {}
         self._graph_max_k: Optional[int] = None  # set by init_cuda_graph_state
+        self._layer_sinks: dict[int, bool] = {}  # layer id -> has sinks, found at start-up
         self._validate_layers(model_runner)
 
     # ---- configuration ------------------------------------------------------------
@@ -62,9 +63,16 @@ class XpuAttnSGLangBackend(AttentionBackend):
         model = getattr(model_runner, "model", None)
         if model is None:
             return
+        # SGLang passes sinks at forward time, but keeps them on the model's attention module
+        # (e.g. GptOssAttention.sinks beside its RadixAttention): find them now, so a provider
+        # that cannot serve sinks is refused at start-up, not at the first request.
+        with_sinks = {id(child) for mod in model.modules() if isinstance(getattr(mod, "sinks", None), torch.Tensor)
+                      for child in mod.children() if isinstance(child, RadixAttention)}
         for mod in model.modules():
             if isinstance(mod, RadixAttention):
-                self._runner(mod, has_sinks=getattr(mod, "sinks", None) is not None)
+                has_sinks = id(mod) in with_sinks or isinstance(getattr(mod, "sinks", None), torch.Tensor)
+                self._layer_sinks[mod.layer_id] = has_sinks
+                self._runner(mod, has_sinks=has_sinks)
 
     def _spec(self, layer, has_sinks: bool) -> LayerSpec:
         if layer.is_cross_attention:
@@ -182,9 +190,6 @@ class XpuAttnSGLangBackend(AttentionBackend):
                 smode = Mode.MIXED
 
         plan = StepPlan(smode, main, q_tokens, spec_expand=spec_expand)
-        if self.attention_chunk_size and smode in (Mode.DECODE, Mode.PREFILL, Mode.EXTEND, Mode.MIXED):
-            plan.local = core.local_attention_plan(self.attention_chunk_size, q_lens, main.cache_seqlens,
-                                                   main.page_table, self.page_size, max_q)
         if enc_lens is not None:
             enc_table = rows[:, : max(max_enc, 1)]
             plan.encoder = core.encoder_plan(enc_lens, enc_table, self.page_size, max_enc, q_lens, max_q)
@@ -192,6 +197,12 @@ class XpuAttnSGLangBackend(AttentionBackend):
             swa_rows = core.swa_translate(dec_rows[:, : main.page_table.shape[1] * self.page_size],
                                           self.token_to_kv_pool.translate_loc_from_full_to_swa)
             plan.swa_page_table = core.token_table_to_page_table(swa_rows, self.page_size, swa_rows.shape[1])
+        # Every step that runs local layers causally gets their chunked plan (decode, extend,
+        # top-k 1 verify and draft decode); the top-k > 1 cascade refuses local layers at start-up.
+        if self.attention_chunk_size and spec_expand is None:
+            plan.local, plan.local_swa_page_table = core.local_attention_plans(
+                self.attention_chunk_size, q_lens, main.cache_seqlens, main.page_table, self.page_size, max_q,
+                swa_page_table=plan.swa_page_table)
         return plan
 
     # ---- per-layer run ------------------------------------------------------------
@@ -204,6 +215,11 @@ class XpuAttnSGLangBackend(AttentionBackend):
             loc = fb.encoder_out_cache_loc if layer.is_cross_attention else fb.out_cache_loc
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, self.swa_out_cache_loc), k, v,
                                                 layer.k_scale, layer.v_scale)
+        declared = self._layer_sinks.get(layer.layer_id)
+        if declared is not None and declared != (sinks is not None):
+            raise ValueError(f"xpu_attn: layer {layer.layer_id} was configured at start-up "
+                             f"{'with' if declared else 'without'} attention sinks but runs "
+                             f"{'with' if sinks is not None else 'without'} them")
         runner = self._runner(layer, sinks is not None)
         hq, d, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
         k_cache, v_cache = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
@@ -215,8 +231,8 @@ class XpuAttnSGLangBackend(AttentionBackend):
             v_descale = layer.v_scale.reshape(1).float() if layer.v_scale is not None else None
         q3 = q.reshape(-1, hq, d)
         if q3.dtype != self.dtype:
-            q3 = q3.to(self.dtype)
-        out = q.new_empty(q3.shape[0], hq * dv)
+            q3 = q3.to(self.dtype)  # e.g. SGLang's Llama-4 casts q/k to bf16 off CUDA; the layer runs in the model dtype
+        out = q3.new_empty(q3.shape[0], hq * dv)
         runner.forward(self.forward_metadata, q3, k_cache, v_cache, out.view(-1, hq, dv), sinks=sinks,
                        k_descale=k_descale, v_descale=v_descale)
         return out
@@ -256,3 +272,33 @@ class XpuAttnSGLangBackend(AttentionBackend):
 
     def get_cuda_graph_seq_len_fill_value(self):
         return 1  # padded decode rows see one key (page 0), never zero-length softmax rows
+
+
+class XpuAttnMultiStepDraftBackend:
+    """EAGLE's draft decode steps on this backend: one ``XpuAttnSGLangBackend`` per step
+    (``speculative_step_id`` 0 .. steps-2), planned together, as SGLang's own multi-step backends."""
+
+    def __init__(self, model_runner, topk: int, speculative_num_steps: int):
+        self.topk = topk
+        self.speculative_num_steps = speculative_num_steps
+        self.attn_backends = [
+            XpuAttnSGLangBackend(model_runner, skip_prefill=True, speculative_step_id=i, topk=topk,
+                                 speculative_num_steps=speculative_num_steps)
+            for i in range(speculative_num_steps - 1)
+        ]
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch):
+        for b in self.attn_backends:
+            b.init_forward_metadata(forward_batch)
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        for b in self.attn_backends:
+            b.init_cuda_graph_state(max_bs, max_num_tokens)
+
+    def init_forward_metadata_out_graph(self, forward_batch: ForwardBatch, in_capture: bool = False):
+        for b in self.attn_backends:
+            b.init_forward_metadata_out_graph(forward_batch, in_capture=in_capture)
+
+    def init_forward_metadata_in_graph(self, forward_batch: ForwardBatch):
+        for b in self.attn_backends:
+            b.init_forward_metadata_in_graph(forward_batch)

@@ -33,3 +33,85 @@ def layer_in_swa_pool(pool, layer_id: int) -> bool:
     if not uses_sliding_window_pool(pool):
         return False
     return bool(pool.layers_mapping[layer_id][1])
+
+
+# ---- reachability: SGLang keys some model checks and the draft backends on built-in names ----
+ALIAS_SOURCE = "xpu_attn: validate as intel_xpu"
+_BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+
+
+def install_model_hook_alias(name: str, choose_page_size) -> bool:
+    """Let SGLang's per-model checks treat ``name`` as ``intel_xpu``, and pick a page size.
+
+    SGLang 0.5.23's ``handle_model_specific_adjustments`` asserts that GPT-OSS, Llama-4 and Gemma-4
+    run on listed backend names (``intel_xpu`` among them). This backend serves everything those
+    models need (sinks, sliding windows, chunked local attention), so for the length of that step
+    the fields naming it read ``intel_xpu``, then read ``name`` again: through SGLang's own plugin
+    hook (``register_resolution_hook``) and its declaration stash, not by editing its lists.
+    ``choose_page_size(device) -> Optional[int]`` then picks a page size when the user gave none.
+    Returns False (and changes nothing) when this SGLang has no such hook.
+    """
+    try:
+        from sglang.srt.arg_groups.model_override_base import resolved_view
+        from sglang.srt.arg_groups.overrides import declare_resolution
+        from sglang.srt.arg_groups.resolution_hooks import _HOOKS, register_resolution_hook
+    except ImportError:
+        return False
+    step = "handle_model_specific_adjustments"
+    if any(getattr(fn, "_xpu_attn_alias", False) for fn in _HOOKS.get(step, ())):
+        return True  # re-entrant: plugins load in several places of one process
+
+    def hook(server_args, previous):
+        view = resolved_view(server_args)
+        ours = [f for f in _BACKEND_FIELDS if getattr(view, f, None) == name]
+        if ours:
+            declare_resolution(server_args, ALIAS_SOURCE, **{f: "intel_xpu" for f in ours})
+        try:
+            previous(server_args)
+        finally:
+            if ours:
+                view = resolved_view(server_args)
+                # restore only what the step left as the alias (a model may have chosen otherwise)
+                back = {f: name for f in ours if getattr(view, f, None) == "intel_xpu"}
+                if back:
+                    declare_resolution(server_args, "xpu_attn: restore name", **back)
+        view = resolved_view(server_args)
+        if name in (getattr(view, f, None) for f in _BACKEND_FIELDS) and view.page_size is None:
+            page = choose_page_size(str(view.device))
+            if page is not None:
+                declare_resolution(server_args, "xpu_attn: page size", page_size=page)
+
+    hook._xpu_attn_alias = True
+    register_resolution_hook(step)(hook)
+    return True
+
+
+def install_draft_backends(name: str, multi_step_decode, draft_extend) -> bool:
+    """Let EAGLE's draft passes run on ``name``.
+
+    SGLang 0.5.23 builds draft backends from a fixed name -> constructor map in
+    ``DraftBackendFactory`` and falls back to triton/flashinfer for names missing from
+    ``DRAFT_ATTENTION_BACKEND_CHOICES``. Add ``name`` to both: ``multi_step_decode(runner, topk,
+    steps)`` for the draft decode steps, ``draft_extend(runner)`` for draft extend.
+    """
+    try:
+        from sglang.srt.server_args import DRAFT_ATTENTION_BACKEND_CHOICES
+        from sglang.srt.speculative.draft_utils import DraftBackendFactory
+    except ImportError:
+        return False
+    if name not in DRAFT_ATTENTION_BACKEND_CHOICES:
+        DRAFT_ATTENTION_BACKEND_CHOICES.append(name)
+    original = DraftBackendFactory._create_backend
+    if getattr(original, "_xpu_attn", False):
+        return True
+
+    def _create_backend(self, backend_name, backend_map, error_template, stamps_children=False):
+        if stamps_children:  # the multi-step draft decode container
+            make = lambda: (name, multi_step_decode(self.draft_model_runner, self.topk, self.speculative_num_steps))
+        else:
+            make = lambda: (name, draft_extend(self.draft_model_runner))
+        return original(self, backend_name, {**backend_map, name: make}, error_template, stamps_children)
+
+    _create_backend._xpu_attn = True
+    DraftBackendFactory._create_backend = _create_backend
+    return True

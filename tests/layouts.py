@@ -40,7 +40,8 @@ class Layout:
 
 @st.composite
 def layouts(draw, *, page_sizes=(1, 16, 64, 128), max_batch=4, max_ctx=300, max_new=12, head_dims=(16, 32),
-            dtypes=DTYPES, allow_fp8=True, allow_features=True, gqa=(1, 2, 4), max_kv_heads=2) -> Layout:
+            dtypes=DTYPES, allow_fp8=True, allow_features=True, gqa=(1, 2, 4), max_kv_heads=2,
+            always_fp8=False) -> Layout:
     seed = draw(st.integers(0, 2**31 - 1))
     gen = torch.Generator().manual_seed(seed)
     dtype = draw(st.sampled_from(dtypes))
@@ -81,7 +82,7 @@ def layouts(draw, *, page_sizes=(1, 16, 64, 128), max_batch=4, max_ctx=300, max_
         wide[:, 1: width + 1] = table
         table = wide[:, 1: width + 1]
 
-    fp8 = allow_fp8 and draw(st.booleans()) and draw(st.booleans())  # ~25% of layouts
+    fp8 = always_fp8 or (allow_fp8 and draw(st.booleans()) and draw(st.booleans()))  # ~25% of layouts
     kv_dtype = draw(st.sampled_from(FP8)) if fp8 else dtype
     total_q = sum(q_lens)
     q_mult = draw(st.sampled_from([1.0, 4.0]))  # larger logits make softcap/softmax differences visible

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sglang  # noqa: F401  (hard requirement of this suite)
 
-from vllm_xpu_attn.tiny_model import make_tiny_model
+from tiny_model import make_tiny_model  # tests/ is on sys.path (tests/conftest.py)
 
 HERE = Path(__file__).parent
 STUBS = str(HERE / "stubs")  # test-only vllm._custom_ops stand-in, see stubs/vllm/__init__.py

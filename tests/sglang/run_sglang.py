@@ -6,6 +6,8 @@ Usage: python run_sglang.py MODEL_DIR OUT_JSON --backend xpu_attn|torch_native [
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 
 def main():
@@ -19,20 +21,25 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--page-size", type=int, default=None)
     ap.add_argument("--disable-radix-cache", action="store_true")
+    ap.add_argument("--moe-runner-backend", default=None)
+    ap.add_argument("--context-length", type=int, default=256)
     a = ap.parse_args()
 
     import sglang
 
-    from vllm_xpu_attn.tiny_model import PROMPTS
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
+    from tiny_model import PROMPTS
 
     prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
-    kw = dict(model_path=a.model, device="cpu", attention_backend=a.backend, dtype="float32", context_length=256,
+    kw = dict(model_path=a.model, device="cpu", attention_backend=a.backend, dtype="float32", context_length=a.context_length,
               mem_fraction_static=0.1, disable_cuda_graph=True, random_seed=0, skip_server_warmup=True,
               log_level="info", disable_radix_cache=a.disable_radix_cache)
     if a.chunked_prefill_size:
         kw["chunked_prefill_size"] = a.chunked_prefill_size
     if a.page_size:
         kw["page_size"] = a.page_size
+    if a.moe_runner_backend:
+        kw["moe_runner_backend"] = a.moe_runner_backend
     engine = sglang.Engine(**kw)
     sp = {"temperature": 0.0, "max_new_tokens": a.max_tokens, "ignore_eos": True}
     outs = []

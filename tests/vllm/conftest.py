@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import vllm  # noqa: F401  (hard requirement of this suite)
 
-from vllm_xpu_attn.tiny_model import make_tiny_model
+from tiny_model import make_tiny_model  # tests/ is on sys.path (tests/conftest.py)
 
 HERE = Path(__file__).parent
 BASE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",

@@ -7,6 +7,8 @@ Prints nothing but vLLM's logs; writes {"backend": ..., "outputs": [{"token_ids"
 
 import argparse
 import json
+import sys
+from pathlib import Path
 import os
 
 
@@ -27,7 +29,8 @@ def main():
 
     from vllm import LLM, SamplingParams
 
-    from vllm_xpu_attn.tiny_model import PROMPTS
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
+    from tiny_model import PROMPTS
 
     prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
     kw = dict(model=a.model, dtype="float32", seed=0, max_model_len=a.max_model_len, enforce_eager=True,

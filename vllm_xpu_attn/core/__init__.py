@@ -5,7 +5,7 @@ Imports torch (and our kernels package) only; never vllm or sglang.
 
 from .cross import decoder_token_table, encoder_plan, shift_token_table
 from .kv_write import check_kv_cache, write_kv
-from .local_attn import local_attention_plan, virtual_rows_per_seq
+from .local_attn import local_attention_plan, local_attention_plans, virtual_rows_per_seq
 from .paging import (
     build_plan,
     cdiv,
@@ -23,7 +23,7 @@ from .types import AttentionKind, AttnPlan, LayerSpec, Mode, StepPlan
 __all__ = [
     "AttentionKind", "AttnPlan", "LayerRunner", "LayerSpec", "Mode", "StepPlan", "build_plan", "cdiv",
     "check_kv_cache", "cu_seqlens", "decode_plan", "decoder_token_table", "draft_decode_expand_plan",
-    "encoder_plan", "shift_token_table", "kernel_request", "local_attention_plan", "pad_page_table", "slot_mapping_from_page_table",
+    "encoder_plan", "shift_token_table", "kernel_request", "local_attention_plan", "local_attention_plans", "pad_page_table", "slot_mapping_from_page_table",
     "swa_translate", "token_table_to_page_table", "verify_expand_plan", "verify_main_plan_topk",
     "verify_plan_topk1", "virtual_rows_per_seq", "write_kv",
 ]

@@ -11,6 +11,8 @@ rows with zero queries and zero keys, so planning never synchronises.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from .paging import cdiv, check_page_size, cu_seqlens
@@ -32,12 +34,29 @@ def local_attention_plan(
     page_size: int,
     max_seqlen_q: int,
 ) -> AttnPlan:
+    """The virtual-batch plan alone (see ``local_attention_plans``)."""
+    return local_attention_plans(chunk_size, query_lens, seq_lens, page_table, page_size, max_seqlen_q)[0]
+
+
+def local_attention_plans(
+    chunk_size: int,
+    query_lens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    page_size: int,
+    max_seqlen_q: int,
+    swa_page_table: Optional[torch.Tensor] = None,
+) -> tuple[AttnPlan, Optional[torch.Tensor]]:
     """Virtual-batch plan for local attention.
 
     query_lens, seq_lens [B] int (device); page_table int [B, max_pages]; host ints otherwise.
     Returns an AttnPlan over B * R virtual rows (R = virtual_rows_per_seq), row b*R + r
     holding sequence b's queries that fall in its r-th touched chunk; unused rows are
     empty. Query order is preserved, so the original q/out tensors are used as they are.
+
+    ``swa_page_table`` int [B, >= max_pages]: the same table translated into a hybrid pool's
+    sliding-window sub-pool (local layers whose KV lives there); it is gathered by the same
+    columns and returned second (None without it), so such layers read their own pool's pages.
     """
     check_page_size(page_size)
     if chunk_size < 1 or chunk_size % page_size:
@@ -61,17 +80,23 @@ def local_attention_plan(
     max_pages = page_table.shape[1]
     cols = (chunk * pages_per_chunk)[..., None] + torch.arange(pages_per_chunk, device=device)  # [B, R, P]
     cols = cols.clamp(0, max(max_pages - 1, 0))  # columns past the row are never read (v_k bounds them)
-    if max_pages:
-        v_table = torch.gather(page_table[:, None, :].expand(batch, rows, max_pages), 2, cols)
-    else:
-        v_table = torch.zeros(batch, rows, pages_per_chunk, dtype=page_table.dtype, device=device)
+    def gather(table: torch.Tensor) -> torch.Tensor:
+        if not max_pages:
+            return torch.zeros(batch * rows, pages_per_chunk, dtype=torch.int32, device=device)
+        t = table[:, :max_pages]
+        return torch.gather(t[:, None, :].expand(batch, rows, max_pages), 2, cols).reshape(
+            batch * rows, pages_per_chunk).to(torch.int32)
+
+    if swa_page_table is not None and (swa_page_table.shape[0] != batch or swa_page_table.shape[1] < max_pages):
+        raise ValueError(f"swa_page_table {list(swa_page_table.shape)} must cover page_table {list(page_table.shape)}")
 
     v_q, v_k = v_q.reshape(-1), v_k.reshape(-1)
-    return AttnPlan(
+    plan = AttnPlan(
         cu_seqlens_q=cu_seqlens(v_q),
         cache_seqlens=v_k.to(torch.int32),
-        page_table=v_table.reshape(batch * rows, pages_per_chunk).to(torch.int32),
+        page_table=gather(page_table),
         max_seqlen_q=min(max_seqlen_q, chunk_size),
         max_seqlen_k=chunk_size,
         page_size=page_size,
     )
+    return plan, (gather(swa_page_table) if swa_page_table is not None else None)

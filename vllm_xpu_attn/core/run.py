@@ -29,6 +29,13 @@ class LayerRunner:
 
     def __init__(self, spec: LayerSpec, device: torch.device | str, page_size: int, *, override: Optional[str] = None,
                  with_spec_decode: bool = False):
+        if with_spec_decode and spec.kind is not AttentionKind.CROSS and (spec.window_left >= 0 or spec.local_attention):
+            # The top-k > 1 cascade runs the drafts non-causally over the whole prefix; a window or
+            # a chunk would need per-draft key ranges that plan does not carry. Refuse now, not mid-step.
+            feature = "a sliding window" if spec.window_left >= 0 else "local (chunked) attention"
+            raise ValueError(
+                f"vllm-xpu-attn: a layer with {feature} cannot run speculative decoding with top-k > 1 "
+                "(EAGLE trees); use top-k 1 (--speculative-eagle-topk 1) or n-gram speculation")
         self.spec = spec
         self.device = torch.device(device)
         self.page_size = page_size
@@ -102,8 +109,14 @@ class LayerRunner:
             if plan.encoder is None:
                 raise ValueError("cross-attention layer run on a step plan without an encoder sub-plan")
             sub, table = plan.encoder, plan.encoder.page_table
-        elif spec.local_attention and plan.local is not None:
+        elif spec.local_attention:
+            if plan.local is None:  # never fall back to full attention: that is silently wrong output
+                raise ValueError(f"local-attention layer run on a {plan.mode.value} step plan without a local sub-plan")
             sub, table = plan.local, plan.local.page_table
+            if spec.uses_swa_pool:
+                if plan.local_swa_page_table is None:
+                    raise ValueError("local-attention layer in the SWA pool run without a translated local page table")
+                table = plan.local_swa_page_table
         else:
             sub = plan.main
             table = plan.swa_page_table if (spec.uses_swa_pool and plan.swa_page_table is not None) else sub.page_table
@@ -116,8 +129,7 @@ class LayerRunner:
             return out
 
         # top-k > 1 speculative step: prefix part (drafts see the whole prefix) + tree part, merged.
-        if spec.window_left >= 0:
-            raise ValueError("sliding-window layers cannot use the top-k > 1 cascade; plan them with an expanded table")
+        # (Window and local layers are refused with top-k > 1 at construction.)
         o_a, lse_a = self._call(provider, sub, table, q_real, k_cache, v_cache, causal=False, window=(-1, -1),
                                 sinks=None, k_descale=k_descale, v_descale=v_descale, return_lse=True, out=None)
         exp = plan.spec_expand

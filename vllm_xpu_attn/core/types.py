@@ -112,6 +112,7 @@ class StepPlan:
       ``local``: iRoPE virtual batches for local-attention layers;
       ``encoder``: keys = encoder tokens, for cross-attention layers;
       ``swa_page_table``: ``main.page_table`` translated into the SWA pool's pages;
+      ``local_swa_page_table``: ``local.page_table`` translated likewise (local layers in the SWA pool);
       ``spec_expand``: the per-draft-token part of a top-k > 1 verify/draft step (page size 1),
         merged with ``main`` by cascade (merge_state).
     """
@@ -122,4 +123,5 @@ class StepPlan:
     local: Optional[AttnPlan] = None
     encoder: Optional[AttnPlan] = None
     swa_page_table: Optional[torch.Tensor] = None
+    local_swa_page_table: Optional[torch.Tensor] = None
     spec_expand: Optional[AttnPlan] = None

@@ -5,6 +5,7 @@ from .registry import (
     ENV_OVERRIDE,
     PRIORITY,
     NoProviderError,
+    default_page_size,
     explain,
     get_provider,
     provider_names,
@@ -14,6 +15,6 @@ from .registry import (
 )
 
 __all__ = [
-    "ENV_OVERRIDE", "PRIORITY", "KernelProvider", "KernelRequest", "NoProviderError", "explain",
+    "ENV_OVERRIDE", "PRIORITY", "KernelProvider", "KernelRequest", "NoProviderError", "default_page_size", "explain",
     "get_provider", "provider_names", "register_provider", "select_provider", "unregister_provider",
 ]

@@ -99,6 +99,14 @@ class KernelProvider:
         """None when the provider can run in this process, else why not (missing library...)."""
         return None
 
+    def version(self) -> Optional[str]:
+        """The installed library's version, when the provider wraps one."""
+        return None
+
+    def capabilities(self) -> dict[str, Optional[str]]:
+        """Build-dependent capabilities found at run time (probes): feature -> None (supported) or why not."""
+        return {}
+
     def page_size_reason(self, page_size: int, phase: str) -> Optional[str]:
         return None if page_size >= 1 else f"page size {page_size} < 1"
 

@@ -19,9 +19,9 @@ ENV_OVERRIDE = "VLLM_XPU_ATTN_KERNEL"
 
 # name -> "module:Class", imported lazily so that optional libraries stay optional.
 _PROVIDER_PATHS: dict[str, str] = {
-    "sgl_kernel": "vllm_xpu_attn.kernels.vendor.sgl_kernel:SglKernelProvider",
-    "vllm_xpu_kernels": "vllm_xpu_attn.kernels.vendor.vllm_xpu_kernels:VllmXpuKernelsProvider",
-    "ipex": "vllm_xpu_attn.kernels.vendor.ipex:IpexProvider",
+    "sgl_kernel": "vllm_xpu_attn.kernels.xpu_libs.sgl_kernel:SglKernelProvider",
+    "vllm_xpu_kernels": "vllm_xpu_attn.kernels.xpu_libs.vllm_xpu_kernels:VllmXpuKernelsProvider",
+    "ipex": "vllm_xpu_attn.kernels.xpu_libs.ipex:IpexProvider",
     "triton": "vllm_xpu_attn.kernels.triton.provider:TritonProvider",
     "reference": "vllm_xpu_attn.kernels.reference:ReferenceProvider",
 }
@@ -33,6 +33,17 @@ PRIORITY: dict[str, list[str]] = {
     "cuda": ["sgl_kernel", "triton", "reference"],
     "cpu": ["reference"],
 }
+
+# Page size to use when the engine leaves it to the backend: one every provider of the device can
+# serve. XPU: sgl-kernel-xpu's paged decode takes 64 or 128 only, vllm-xpu-kernels' paged path
+# blocks of 64 (see the vendor wrappers); triton and reference take any. Elsewhere: the engine's own.
+DEFAULT_PAGE_SIZE: dict[str, Optional[int]] = {"xpu": 64}
+
+
+def default_page_size(device_type: str) -> Optional[int]:
+    """The page size this backend asks for on ``device_type`` when the user chose none (None: the engine's)."""
+    return DEFAULT_PAGE_SIZE.get(device_type)
+
 
 _instances: dict[str, KernelProvider] = {}
 _logged: set[tuple] = set()

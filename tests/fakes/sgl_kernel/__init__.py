@@ -1,11 +1,24 @@
-"""Fake sgl_kernel (XPU build): merge_state_v2 with lse [T, H]."""
+"""Strict fake of sgl-kernel-xpu's ``sgl_kernel`` package: ``merge_state_v2`` and ``__version__``.
+
+Cites python/sgl_kernel/attention.py (``att:L``) and src/sycl/merge_states.cpp (``ms:L``) at main 9cf16bf9.
+"""
 import torch
 
+from _common import check, record, reference
 
-def merge_state_v2(v_a, s_a, v_b, s_b):
-    from vllm_xpu_attn.kernels import get_provider
+__version__ = "0.1.8"  # python/sgl_kernel/version.py:1@9cf16bf9
 
-    assert s_a.dim() == 2 and s_a.shape == (v_a.shape[0], v_a.shape[1]), "merge_state_v2 takes lse as [T, H]"
-    assert s_a.dtype == torch.float32
-    o, lse = get_provider("reference").merge_state(v_a, s_a.T, v_b, s_b.T)
+
+def merge_state_v2(v_a, s_a, v_b, s_b, v_merged=None, s_merged=None):
+    # att:31-51: casts the LSEs to fp32, allocates outputs with empty_like
+    s_a, s_b = s_a.to(torch.float32), s_b.to(torch.float32)  # att:39-40
+    for name, t in (("v_a", v_a), ("s_a", s_a), ("v_b", v_b), ("s_b", s_b)):
+        check(t.is_contiguous(), f"{name} must be contiguous", "ms:340-345 CHECK_INPUT")
+    check(v_a.dim() == 3 and s_a.dim() == 2, "v must be [T, H, D] and s [T, H]", "ms:347-350 CHECK_DIM")
+    check(v_a.shape == v_b.shape and s_a.shape == s_b.shape, "CHECK_SAME_SHAPE", "ms:352-353")
+    check(v_a.size(0) == s_a.size(0) and v_a.size(1) == s_b.size(1), "s must be [T, H] (token-major)", "ms:354-355")
+    check(v_a.shape[-1] % (16 // v_a.element_size()) == 0, "head_size must be multiple of pack_size", "ms:322")
+    record("sgl_kernel", "merge_state_v2")
+    # ms:92-93: p_lse = prefix_lse[token_idx * num_heads + head_idx] (natural log, ms:102-130)
+    o, lse = reference().merge_state(v_a, s_a.T, v_b, s_b.T)
     return o, lse.T.contiguous()

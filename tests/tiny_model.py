@@ -39,7 +39,7 @@ PROMPTS = [
 ARCHS = ("llama", "mistral-swa")
 
 
-def _tokenizer(path: Path, vocab_size: int) -> int:
+def make_tokenizer(path: Path, vocab_size: int) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None))
@@ -67,7 +67,7 @@ def make_tiny_model(path: str | os.PathLike, arch: str = "llama", *, seed: int =
         raise ValueError(f"unknown tiny model arch {arch!r}; choose from {ARCHS}")
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    vocab = _tokenizer(out, 600)
+    vocab = make_tokenizer(out, 600)
     inter = hidden * 2
     cfg = {
         "architectures": ["LlamaForCausalLM" if arch == "llama" else "MistralForCausalLM"],
@@ -108,7 +108,7 @@ def make_tiny_model(path: str | os.PathLike, arch: str = "llama", *, seed: int =
     return str(out)
 
 
-if __name__ == "__main__":  # python -m vllm_xpu_attn.tiny_model DIR [arch]
+if __name__ == "__main__":  # python tests/tiny_model.py DIR [arch]
     import sys
 
     print(make_tiny_model(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "llama"))

@@ -1,0 +1,125 @@
+"""Tiny seeded model families made with transformers, and transformers' eager greedy output.
+
+Test-only (needs transformers, tokenizers, safetensors: both engine venvs have them). One model
+per family, with configs chosen so that the prompts plus 32 generated tokens cross every window
+and chunk: sliding windows of 16, Llama-4 chunks of 32, prompts of 10-60 tokens.
+
+    python families.py make DIR FAMILY SEED        -> writes the model into DIR
+    python families.py greedy DIR OUT_JSON N       -> transformers eager greedy tokens for PROMPTS
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 128, 4, 2, 32
+WINDOW, CHUNK = 16, 32
+
+# 12 prompts: short ones, and long ones that cross a window (16) and a chunk (32) in the prompt itself
+PROMPTS = [
+    "the quick brown fox",
+    "once upon a time there was",
+    "a paged attention kernel reads keys and values from pages of a cache, and",
+    "intel gpus",
+    "sliding windows, sinks, softcap and alibi change which keys a query sees. the quick brown fox jumps over "
+    "the lazy dog and then",
+    "model",
+    "attending to everything it had said before, the small model",
+    "vllm and sglang with this backend run the same kernels; a query sees",
+    "pages of a cache hold keys",
+    "one token at a time",
+    "a paged attention kernel reads keys and values from pages of a cache. intel gpus run vllm and sglang with "
+    "this backend. once upon a time",
+    "the lazy dog",
+]
+
+FAMILIES = ("qwen3", "gemma3", "gpt-oss", "llama4")
+
+
+def config(family: str, vocab: int):
+    """The transformers config of a family's tiny model (fp32, 4 heads / 2 KV heads, D=32 or 64)."""
+    import transformers as tf
+
+    common = dict(vocab_size=vocab, hidden_size=HIDDEN, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                  max_position_embeddings=1024, bos_token_id=0, eos_token_id=1, pad_token_id=1,
+                  tie_word_embeddings=False, initializer_range=0.15)
+    if family == "qwen3":
+        cfg = tf.Qwen3Config(num_hidden_layers=2, intermediate_size=256, head_dim=HEAD_DIM, **common)
+        cfg.architectures = ["Qwen3ForCausalLM"]
+    elif family == "gemma3":
+        cfg = tf.Gemma3TextConfig(num_hidden_layers=4, intermediate_size=256, head_dim=HEAD_DIM,
+                                  sliding_window=WINDOW, query_pre_attn_scalar=HEAD_DIM,
+                                  layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                               "full_attention"], **common)
+        cfg.architectures = ["Gemma3ForCausalLM"]
+    elif family == "gpt-oss":
+        # sinks on every layer, alternating sliding (16) / full layers, a 4-expert MoE; D=64
+        cfg = tf.GptOssConfig(num_hidden_layers=2, intermediate_size=128, head_dim=64, num_local_experts=4,
+                              num_experts_per_tok=2, sliding_window=WINDOW,
+                              layer_types=["sliding_attention", "full_attention"], **common)
+        cfg.architectures = ["GptOssForCausalLM"]
+    elif family == "llama4":
+        # chunked local attention (chunk 32) on layers 0-2, a global no-rope layer 3; a 2-expert MoE
+        cfg = tf.Llama4TextConfig(num_hidden_layers=4, intermediate_size=128, intermediate_size_mlp=256,
+                                  head_dim=HEAD_DIM, num_local_experts=2, num_experts_per_tok=1,
+                                  attention_chunk_size=CHUNK, interleave_moe_layer_step=2,
+                                  no_rope_layers=[1, 1, 1, 0], **common)
+        cfg.architectures = ["Llama4ForCausalLM"]
+    else:
+        raise ValueError(f"unknown family {family!r}; choose from {FAMILIES}")
+    cfg.torch_dtype = "float32"
+    return cfg
+
+
+def make(path: str, family: str, seed: int) -> str:
+    """Write config, tokenizer and seeded random weights (safetensors) of a family into ``path``."""
+    import torch
+    import transformers as tf
+
+    from tiny_model import make_tokenizer
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = make_tokenizer(out, 600)
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(config(family, vocab), torch_dtype=torch.float32)
+    if family == "gpt-oss":
+        with torch.no_grad():  # transformers initialises sinks to 0; make them matter, in bf16 (SGLang keeps bf16)
+            for layer in model.model.layers:
+                layer.self_attn.sinks.copy_((torch.randn_like(layer.self_attn.sinks) * 2).bfloat16().float())
+    model.save_pretrained(out, safe_serialization=True)
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}))
+    return str(out)
+
+
+def greedy(path: str, max_tokens: int) -> list[list[int]]:
+    """transformers' eager attention, fp32, greedy, one prompt at a time (no padding)."""
+    import torch
+    import transformers as tf
+
+    tok = tf.AutoTokenizer.from_pretrained(path)
+    model = tf.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    res = []
+    with torch.no_grad():
+        for p in PROMPTS:
+            ids = tok(p, return_tensors="pt").input_ids
+            gen = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
+                                 eos_token_id=None, pad_token_id=1)
+            res.append(gen[0, ids.shape[1]:].tolist())
+    return res
+
+
+def agreement(ref: list[list[int]], got: list[list[int]]) -> int:
+    """How many prompts' greedy continuations are identical."""
+    return sum(a == b for a, b in zip(ref, got))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    if sys.argv[1] == "make":
+        print(make(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    elif sys.argv[1] == "greedy":
+        json.dump(greedy(sys.argv[2], int(sys.argv[4])), open(sys.argv[3], "w"))

@@ -1,0 +1,59 @@
+"""Small torch implementations shared by providers (the oracle's and the vendors' fallbacks-by-design).
+
+Providers that have no kernel of their own for a cache write or a cascade merge use these
+directly; no provider calls another provider.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .contract import check_write_kv, is_fp8
+
+
+def merge_state_torch(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor):
+    """Merge two partial softmax results over disjoint key sets (cascade attention).
+
+    o_* [T, H, D], lse_* [H, T] fp32 (natural log) -> (o [T, H, D] o_a.dtype, lse [H, T] fp32).
+    """
+    if o_a.shape != o_b.shape or lse_a.shape != lse_b.shape:
+        raise ValueError(f"merge_state shapes differ: o {list(o_a.shape)} vs {list(o_b.shape)}, "
+                         f"lse {list(lse_a.shape)} vs {list(lse_b.shape)}")
+    if lse_a.shape != (o_a.shape[1], o_a.shape[0]):
+        raise ValueError(f"lse must be [H, T]=[{o_a.shape[1]}, {o_a.shape[0]}], got {list(lse_a.shape)}")
+    lse = torch.logaddexp(lse_a.float(), lse_b.float())
+    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    w_a = torch.where(torch.isfinite(lse_a), torch.exp(lse_a.float() - safe), 0.0).T[..., None]  # [T, H, 1]
+    w_b = torch.where(torch.isfinite(lse_b), torch.exp(lse_b.float() - safe), 0.0).T[..., None]
+    o = o_a.float() * w_a + o_b.float() * w_b
+    return o.to(o_a.dtype), lse
+
+
+def write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
+    """Scatter new keys/values into the paged cache; slot = page * page_size + offset, < 0 = skip.
+
+    k/v [T, Hkv, D] in the model dtype; caches [P, page, Hkv, D] (model dtype or FP8, in which case
+    values are divided by k_scale / v_scale and saturated to the FP8 range).
+    """
+    for name, new, cache, scale in (("k", k, k_cache, k_scale), ("v", v, v_cache, v_scale)):
+        if new is None:
+            continue
+        check_write_kv(name, new, cache, slot_mapping)
+        flat = cache.view(-1, *cache.shape[2:])
+        keep = slot_mapping >= 0
+        slots = slot_mapping[keep].long()
+        vals = new[keep]
+        if is_fp8(cache.dtype):
+            vals = quantize_fp8(vals, cache.dtype, scale)
+            flat.view(torch.uint8)[slots] = vals.view(torch.uint8)  # index_put lacks FP8 kernels on some devices
+        else:
+            flat[slots] = vals
+
+
+def quantize_fp8(x: torch.Tensor, fp8_dtype: torch.dtype, scale) -> torch.Tensor:
+    """x / scale, saturated to the FP8 format's finite range (no inf/nan from overflow)."""
+    finfo = torch.finfo(fp8_dtype)
+    s = 1.0 if scale is None else scale
+    if isinstance(s, torch.Tensor):
+        s = s.float().reshape(-1)[0] if s.numel() == 1 else s.float()
+    return (x.float() / s).clamp(finfo.min, finfo.max).to(fp8_dtype)

@@ -1,0 +1,114 @@
+"""Intel Extension for PyTorch 2.8.10+xpu ``ipex.llm.modules.PagedAttention`` (legacy stacks; IPEX is
+no longer developed).
+
+Only IPEX's two entry points that read the core's NHD pages ``[pages, page, Hkv, D]`` are used
+(read at release/xpu/2.8.10 09330339; docs/xpu_vendors.md has the table, tests/fakes/
+intel_extension_for_pytorch the strict model):
+- ``reshape_and_cache_flash`` (CacheOps.cpp:666-688) writes them;
+- ``flash_attn_varlen_func`` (-> ``chunked_prefill``, attention.cpp:1725-2013) reads them for
+  prefill, chunked prefill and decode (decode as one query per row, as IPEX's own flash-decoding
+  test does). Contiguous int32 tables and cu_seqlens (attention.cpp:1757-1780), page size 64 or
+  128 on XeHpc GPUs (PVC, BMG: fmha_forward.cpp:92-138; 16/32 run fp16 only and silently skip
+  bf16, so they are not declared), head dims multiple of 64 (otherwise ``block_table.unique()``,
+  a host sync per call, mha_fusion.py:580-584) up to 512, window and softcap (blocked_attention
+  kernel), causal and not.
+Not used: ``reshape_and_cache`` (5-D x-interleaved key cache) and ``single_query_cached_kv_attention``
+(reads ``[blocks, H, D, block]``, ignores the window, drops softcap at <= 512 keys and syncs on
+``head_mapping``). No sinks, LSE or ALiBi (the chunked-prefill ALiBi formula is untested by IPEX);
+no FP8 (its write multiplies by the scale and its read multiplies again for e4m3 only).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..base import KernelProvider, KernelRequest
+from ..contract import check_paged_call
+from ..torch_ops import write_kv_torch
+from .common import empty_result, try_import
+
+MODULE = "intel_extension_for_pytorch"
+# decode on BMG (not PVC) with Hkv * 8 >= Hq: query heads per KV head in {1,2,4,5,7,8} (fmha_forward_kernel.cpp.in:106-115)
+GQA_DECODE = (1, 2, 4, 5, 7, 8)
+
+
+class IpexProvider(KernelProvider):
+    name = "ipex"
+    description = "IPEX PagedAttention.flash_attn_varlen_func over NHD pages (legacy)"
+    devices = frozenset({"xpu"})
+    dtypes = frozenset({torch.float16, torch.bfloat16})
+    kv_dtypes = frozenset({torch.float16, torch.bfloat16})
+    head_dims = frozenset({64, 128, 192, 256, 320, 384, 448, 512})
+    features = frozenset({"window", "softcap", "non_causal"})
+
+    def version(self) -> Optional[str]:
+        mod, _ = try_import(MODULE)
+        return getattr(mod, "__version__", None) if mod is not None else None
+
+    def unavailable_reason(self) -> Optional[str]:
+        mod, why = try_import(MODULE)
+        if why:
+            return why
+        if not mod.has_xpu():  # init_python_bindings.cpp:16-21
+            return f"intel_extension_for_pytorch {self.version()} is a CPU build (has_xpu() is False)"
+        if not self._xehpc():
+            return "IPEX's paged chunked prefill runs on XeHpc GPUs only (PVC, BMG; fmha_forward.cpp:52-53)"
+        return None
+
+    def _xehpc(self) -> bool:
+        """PVC and BMG are the GPUs with fp64 among those IPEX supports (Arc A-series, MTL/LNL iGPUs have none)."""
+        try:
+            return bool(torch.xpu.get_device_properties().has_fp64)
+        except Exception:
+            return False
+
+    def page_size_reason(self, page_size: int, phase: str) -> Optional[str]:
+        return None if page_size in (64, 128) else f"page size {page_size} not in [64, 128] (fmha_forward.cpp:92-138)"
+
+    def extra_reasons(self, req: KernelRequest) -> list[str]:
+        g = req.gqa_group
+        if req.num_kv_heads * 8 >= req.num_q_heads and g not in GQA_DECODE:
+            return [f"GQA group {g}: IPEX decode on BMG takes {list(GQA_DECODE)} query heads per KV head"]
+        return []
+
+    @staticmethod
+    def _paged():
+        mod, why = try_import(MODULE)
+        if why:
+            raise RuntimeError(why)
+        return mod.llm.modules.PagedAttention
+
+    def flash_attn_with_kvcache(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
+                                softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, sinks=None,
+                                alibi_slopes=None, k_descale=None, v_descale=None, return_softmax_lse=False, out=None):
+        check_paged_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, causal=causal,
+                         window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+                         k_descale=k_descale, v_descale=v_descale, out=out, check_values=False)
+        if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
+            return empty_result(q, v_cache, out, return_softmax_lse)
+        if sinks is not None or alibi_slopes is not None or return_softmax_lse or k_descale is not None:
+            raise ValueError("ipex provider: no sinks, ALiBi, LSE or FP8 (the registry should not route here)")
+        scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+        dst = out if out is not None and out.is_contiguous() else torch.empty(
+            q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype, device=q.device)
+        cu_k = torch.nn.functional.pad(torch.cumsum(cache_seqlens, 0, dtype=torch.int32), (1, 0))  # on device
+        left, right = int(window_size[0]), int(window_size[1])
+        self._paged().flash_attn_varlen_func(
+            dst, q.contiguous(), k_cache, v_cache, cu_seqlens_q.to(torch.int32).contiguous(), cu_k,
+            int(max_seqlen_q), int(page_table.shape[1] * k_cache.shape[1]), scale, causal,
+            page_table.to(torch.int32).contiguous(), None, window_size_left=left,
+            window_size_right=0 if causal and right != -1 else right, softcap=float(softcap) if softcap > 0 else -1.0)
+        if out is not None and dst is not out:
+            out.copy_(dst)
+            return out
+        return dst
+
+    def merge_state(self, o_a, lse_a, o_b, lse_b):
+        raise NotImplementedError("ipex provider returns no LSE, so it never takes part in a cascade")
+
+    def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
+        if k is None or k_cache.dtype != k.dtype or k_cache.stride(0) != v_cache.stride(0):
+            return write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+        self._paged().reshape_and_cache_flash(k, v, k_cache, v_cache, slot_mapping, kv_cache_dtype="auto")
