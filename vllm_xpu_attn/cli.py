@@ -80,6 +80,19 @@ def doctor(a: argparse.Namespace) -> int:
         rows.append([n, "yes" if why is None else "no", why or p.description,
                      ", ".join(d for d, order in PRIORITY.items() if n in order) or "-"])
     _table("kernel providers", ["provider", "available", "why / what", "in the priority list of"], rows)
+    vendor_rows = []
+    for n in provider_names():
+        p = get_provider(n)
+        v = p.version()
+        if n in ("triton", "reference"):
+            continue
+        caps = "-"
+        if p.unavailable_reason() is None:
+            found = p.capabilities()  # build-dependent features, probed on the device
+            caps = "; ".join(f"{k}: {'yes' if why is None else 'no (' + why + ')'}" for k, why in found.items()) or \
+                "declared (no probe needed)"
+        vendor_rows.append([n, v or "not installed", caps])
+    _table("XPU libraries: installed build and what it can do", ["provider", "version", "capabilities"], vendor_rows)
 
     kv = a.dtype if a.kv_dtype == "auto" else a.kv_dtype
     status = 0

@@ -19,6 +19,7 @@ In short (``cpp`` = src/sycl/flash_attention.cpp):
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -61,7 +62,8 @@ class SglKernelProvider(KernelProvider):
 
     # ---- capabilities of the installed build ----------------------------------------
     def _device(self) -> torch.device:
-        return torch.device(self.probe_device or "xpu")
+        # VLLM_XPU_ATTN_PROBE_DEVICE: where a model of the library runs (the tests' fakes run on the CPU)
+        return torch.device(self.probe_device or os.environ.get("VLLM_XPU_ATTN_PROBE_DEVICE") or "xpu")
 
     def _vs_reference(self, page: int, q_lens, k_lens, lse: bool, **kw) -> Optional[str]:
         from ..reference import ReferenceProvider  # the oracle, to judge the vendor's answer
