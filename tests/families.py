@@ -16,6 +16,7 @@ from pathlib import Path
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 128, 4, 2, 32
 WINDOW, CHUNK = 16, 32
+GEMMA_WINDOW = 8
 
 # 12 prompts: short ones, and long ones that cross a window (16) and a chunk (32) in the prompt itself
 PROMPTS = [
@@ -50,9 +51,9 @@ def config(family: str, vocab: int):
         cfg.architectures = ["Qwen3ForCausalLM"]
     elif family == "gemma3":
         cfg = tf.Gemma3TextConfig(num_hidden_layers=4, intermediate_size=256, head_dim=HEAD_DIM,
-                                  sliding_window=WINDOW, query_pre_attn_scalar=HEAD_DIM,
-                                  layer_types=["sliding_attention", "full_attention", "sliding_attention",
-                                               "full_attention"], **common)
+                                  sliding_window=GEMMA_WINDOW, query_pre_attn_scalar=HEAD_DIM,
+                                  layer_types=["sliding_attention", "sliding_attention", "sliding_attention",
+                                               "full_attention"], **{**common, "tie_word_embeddings": True})
         cfg.architectures = ["Gemma3ForCausalLM"]
     elif family == "gpt-oss":
         # sinks on every layer, alternating sliding (16) / full layers, a 4-expert MoE; D=64
@@ -89,19 +90,44 @@ def make(path: str, family: str, seed: int) -> str:
         with torch.no_grad():  # transformers initialises sinks to 0; make them matter, in bf16 (SGLang keeps bf16)
             for layer in model.model.layers:
                 layer.self_attn.sinks.copy_((torch.randn_like(layer.self_attn.sinks) * 2).bfloat16().float())
+    if family == "gemma3":
+        with torch.no_grad():  # tied embeddings scaled by sqrt(hidden) otherwise dominate: the model echoes its input
+            for layer in model.model.layers:
+                layer.post_attention_layernorm.weight.fill_(3.0)  # Gemma's RMSNorm scales by (1 + w)
+                layer.post_feedforward_layernorm.weight.fill_(3.0)
     model.save_pretrained(out, safe_serialization=True)
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}))
     return str(out)
 
 
-def greedy(path: str, max_tokens: int) -> list[list[int]]:
-    """transformers' eager attention, fp32, greedy, one prompt at a time (no padding)."""
+ABLATIONS = {  # family -> what turning its attention feature off means (to show the prompts exercise it)
+    "gemma3": "window", "gpt-oss": "sinks+window", "llama4": "chunk",
+}
+
+
+def greedy(path: str, max_tokens: int, ablate: bool = False) -> list[list[int]]:
+    """transformers' eager attention, fp32, greedy, one prompt at a time (no padding).
+
+    ``ablate``: the same model with its family's attention feature turned off (windows of 4096,
+    chunks of 4096, sinks of -inf): the engines must match the model *with* it, and differ from this.
+    """
     import torch
     import transformers as tf
 
     tok = tf.AutoTokenizer.from_pretrained(path)
-    model = tf.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+    cfg = tf.AutoConfig.from_pretrained(path)
+    if ablate:
+        if getattr(cfg, "sliding_window", None):
+            cfg.sliding_window = 4096
+        if getattr(cfg, "attention_chunk_size", None):
+            cfg.attention_chunk_size = 4096
+    model = tf.AutoModelForCausalLM.from_pretrained(path, config=cfg, torch_dtype=torch.float32,
+                                                    attn_implementation="eager")
     model.eval()
+    if ablate and cfg.model_type == "gpt_oss":
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.sinks.fill_(-1e9)
     res = []
     with torch.no_grad():
         for p in PROMPTS:
@@ -117,9 +143,30 @@ def agreement(ref: list[list[int]], got: list[list[int]]) -> int:
     return sum(a == b for a, b in zip(ref, got))
 
 
+def build_all(root: Path, python: str) -> dict:
+    """Each family's model (seed 0) and transformers' greedy tokens with and without its feature, made
+    in a subprocess of ``python`` (the engine venv's, whose transformers the engine uses too)."""
+    import subprocess
+
+    here = str(Path(__file__).parent)
+    res = {}
+    for fam in FAMILIES:
+        path = root / fam
+        ref, abl = root / f"{fam}.hf.json", root / f"{fam}.hf-ablated.json"
+        cmds = [["make", str(path), fam, "0"], ["greedy", str(path), str(ref), "32"]]
+        if fam in ABLATIONS:
+            cmds.append(["greedy", str(path), str(abl), "32", "ablate"])
+        for c in cmds:
+            subprocess.run([python, str(Path(here) / "families.py"), *c], check=True, capture_output=True, timeout=600)
+        res[fam] = {"path": str(path), "hf": json.loads(ref.read_text()),
+                    "hf_ablated": json.loads(abl.read_text()) if fam in ABLATIONS else None}
+    (root / "prompts.json").write_text(json.dumps(PROMPTS))
+    return res
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
     if sys.argv[1] == "make":
         print(make(sys.argv[2], sys.argv[3], int(sys.argv[4])))
-    elif sys.argv[1] == "greedy":
-        json.dump(greedy(sys.argv[2], int(sys.argv[4])), open(sys.argv[3], "w"))
+    elif sys.argv[1] == "greedy":  # greedy DIR OUT N [ablate]
+        json.dump(greedy(sys.argv[2], int(sys.argv[4]), ablate=len(sys.argv) > 5), open(sys.argv[3], "w"))
