@@ -16,6 +16,7 @@ import torch
 
 from vllm_xpu_attn import core
 from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan
+from vllm_xpu_attn.kernels import batch_invariant_requested
 from vllm_xpu_attn.log import setup_logging
 
 from .compat import (AttentionBackend, AttentionType, ForwardBatch, KVWriteLoc, layer_in_swa_pool,
@@ -46,6 +47,8 @@ class XpuAttnSGLangBackend(AttentionBackend):
         sa = model_runner.server_args
         self.topk = getattr(sa, "speculative_eagle_topk", None) or 0
         self.num_draft = getattr(sa, "speculative_num_draft_tokens", None) or 0
+        # SGLang's --enable-deterministic-inference (or VLLM_XPU_ATTN_BATCH_INVARIANT=1): batch-invariant kernels
+        self.batch_invariant = bool(getattr(sa, "enable_deterministic_inference", False)) or batch_invariant_requested()
         self.speculative_step_id = speculative_step_id
         self.speculative_num_steps = speculative_num_steps
         self.forward_metadata: Optional[StepPlan] = None
@@ -90,7 +93,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
             logit_softcap=float(layer.logit_cap or 0.0), has_sinks=has_sinks,
             local_attention=bool(getattr(layer, "use_irope", False)) and self.attention_chunk_size is not None,
             uses_swa_pool=layer_in_swa_pool(self.token_to_kv_pool, layer.layer_id), dtype=self.dtype,
-            kv_dtype=self.kv_dtype,
+            kv_dtype=self.kv_dtype, batch_invariant=self.batch_invariant,
         )
 
     def _runner(self, layer, has_sinks: bool) -> LayerRunner:

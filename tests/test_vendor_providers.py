@@ -116,7 +116,8 @@ def _vary(layout, sinks_bf16: bool, drop=("alibi_slopes",), descales: str = "as_
     for k in drop:
         layout.kwargs[k] = 0.0 if k == "softcap" else None
     kd, vd = layout.kwargs["k_descale"], layout.kwargs["v_descale"]
-    if kd is not None and kd.numel() == 1 and descales != "as_drawn":
+    if kd is not None and descales != "as_drawn" and kd.numel():
+        kd, vd = kd.reshape(-1)[:1].clone(), vd.reshape(-1)[:1].clone()  # per-tensor (vendors refuse per-head)
         if descales == "none":
             layout.kwargs["k_descale"] = layout.kwargs["v_descale"] = None
         else:
@@ -134,7 +135,7 @@ DESCALES = ("as_drawn", "none", "view")
 FIXTURES_OK = [HealthCheck.function_scoped_fixture]  # the fixtures set a build once; no per-example state
 
 
-@settings(max_examples=60, suppress_health_check=FIXTURES_OK)
+@settings(max_examples=60, suppress_health_check=FIXTURES_OK, derandomize=True)
 @given(layout=layouts(page_sizes=(1, 16, 64, 128, 64), head_dims=(64, 96, 128, 256), dtypes=FP16_BF16, max_ctx=160,
                       max_kv_heads=2, gqa=(1, 2, 4, 8)),
        lse=st.booleans(), use_out=st.booleans(), sinks_bf16=st.booleans(), descales=st.sampled_from(DESCALES))
@@ -142,7 +143,7 @@ def test_sgl_kernel_wrapper(sgl_build, layout, lse, use_out, sinks_bf16, descale
     drive("sgl_kernel", _vary(layout, sinks_bf16, descales=descales), lse, use_out)
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, derandomize=True)
 @given(layout=layouts(page_sizes=(16, 32, 48, 64, 128), head_dims=(64, 96, 128, 192, 256), dtypes=FP16_BF16,
                       max_ctx=160, gqa=(1, 2, 4, 8)),
        use_out=st.booleans(), sinks_bf16=st.booleans(), descales=st.sampled_from(DESCALES))
@@ -151,22 +152,22 @@ def test_vllm_xpu_kernels_wrapper(layout, use_out, sinks_bf16, descales):
           use_out)
 
 
-@settings(max_examples=40, suppress_health_check=FIXTURES_OK)
+@settings(max_examples=40, suppress_health_check=FIXTURES_OK, derandomize=True)
 @given(layout=layouts(page_sizes=(64, 128), head_dims=(64, 128), dtypes=[torch.bfloat16], max_ctx=160, always_fp8=True),
-       lse=st.booleans(), use_out=st.booleans(), descales=st.sampled_from(DESCALES))
-def test_sgl_kernel_wrapper_fp8(sgl_build, layout, lse, use_out, descales):
-    drive("sgl_kernel", _vary(layout, False, drop=("alibi_slopes", "sinks"), descales=descales), lse, use_out)
+       use_out=st.booleans(), descales=st.sampled_from(DESCALES[1:]))
+def test_sgl_kernel_wrapper_fp8(sgl_build, layout, use_out, descales):
+    drive("sgl_kernel", _vary(layout, False, drop=("alibi_slopes", "sinks"), descales=descales), False, use_out)
 
 
-@settings(max_examples=40)
+@settings(max_examples=40, derandomize=True)
 @given(layout=layouts(page_sizes=(16, 64), head_dims=(64, 128), dtypes=FP16_BF16, max_ctx=160, always_fp8=True),
-       use_out=st.booleans(), descales=st.sampled_from(DESCALES))
+       use_out=st.booleans(), descales=st.sampled_from(DESCALES[1:]))
 def test_vllm_xpu_kernels_wrapper_fp8(layout, use_out, descales):
     drive("vllm_xpu_kernels", _vary(layout, False, drop=("alibi_slopes", "softcap", "sinks"), descales=descales),
           False, use_out)
 
 
-@settings(max_examples=40, suppress_health_check=FIXTURES_OK)
+@settings(max_examples=40, suppress_health_check=FIXTURES_OK, derandomize=True)
 @given(layout=layouts(page_sizes=(16, 64, 128), head_dims=(64, 128), dtypes=FP16_BF16, max_ctx=160,
                       gqa=(1, 2, 4), allow_fp8=False),
        use_out=st.booleans())

@@ -21,6 +21,7 @@ def kernel_request(spec: LayerSpec, device_type: str, page_size: int, phase: str
         num_q_heads=spec.num_q_heads, num_kv_heads=spec.num_kv_heads, page_size=page_size,
         v_head_dim=spec.v_head_dim, causal=spec.causal, window=spec.window, softcap=spec.logit_softcap > 0,
         sinks=spec.has_sinks, alibi=spec.alibi_slopes is not None, return_lse=return_lse, phase=phase,
+        batch_invariant=spec.batch_invariant,
     )
 
 
@@ -48,6 +49,8 @@ class LayerRunner:
         self._alibi = (
             torch.tensor(spec.alibi_slopes, dtype=torch.float32, device=self.device) if spec.alibi_slopes else None
         )
+        # only providers that declare batch invariance are selected for such a layer; they take the switch
+        self._extra = {"batch_invariant": True} if spec.batch_invariant else {}
 
     def providers_used(self) -> dict[str, str]:
         return {"prefill": self.prefill_provider.name, "decode": self.decode_provider.name}
@@ -78,7 +81,7 @@ class LayerRunner:
             q, k_cache, v_cache, page_table, plan.cache_seqlens, plan.cu_seqlens_q, plan.max_seqlen_q,
             softmax_scale=self.spec.scale, causal=causal, window_size=window, softcap=self.spec.logit_softcap,
             sinks=sinks, alibi_slopes=self._alibi, k_descale=k_descale, v_descale=v_descale,
-            return_softmax_lse=return_lse, out=out,
+            return_softmax_lse=return_lse, out=out, **self._extra,
         )
 
     def forward(

@@ -56,6 +56,7 @@ class LayerSpec:
     uses_swa_pool: bool = False  # hybrid SWA models: this layer's KV lives in the SWA pool
     dtype: torch.dtype = torch.bfloat16
     kv_dtype: torch.dtype = torch.bfloat16
+    batch_invariant: bool = False  # outputs bitwise independent of the batch and of prefill chunking
 
     def __post_init__(self) -> None:
         if self.num_q_heads <= 0 or self.num_kv_heads <= 0:

@@ -1,6 +1,6 @@
 """Kernel providers. Imports torch only; optional libraries load inside their providers."""
 
-from .base import KernelProvider, KernelRequest
+from .base import ENV_BATCH_INVARIANT, KernelProvider, KernelRequest, batch_invariant_requested
 from .registry import (
     ENV_OVERRIDE,
     PRIORITY,
@@ -15,6 +15,6 @@ from .registry import (
 )
 
 __all__ = [
-    "ENV_OVERRIDE", "PRIORITY", "KernelProvider", "KernelRequest", "NoProviderError", "default_page_size", "explain",
+    "ENV_BATCH_INVARIANT", "ENV_OVERRIDE", "batch_invariant_requested", "PRIORITY", "KernelProvider", "KernelRequest", "NoProviderError", "default_page_size", "explain",
     "get_provider", "provider_names", "register_provider", "select_provider", "unregister_provider",
 ]

@@ -8,6 +8,7 @@ with no reasons and explains every refusal when none fits.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import ClassVar, Optional
 
 import torch
@@ -20,6 +21,14 @@ _DTYPE_NAMES = {
     torch.bfloat16: "bfloat16",
     **{d: str(d).replace("torch.", "") for d in FP8_DTYPES},
 }
+
+
+ENV_BATCH_INVARIANT = "VLLM_XPU_ATTN_BATCH_INVARIANT"
+
+
+def batch_invariant_requested() -> bool:
+    """``VLLM_XPU_ATTN_BATCH_INVARIANT=1``: every sequence's output bitwise independent of the batch."""
+    return os.environ.get(ENV_BATCH_INVARIANT, "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def dtype_name(d: torch.dtype) -> str:
@@ -48,6 +57,7 @@ class KernelRequest:
     alibi: bool = False
     return_lse: bool = False
     phase: str = "any"  # "prefill" | "decode" | "any"
+    batch_invariant: bool = False  # bitwise the same output whatever else is in the batch / however chunked
 
     @property
     def gqa_group(self) -> int:
@@ -68,7 +78,8 @@ class KernelRequest:
         if self.has_window:
             parts.append(f"window={self.window}")
         parts += [n for n, on in (("softcap", self.softcap), ("sinks", self.sinks), ("alibi", self.alibi),
-                                  ("lse", self.return_lse), ("non-causal", not self.causal)) if on]
+                                  ("lse", self.return_lse), ("non-causal", not self.causal),
+                                  ("batch-invariant", self.batch_invariant)) if on]
         return " ".join(parts)
 
 
@@ -92,7 +103,8 @@ class KernelProvider:
     head_dims: ClassVar[Optional[frozenset[int]]] = None  # None = any
     max_head_dim: ClassVar[Optional[int]] = None
     max_gqa_group: ClassVar[Optional[int]] = None
-    features: ClassVar[frozenset[str]] = frozenset()  # window, softcap, sinks, alibi, lse, non_causal, dv
+    features: ClassVar[frozenset[str]] = frozenset()  # window, softcap, sinks, alibi, lse, non_causal, dv,
+    #                                                    batch_invariant
 
     # ---- availability ---------------------------------------------------------------
     def unavailable_reason(self) -> Optional[str]:
@@ -138,6 +150,7 @@ class KernelProvider:
             "window": req.has_window, "softcap": req.softcap, "sinks": req.sinks, "alibi": req.alibi,
             "lse": req.return_lse, "non_causal": not req.causal,
             "dv": req.v_head_dim not in (None, req.head_dim),
+            "batch_invariant": req.batch_invariant,
         }
         for feat, on in wanted.items():
             if on and feat not in self.features:

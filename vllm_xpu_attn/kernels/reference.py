@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .base import KernelProvider
+from .base import KernelProvider, batch_invariant_requested
 from .torch_ops import merge_state_torch, write_kv_torch
 from .contract import (FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window,
                        )
@@ -42,8 +42,9 @@ def attend_one_sequence(
     softcap: float,
     sinks: Optional[torch.Tensor],
     alibi_slopes: Optional[torch.Tensor],
+    q_start: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention for one sequence, queries aligned to the end of the keys.
+    """Attention for one sequence, queries aligned to the end of the keys (or starting at key ``q_start``).
 
     q [Lq, Hq, D] fp32, k [Lk, Hkv, D] fp32, v [Lk, Hkv, Dv] fp32 -> (o [Lq, Hq, Dv] fp32, lse [Hq, Lq] fp32).
     A query that sees no key (and has no sink) gets o = 0, lse = -inf.
@@ -58,7 +59,7 @@ def attend_one_sequence(
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
 
-    q_pos = torch.arange(lq, device=q.device) + (lk - lq)  # FlashAttention's bottom-right alignment
+    q_pos = torch.arange(lq, device=q.device) + (lk - lq if q_start is None else q_start)  # bottom-right aligned
     k_pos = torch.arange(lk, device=q.device)
     rel = k_pos[None, :] - q_pos[:, None]  # [Lq, Lk]: key position relative to the query
     if alibi_slopes is not None:
@@ -85,13 +86,36 @@ def attend_one_sequence(
     return o, lse
 
 
+def attend_rows_exactly(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal: bool,
+                        window: tuple[int, int], softcap: float, sinks: Optional[torch.Tensor],
+                        alibi_slopes: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``attend_one_sequence`` one query row at a time over exactly the keys that row sees.
+
+    Same shapes and semantics; the arithmetic of a row depends on that row and its keys only.
+    """
+    lq, lk = q.shape[0], k.shape[0]
+    left, right = window
+    if causal:
+        right = 0
+    o = torch.zeros(lq, q.shape[1], v.shape[-1], device=q.device)
+    lse = torch.full((q.shape[1], lq), float("-inf"), device=q.device)
+    for i in range(lq):
+        pos = lk - lq + i
+        lo = max(pos - left, 0) if left >= 0 else 0
+        hi = max(min(pos + right + 1, lk) if right >= 0 else lk, lo)
+        o[i:i + 1], lse[:, i:i + 1] = attend_one_sequence(
+            q[i:i + 1], k[lo:hi], v[lo:hi], scale=scale, causal=causal, window=window, softcap=softcap, sinks=sinks,
+            alibi_slopes=alibi_slopes, q_start=pos - lo)
+    return o, lse
+
+
 class ReferenceProvider(KernelProvider):
     name = "reference"
     description = "pure torch, one sequence at a time; the oracle for every other provider"
     devices = frozenset({"cpu", "cuda", "xpu"})
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
-    features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv"})
+    features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv", "batch_invariant"})
 
     def flash_attn_with_kvcache(
         self,
@@ -112,7 +136,11 @@ class ReferenceProvider(KernelProvider):
         v_descale: Optional[torch.Tensor] = None,
         return_softmax_lse: bool = False,
         out: Optional[torch.Tensor] = None,
+        batch_invariant: Optional[bool] = None,
     ):
+        """The contract call. ``batch_invariant`` (default: $VLLM_XPU_ATTN_BATCH_INVARIANT): each query
+        row is computed over exactly its visible keys, one row at a time, so its bits do not depend on
+        the other rows of its chunk or batch (a batched matmul's blocking would change with them)."""
         check_paged_call(
             q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
             causal=causal, window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
@@ -125,6 +153,8 @@ class ReferenceProvider(KernelProvider):
         o = torch.zeros(total_q, hq, v_cache.shape[-1], dtype=torch.float32, device=q.device)
         lse = torch.full((hq, total_q), float("-inf"), dtype=torch.float32, device=q.device)
         cu = cu_seqlens_q.tolist()
+        invariant = batch_invariant_requested() if batch_invariant is None else batch_invariant
+        attend = attend_rows_exactly if invariant else attend_one_sequence
         for b, k_len in enumerate(cache_seqlens.tolist()):
             q0, q1 = cu[b], cu[b + 1]
             if q1 == q0:
@@ -132,7 +162,7 @@ class ReferenceProvider(KernelProvider):
             pages = page_table[b, : -(-k_len // page_size)].long()
             k = k_cache[pages].flatten(0, 1)[:k_len]  # [k_len, Hkv, D]
             v = v_cache[pages].flatten(0, 1)[:k_len]
-            o_b, lse_b = attend_one_sequence(
+            o_b, lse_b = attend(
                 q[q0:q1].float(), _to_f32(k, _descale_for(k_descale, b)), _to_f32(v, _descale_for(v_descale, b)),
                 scale=scale, causal=causal, window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
             )
@@ -183,13 +213,14 @@ class ReferenceProvider(KernelProvider):
         hq = q.shape[1]
         o = torch.zeros(q.shape[0], hq, v.shape[-1], dtype=torch.float32, device=q.device)
         lse = torch.full((hq, q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+        attend = attend_rows_exactly if batch_invariant_requested() else attend_one_sequence
         for b in range(len(cq) - 1):
             q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
             if q1 == q0:
                 continue
             if causal and q1 - q0 > k1 - k0:
                 raise ValueError(f"sequence {b}: causal attention with {q1 - q0} queries but {k1 - k0} keys")
-            o_b, lse_b = attend_one_sequence(
+            o_b, lse_b = attend(
                 q[q0:q1].float(), k[k0:k1].float(), v[k0:k1].float(), scale=scale, causal=causal,
                 window=(int(window_size[0]), int(window_size[1])), softcap=softcap, sinks=sinks,
                 alibi_slopes=alibi_slopes,

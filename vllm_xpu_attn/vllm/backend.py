@@ -13,6 +13,7 @@ from typing import ClassVar, Optional
 import torch
 
 from ..core import AttentionKind, AttnPlan, LayerRunner, LayerSpec, Mode, StepPlan
+from ..kernels import batch_invariant_requested
 from . import compat
 from .compat import (
     AttentionBackend,
@@ -86,6 +87,11 @@ class XpuAttnBackend(AttentionBackend):
     @classmethod
     def is_mla(cls) -> bool:
         return False
+
+    @classmethod
+    def supports_batch_invariance(cls) -> bool:
+        # VLLM_BATCH_INVARIANT=1: layers are planned batch-invariant (providers that cannot be are refused)
+        return True
 
 
 @dataclasses.dataclass
@@ -184,6 +190,7 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
             logit_softcap=float(logits_soft_cap or 0.0), has_sinks=sinks is not None,
             alibi_slopes=tuple(float(a) for a in alibi_slopes) if alibi_slopes is not None else None,
             dtype=model_dtype, kv_dtype=kv_dtype,
+            batch_invariant=compat.vllm_batch_invariant() or batch_invariant_requested(),
         )
         page_size = compat.get_current_vllm_config().cache_config.block_size
         # Providers are chosen now, so an unservable layer fails at start-up with every reason.

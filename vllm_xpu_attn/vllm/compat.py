@@ -60,3 +60,10 @@ def attn_type_names() -> dict[str, str]:
         AttentionType.ENCODER_ONLY: "encoder_only",
         AttentionType.ENCODER_DECODER: "cross",
     }
+
+
+def vllm_batch_invariant() -> bool:
+    """vLLM's batch-invariant mode (``VLLM_BATCH_INVARIANT=1``)."""
+    from vllm import envs
+
+    return bool(getattr(envs, "VLLM_BATCH_INVARIANT", False))

@@ -44,7 +44,7 @@ def _paged_attn_kernel(
     NUM_SPLITS: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_DESCALE: tl.constexpr, DESCALE_PER_HEAD: tl.constexpr,
-    WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr,
+    WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr, ALIGN_ROWS: tl.constexpr,
 ):
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -55,13 +55,18 @@ def _paged_attn_kernel(
     q_start = tl.load(CUQ + b)
     q_len = tl.load(CUQ + b + 1) - q_start
     k_len = tl.load(SEQ + b)
-    if tile * BLOCK_M >= q_len * GROUP:
+    # ALIGN_ROWS (batch-invariant mode): tiles cover fixed absolute (position, head) rows, so a query
+    # sits at the same place in its tile however its sequence's queries were chunked or batched
+    # (matrix units and BLAS kernels may round a row differently by its place in the tile)
+    shift = ((k_len - q_len) * GROUP) % BLOCK_M if ALIGN_ROWS else 0
+    if tile * BLOCK_M >= q_len * GROUP + shift:
         return
 
-    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows_s = tile * BLOCK_M + tl.arange(0, BLOCK_M) - shift
+    rows = tl.maximum(rows_s, 0)
     t = rows // GROUP  # query token within the sequence
     head = kvh * GROUP + rows % GROUP
-    row_ok = t < q_len
+    row_ok = (t < q_len) & (rows_s >= 0)
     pos = k_len - q_len + t  # bottom-right aligned position of each query
 
     offs_d = tl.arange(0, BLOCK_D)
@@ -83,8 +88,8 @@ def _paged_attn_kernel(
         slope = tl.load(ALIBI + head, mask=row_ok, other=0.0).to(tl.float32)
 
     # key range this tile can see
-    pos_lo = k_len - q_len + tile * BLOCK_M // GROUP
-    pos_hi = tl.minimum(k_len - q_len + (tile * BLOCK_M + BLOCK_M - 1) // GROUP, k_len - 1)
+    pos_lo = k_len - q_len + tl.maximum(tile * BLOCK_M - shift, 0) // GROUP
+    pos_hi = tl.minimum(k_len - q_len + (tile * BLOCK_M + BLOCK_M - 1 - shift) // GROUP, k_len - 1)
     lo = 0
     hi = k_len
     if CAUSAL:

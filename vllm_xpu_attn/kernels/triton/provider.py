@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import KernelProvider, KernelRequest
+from ..base import KernelProvider, KernelRequest, batch_invariant_requested
 from ..contract import (FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window, check_write_kv,
                         is_fp8)
 
@@ -49,7 +49,7 @@ class TritonProvider(KernelProvider):
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
     max_head_dim = 256
-    features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv"})
+    features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv", "batch_invariant"})
 
     def unavailable_reason(self) -> Optional[str]:
         try:
@@ -68,8 +68,11 @@ class TritonProvider(KernelProvider):
         self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
         softmax_scale=None, causal=True, window_size: Sequence[int] = (-1, -1), softcap=0.0, sinks=None,
         alibi_slopes=None, k_descale=None, v_descale=None, return_softmax_lse=False, out=None,
-        num_splits: Optional[int] = None,
+        num_splits: Optional[int] = None, batch_invariant: Optional[bool] = None,
     ):
+        """The contract call. ``batch_invariant`` (default: $VLLM_XPU_ATTN_BATCH_INVARIANT): one tile
+        shape for every row (prefill and decode alike) and no split-K, so each row's key blocks start at
+        the same absolute positions and are reduced in one fixed order whatever else is in the batch."""
         check_paged_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, causal=causal,
                          window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
                          k_descale=k_descale, v_descale=v_descale, out=out, check_values=False)
@@ -88,12 +91,18 @@ class TritonProvider(KernelProvider):
         if total_q == 0 or batch == 0:
             return (out, lse) if return_softmax_lse else out
         left, right = check_window(window_size, causal)
-        phase = "decode" if max_seqlen_q <= 1 else "prefill"
+        invariant = batch_invariant_requested() if batch_invariant is None else batch_invariant
+        phase = "decode" if max_seqlen_q <= 1 and not invariant else "prefill"
         block_m, block_n, warps, stages = TUNING[device_family(q.device)][phase]
         block_m = max(block_m, _pow2(group)) if phase == "decode" else block_m
-        if num_splits is None:
+        if invariant:
+            if num_splits not in (None, 1):
+                raise ValueError(f"batch-invariant mode runs without split-K; got num_splits={num_splits}")
+            num_splits = 1
+        elif num_splits is None:
             num_splits = self._num_splits(q.device, batch, hkv, max_seqlen_q, page_table.shape[1] * page)
-        tiles = triton_cdiv(max(int(max_seqlen_q), 1) * group, block_m)
+        # aligned tiles (batch-invariant mode) may start up to block_m - 1 rows before the first query
+        tiles = triton_cdiv(max(int(max_seqlen_q), 1) * group + (block_m - 1 if invariant else 0), block_m)
         bd, bdv = _pow2(d), _pow2(dv)
         per_head = k_descale is not None and k_descale.numel() != 1
         scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
@@ -124,6 +133,7 @@ class TritonProvider(KernelProvider):
             WRITE_LSE=return_softmax_lse,
             # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
             FP32_DOT=q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16),
+            ALIGN_ROWS=invariant,
             num_warps=warps, num_stages=stages,
         )
         if num_splits > 1:
