@@ -115,3 +115,18 @@ def install_draft_backends(name: str, multi_step_decode, draft_extend) -> bool:
     _create_backend._xpu_attn = True
     DraftBackendFactory._create_backend = _create_backend
     return True
+
+
+def install_deterministic_choice(name: str) -> bool:
+    """List ``name`` among SGLang's deterministic-inference backends (and radix-cache compatible ones):
+    with ``--enable-deterministic-inference`` this backend runs its batch-invariant kernels, which
+    give a cached prefix the same bits as a recomputed one, so the radix cache can stay on."""
+    try:
+        from sglang.srt.arg_groups import choices
+    except ImportError:
+        return False
+    for lst in (getattr(choices, "DETERMINISTIC_ATTENTION_BACKEND_CHOICES", None),
+                getattr(choices, "RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND", None)):
+        if lst is not None and name not in lst:
+            lst.append(name)
+    return True

@@ -39,7 +39,7 @@ def create_draft_extend_backend(runner):
 
 def register() -> None:
     try:
-        from .compat import install_draft_backends, install_model_hook_alias, registry
+        from .compat import install_deterministic_choice, install_draft_backends, install_model_hook_alias, registry
 
         register_attention_backend, backends, add_choices, choices = registry()
     except Exception as e:  # SGLang absent or too different: change nothing
@@ -59,3 +59,4 @@ def register() -> None:
     # size the XPU providers serve is chosen when none was given, and EAGLE drafts run here too.
     install_model_hook_alias(NAME, default_page_size)
     install_draft_backends(NAME, create_multi_step_draft_backend, create_draft_extend_backend)
+    install_deterministic_choice(NAME)  # --enable-deterministic-inference -> batch-invariant kernels

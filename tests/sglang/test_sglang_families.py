@@ -153,3 +153,18 @@ def test_sinks_are_found_at_start_up(monkeypatch):
             _backend(runner)
     finally:
         unregister_provider("no_sinks")
+
+
+def test_deterministic_inference_selects_batch_invariant_kernels():
+    """SGLang's --enable-deterministic-inference reaches every layer as a batch-invariant LayerSpec,
+    and only providers that declare batch invariance are chosen (tests/test_batch_invariance.py
+    proves the invariance itself)."""
+    req_pool, kv_pool = _pools()
+    runner = _runner(req_pool, kv_pool)
+    runner.server_args.enable_deterministic_inference = True
+    runner.model = torch.nn.ModuleList([_layer(0), _layer(1, sliding_window_size=3)])
+    backend = _backend(runner)
+    assert backend._runners and all(r.spec.batch_invariant for r in backend._runners.values())
+    assert all("batch_invariant" in r.decode_provider.features for r in backend._runners.values())
+    runner.server_args.enable_deterministic_inference = False
+    assert not any(r.spec.batch_invariant for r in _backend(runner)._runners.values())

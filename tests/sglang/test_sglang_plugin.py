@@ -134,3 +134,18 @@ print(made)
     out = _py(code).splitlines()
     assert out[-2] == "True XpuAttnMultiStepDraftBackend 2 Fake"
     assert out[-1] == "[(True, 0, 1, 3), (True, 1, 1, 3), (False, 0, 0, 0)]"
+
+
+def test_deterministic_inference_keeps_xpu_attn_and_the_radix_cache(tmp_path):
+    model = _families_dir(tmp_path, "qwen3")
+    code = f"""
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.arg_groups.model_override_base import resolved_view
+sa = ServerArgs(model_path={model!r}, attention_backend="xpu_attn", device="cpu", enable_deterministic_inference=True)
+sa.resolve_once()
+v = resolved_view(sa)
+print(v.attention_backend, v.disable_radix_cache)
+"""
+    assert _py(code).splitlines()[-1] == "xpu_attn False"

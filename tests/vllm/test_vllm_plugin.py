@@ -74,6 +74,20 @@ def test_backend_declarations():
         head_size=64, dtype=torch.float32, kv_cache_dtype="auto", block_size=16, use_mla=False, has_sink=False,
         use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False, device_capability=None,
         attn_type="decoder", use_non_causal=True)
+    # VLLM_BATCH_INVARIANT=1 is served (the layers get batch-invariant kernels), not refused
+    assert B.validate_configuration(head_size=64, dtype=torch.float32, kv_cache_dtype="auto", block_size=16,
+                                    use_mla=False, has_sink=False, use_sparse=False, use_mm_prefix=False,
+                                    use_per_head_quant_scales=False, device_capability=None, attn_type="decoder",
+                                    use_batch_invariant=True) == []
+
+
+def test_vllm_batch_invariant_switch_reaches_the_layers(monkeypatch):
+    from vllm_xpu_attn.vllm import compat
+
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
+    assert compat.vllm_batch_invariant()
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "0")
+    assert not compat.vllm_batch_invariant()
 
 
 def _cam(q_lens, k_lens, table, max_q, max_k, **kw):
