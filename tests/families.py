@@ -2,7 +2,7 @@
 
 Test-only (needs transformers, tokenizers, safetensors: both engine venvs have them). One model
 per family, with configs chosen so that the prompts plus 32 generated tokens cross every window
-and chunk: sliding windows of 16, Llama-4 chunks of 32, prompts of 10-60 tokens.
+and chunk: sliding windows of 8 (Gemma-3) and 16, Llama-4 chunks of 32, prompts of 10-60 tokens.
 
     python families.py make DIR FAMILY SEED        -> writes the model into DIR
     python families.py greedy DIR OUT_JSON N       -> transformers eager greedy tokens for PROMPTS
@@ -14,23 +14,16 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny_model as _tiny_model  # noqa: E402
+
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 128, 4, 2, 32
 WINDOW, CHUNK = 16, 32
 GEMMA_WINDOW = 8
 
-# 12 prompts: short ones, and long ones that cross a window (16) and a chunk (32) in the prompt itself
-PROMPTS = [
-    "the quick brown fox",
-    "once upon a time there was",
-    "a paged attention kernel reads keys and values from pages of a cache, and",
-    "intel gpus",
-    "sliding windows, sinks, softcap and alibi change which keys a query sees. the quick brown fox jumps over "
-    "the lazy dog and then",
-    "model",
-    "attending to everything it had said before, the small model",
-    "vllm and sglang with this backend run the same kernels; a query sees",
-    "pages of a cache hold keys",
-    "one token at a time",
+# 12 prompts: the tiny model's 10 (short ones, and long ones crossing a window of 16 and a chunk
+# of 32 in the prompt itself) plus two more
+PROMPTS = _tiny_model.PROMPTS + [
     "a paged attention kernel reads keys and values from pages of a cache. intel gpus run vllm and sglang with "
     "this backend. once upon a time",
     "the lazy dog",
@@ -79,11 +72,10 @@ def make(path: str, family: str, seed: int) -> str:
     import torch
     import transformers as tf
 
-    from tiny_model import make_tokenizer
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    vocab = make_tokenizer(out, 600)
+    vocab = _tiny_model.make_tokenizer(out, 600)
     torch.manual_seed(seed)
     model = tf.AutoModelForCausalLM.from_config(config(family, vocab), torch_dtype=torch.float32)
     if family == "gpt-oss":

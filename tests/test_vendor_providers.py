@@ -136,7 +136,8 @@ FIXTURES_OK = [HealthCheck.function_scoped_fixture]  # the fixtures set a build 
 
 
 @settings(max_examples=60, suppress_health_check=FIXTURES_OK, derandomize=True)
-@given(layout=layouts(page_sizes=(1, 16, 64, 128, 64), head_dims=(64, 96, 128, 256), dtypes=FP16_BF16, max_ctx=160,
+@given(layout=layouts(page_sizes=(1, 16, 64, 128, 64), head_dims=(64, 96, 128, 192, 256, 512), dtypes=FP16_BF16,
+                      max_ctx=160,
                       max_kv_heads=2, gqa=(1, 2, 4, 8)),
        lse=st.booleans(), use_out=st.booleans(), sinks_bf16=st.booleans(), descales=st.sampled_from(DESCALES))
 def test_sgl_kernel_wrapper(sgl_build, layout, lse, use_out, sinks_bf16, descales):
@@ -144,7 +145,7 @@ def test_sgl_kernel_wrapper(sgl_build, layout, lse, use_out, sinks_bf16, descale
 
 
 @settings(max_examples=100, derandomize=True)
-@given(layout=layouts(page_sizes=(16, 32, 48, 64, 128), head_dims=(64, 96, 128, 192, 256), dtypes=FP16_BF16,
+@given(layout=layouts(page_sizes=(16, 32, 48, 64, 128), head_dims=(64, 96, 128, 192, 256, 512), dtypes=FP16_BF16,
                       max_ctx=160, gqa=(1, 2, 4, 8)),
        use_out=st.booleans(), sinks_bf16=st.booleans(), descales=st.sampled_from(DESCALES))
 def test_vllm_xpu_kernels_wrapper(layout, use_out, sinks_bf16, descales):
@@ -168,7 +169,7 @@ def test_vllm_xpu_kernels_wrapper_fp8(layout, use_out, descales):
 
 
 @settings(max_examples=40, suppress_health_check=FIXTURES_OK, derandomize=True)
-@given(layout=layouts(page_sizes=(16, 64, 128), head_dims=(64, 128), dtypes=FP16_BF16, max_ctx=160,
+@given(layout=layouts(page_sizes=(16, 64, 128), head_dims=(64, 128, 192, 256, 512), dtypes=FP16_BF16, max_ctx=160,
                       gqa=(1, 2, 4), allow_fp8=False),
        use_out=st.booleans())
 def test_ipex_wrapper(ipex_on, layout, use_out):
