@@ -50,9 +50,9 @@ def main():
     prompts = PROMPTS[:4]
     texts = run_vllm(a.model, prompts) if a.engine == "vllm" else run_sglang(a.model, prompts)
     # the provider choice is logged by the engine process; the in-process registry says it too
-    from vllm_xpu_attn.kernels.registry import _logged
+    from vllm_xpu_attn.kernels import chosen_providers
 
-    providers = sorted({name for name, _ in _logged}) or ["(chosen in the engine's worker process; see log above)"]
+    providers = chosen_providers() or ["(chosen in the engine's worker process; see log above)"]
     print(f"\n=== {a.engine} + vllm-xpu-attn: kernel provider(s) {providers} ===")
     for p, t in zip(prompts, texts):
         print(f"  {p!r} -> {t!r}")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
-from vllm_xpu_attn.kernels import KernelRequest, NoProviderError, get_provider, select_provider
+from vllm_xpu_attn.kernels import KernelRequest, NoProviderError, get_provider, reload_provider, select_provider
 from vllm_xpu_attn.kernels import registry as reg
 
 FAKES = os.path.join(os.path.dirname(__file__), "fakes")
@@ -28,7 +28,7 @@ SGL_BUILDS = ("9cf16bf9", "pr491")
 
 def _reset_instances():
     for n in VENDORS:
-        reg._instances.pop(n, None)
+        reload_provider(n)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -59,8 +59,8 @@ def main():
 
     backend = None
     try:  # which attention backend class the platform picked, for the record
-        from vllm_xpu_attn.kernels.registry import _logged
-        backend = sorted({name for name, _ in _logged}) or None
+        from vllm_xpu_attn.kernels import chosen_providers
+        backend = chosen_providers() or None
     except Exception:
         pass
     res = {

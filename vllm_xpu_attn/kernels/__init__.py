@@ -5,6 +5,8 @@ from .registry import (
     ENV_OVERRIDE,
     PRIORITY,
     NoProviderError,
+    chosen_providers,
+    reload_provider,
     default_page_size,
     explain,
     get_provider,
@@ -16,5 +18,5 @@ from .registry import (
 
 __all__ = [
     "ENV_BATCH_INVARIANT", "ENV_OVERRIDE", "batch_invariant_requested", "PRIORITY", "KernelProvider", "KernelRequest", "NoProviderError", "default_page_size", "explain",
-    "get_provider", "provider_names", "register_provider", "select_provider", "unregister_provider",
+    "chosen_providers", "get_provider", "provider_names", "reload_provider", "register_provider", "select_provider", "unregister_provider",
 ]

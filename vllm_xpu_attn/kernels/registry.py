@@ -80,6 +80,18 @@ def unregister_provider(name: str) -> None:
             order.remove(name)
 
 
+def chosen_providers() -> list[str]:
+    """Names of the providers this process has selected so far (sorted), e.g. for a run's record."""
+    return sorted({name for name, _ in _logged})
+
+
+def reload_provider(name: str) -> None:
+    """Forget the cached instance of ``name``: the next get_provider() builds it anew (after its
+    library changed, or to reset its probes)."""
+    if not _PROVIDER_PATHS.get(name, "").startswith("<instance"):
+        _instances.pop(name, None)
+
+
 def get_provider(name: str) -> KernelProvider:
     """The provider instance called ``name`` (it may still be unavailable: see unavailable_reason)."""
     if name in _instances:
