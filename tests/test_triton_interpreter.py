@@ -68,6 +68,11 @@ def test_triton_varlen_and_merge(layout):
     mr = REF.merge_state(o1, l1c, o2, l2)
     _close(mt[0], mr[0].double(), torch.float32)
     assert_lse_close(mt[1].cpu(), mr[1].double().cpu())
+    sinks = torch.randn(o1.shape[1], device=DEV) * 2  # a cascade of sink layers: the sink joins once
+    mt = TRITON.merge_state(o1, l1c, o2, l2, sinks=sinks)
+    mr = REF.merge_state(o1, l1c, o2, l2, sinks=sinks)
+    _close(mt[0], mr[0].double(), torch.float32)
+    assert_lse_close(mt[1].cpu(), mr[1].double().cpu())
 
 
 @pytest.mark.parametrize("fp8", [None, torch.float8_e4m3fn, torch.float8_e5m2])

@@ -313,6 +313,11 @@ def test_sgl_merge_state_transposes_lse():
     want_l = torch.logaddexp(l_a, l_b)
     want_o = o_a * torch.exp(l_a - want_l).T[..., None] + o_b * torch.exp(l_b - want_l).T[..., None]
     assert torch.allclose(got_o, want_o, atol=1e-6) and torch.allclose(got_l, want_l, atol=1e-6)
+    sinks = torch.randn(3, generator=g)  # the sink joins the denominator once, with no value
+    got_o, got_l = get_provider("sgl_kernel").merge_state(o_a, l_a, o_b, l_b, sinks=sinks)
+    want_l = torch.logaddexp(torch.logaddexp(l_a, l_b), sinks[:, None])
+    want_o = o_a * torch.exp(l_a - want_l).T[..., None] + o_b * torch.exp(l_b - want_l).T[..., None]
+    assert torch.allclose(got_o, want_o, atol=1e-6) and torch.allclose(got_l, want_l, atol=1e-6)
 
 
 # ---- selection: hand-written expectations from the vendors' sources, not from the registry ----

@@ -11,7 +11,6 @@ from .paging import (
     cdiv,
     cu_seqlens,
     decode_plan,
-    pad_page_table,
     slot_mapping_from_page_table,
     swa_translate,
     token_table_to_page_table,
@@ -23,7 +22,7 @@ from .types import AttentionKind, AttnPlan, LayerSpec, Mode, StepPlan
 __all__ = [
     "AttentionKind", "AttnPlan", "LayerRunner", "LayerSpec", "Mode", "StepPlan", "build_plan", "cdiv",
     "check_kv_cache", "cu_seqlens", "decode_plan", "decoder_token_table", "draft_decode_expand_plan",
-    "encoder_plan", "shift_token_table", "kernel_request", "local_attention_plan", "local_attention_plans", "pad_page_table", "slot_mapping_from_page_table",
+    "encoder_plan", "shift_token_table", "kernel_request", "local_attention_plan", "local_attention_plans", "slot_mapping_from_page_table",
     "swa_translate", "token_table_to_page_table", "verify_expand_plan", "verify_main_plan_topk",
     "verify_plan_topk1", "virtual_rows_per_seq", "write_kv",
 ]

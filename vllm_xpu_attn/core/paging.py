@@ -109,11 +109,3 @@ def swa_translate(
     if callable(mapping) and not isinstance(mapping, torch.Tensor):
         return mapping(token_table)
     return mapping[token_table.long()]
-
-
-def pad_page_table(page_table: torch.Tensor, width: int) -> torch.Tensor:
-    """Right-pad (or keep) a page table to ``width`` columns with page 0 (never read past seq_len)."""
-    if page_table.shape[1] >= width:
-        return page_table
-    return torch.nn.functional.pad(page_table, (0, width - page_table.shape[1]))
-

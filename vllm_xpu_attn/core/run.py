@@ -141,9 +141,6 @@ class LayerRunner:
         o_b, lse_b = self._call(self.spec_provider or provider, exp, exp.page_table, q_real, kc, vc, causal=False,
                                 window=(-1, -1), sinks=None, k_descale=k_descale, v_descale=v_descale,
                                 return_lse=True, out=None)
-        merged, lse = provider.merge_state(o_a, lse_a, o_b, lse_b)
-        if sinks is not None:
-            # the sink joins the softmax denominator once: rescale by 1 / (1 + exp(sink - lse))
-            merged = (merged.float() * torch.sigmoid(lse - sinks.float()[:, None]).T[..., None]).to(merged.dtype)
+        merged, _ = provider.merge_state(o_a, lse_a, o_b, lse_b, sinks=sinks)  # the sink joins once, there
         out_real.copy_(merged)
         return out

@@ -27,7 +27,6 @@ class Mode(str, enum.Enum):
     MIXED = "mixed"  # decode and extend rows in one batch
     TARGET_VERIFY = "target_verify"  # speculative decoding: draft tokens checked by the target
     DRAFT_DECODE = "draft_decode"  # speculative decoding: the draft model's decode steps
-    IDLE = "idle"  # nothing to run (DP padding)
 
     @property
     def is_decode(self) -> bool:

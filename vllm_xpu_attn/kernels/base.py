@@ -91,7 +91,8 @@ class KernelProvider:
         int32 [B, max_pages], cache_seqlens int32 [B], cu_seqlens_q int32 [B+1], max_seqlen_q, ...)
         -> out [total_q, Hq, Dv] (, lse [Hq, total_q] fp32)
       flash_attn_varlen_func(q [total_q, Hq, D], k/v [total_k, Hkv, D], cu_seqlens_q, cu_seqlens_k, ...)
-      merge_state(o_a [T, H, D], lse_a [H, T], o_b, lse_b) -> (o, lse)
+      merge_state(o_a [T, H, D], lse_a [H, T], o_b, lse_b, sinks [H] or None) -> (o, lse); the sink
+        joins the merged softmax denominator once (cascades of sink layers)
       write_kv(k/v [T, Hkv, D], k_cache/v_cache, slot_mapping [T], k_scale, v_scale)
     """
 
@@ -165,7 +166,7 @@ class KernelProvider:
     def flash_attn_varlen_func(self, *args, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def merge_state(self, o_a, lse_a, o_b, lse_b):  # pragma: no cover - abstract
+    def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):  # pragma: no cover

@@ -232,9 +232,9 @@ class ReferenceProvider(KernelProvider):
             result = out
         return (result, lse) if return_softmax_lse else result
 
-    def merge_state(self, o_a, lse_a, o_b, lse_b):
-        """o_* [T, H, D], lse_* [H, T] fp32 (natural log) -> (o [T, H, D] o_a.dtype, lse [H, T] fp32)."""
-        return merge_state_torch(o_a, lse_a, o_b, lse_b)
+    def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
+        """o_* [T, H, D], lse_* [H, T] fp32 (natural log), sinks [H] -> (o [T, H, D] o_a.dtype, lse [H, T] fp32)."""
+        return merge_state_torch(o_a, lse_a, o_b, lse_b, sinks)
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
         """Scatter k/v [T, Hkv, D] into the paged caches (see torch_ops.write_kv_torch)."""

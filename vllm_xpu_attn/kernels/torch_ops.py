@@ -6,15 +6,19 @@ directly; no provider calls another provider.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from .contract import check_write_kv, is_fp8
 
 
-def merge_state_torch(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor):
+def merge_state_torch(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor,
+                      sinks: Optional[torch.Tensor] = None):
     """Merge two partial softmax results over disjoint key sets (cascade attention).
 
-    o_* [T, H, D], lse_* [H, T] fp32 (natural log) -> (o [T, H, D] o_a.dtype, lse [H, T] fp32).
+    o_* [T, H, D], lse_* [H, T] fp32 (natural log), sinks [H] (joins the denominator once, no value)
+    -> (o [T, H, D] o_a.dtype, lse [H, T] fp32, the sink included).
     """
     if o_a.shape != o_b.shape or lse_a.shape != lse_b.shape:
         raise ValueError(f"merge_state shapes differ: o {list(o_a.shape)} vs {list(o_b.shape)}, "
@@ -26,6 +30,10 @@ def merge_state_torch(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
     w_a = torch.where(torch.isfinite(lse_a), torch.exp(lse_a.float() - safe), 0.0).T[..., None]  # [T, H, 1]
     w_b = torch.where(torch.isfinite(lse_b), torch.exp(lse_b.float() - safe), 0.0).T[..., None]
     o = o_a.float() * w_a + o_b.float() * w_b
+    if sinks is not None:
+        with_sink = torch.logaddexp(lse, sinks.float()[:, None].expand_as(lse))
+        o = o * torch.exp(lse - with_sink).nan_to_num(0.0).T[..., None]
+        lse = with_sink
     return o.to(o_a.dtype), lse
 
 

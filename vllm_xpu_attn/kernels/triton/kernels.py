@@ -216,17 +216,23 @@ def _merge_splits(
 
 
 @triton.jit
-def _merge_state_kernel(OA, LA, OB, LB, O, L, stride_t, stride_h, total, D: tl.constexpr, BLOCK_D: tl.constexpr):
+def _merge_state_kernel(OA, LA, OB, LB, SINKS, O, L, stride_t, stride_h, total, D: tl.constexpr,
+                        BLOCK_D: tl.constexpr, HAS_SINKS: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, BLOCK_D)
     la = tl.load(LA + h * total + t)
     lb = tl.load(LB + h * total + t)
     m = tl.maximum(la, lb)
+    if HAS_SINKS:  # the sink joins the softmax denominator once, with no value
+        sink = tl.load(SINKS + h).to(tl.float32)
+        m = tl.maximum(m, sink)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     wa = tl.exp(la - m_safe)
     wb = tl.exp(lb - m_safe)
     den = wa + wb
+    if HAS_SINKS:
+        den = den + tl.exp(sink - m_safe)
     has = den > 0
     dn = tl.where(has, den, 1.0)
     msk = offs < D

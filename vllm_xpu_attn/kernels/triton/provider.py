@@ -183,7 +183,7 @@ class TritonProvider(KernelProvider):
                                             softmax_scale, causal, window_size, softcap, sinks, alibi_slopes,
                                             return_softmax_lse=return_softmax_lse, out=out)
 
-    def merge_state(self, o_a, lse_a, o_b, lse_b):
+    def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         from .kernels import _merge_state_kernel
 
         if o_a.shape != o_b.shape or lse_a.shape != lse_b.shape or lse_a.shape != (o_a.shape[1], o_a.shape[0]):
@@ -194,8 +194,9 @@ class TritonProvider(KernelProvider):
         o = torch.empty_like(o_a)
         lse = torch.empty(h, t, dtype=torch.float32, device=o_a.device)
         if t:
-            _merge_state_kernel[(t, h)](o_a, lse_a.float().contiguous(), o_b, lse_b.float().contiguous(), o, lse,
-                                        o.stride(0), o.stride(1), t, D=d, BLOCK_D=_pow2(d))
+            _merge_state_kernel[(t, h)](o_a, lse_a.float().contiguous(), o_b, lse_b.float().contiguous(),
+                                        sinks if sinks is not None else lse, o, lse, o.stride(0), o.stride(1), t,
+                                        D=d, BLOCK_D=_pow2(d), HAS_SINKS=sinks is not None)
         return o, lse
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):

@@ -105,7 +105,7 @@ class IpexProvider(KernelProvider):
             return out
         return dst
 
-    def merge_state(self, o_a, lse_a, o_b, lse_b):
+    def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         raise NotImplementedError("ipex provider returns no LSE, so it never takes part in a cascade")
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):

@@ -178,13 +178,18 @@ class SglKernelProvider(KernelProvider):
             o = out
         return o
 
-    def merge_state(self, o_a, lse_a, o_b, lse_b):
+    def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         # sgl_kernel.merge_state_v2 takes contiguous lse [T, H] (merge_states.cpp:92-93, 340-345); ours are [H, T]
         mod, why = try_import("sgl_kernel")
         if why:
             raise RuntimeError(why)
         o, lse = mod.merge_state_v2(o_a.contiguous(), lse_a.T.contiguous(), o_b.contiguous(), lse_b.T.contiguous())
-        return o, lse.T
+        lse = lse.T
+        if sinks is not None:  # merge_state_v2 has no sink: the sink's share of the denominator, here
+            with_sink = torch.logaddexp(lse, sinks.float()[:, None].expand_as(lse))
+            o = (o.float() * torch.exp(lse - with_sink).nan_to_num(0.0).T[..., None]).to(o.dtype)
+            lse = with_sink
+        return o, lse
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
         # sgl-kernel has no cache-write op: SGLang's pools write with torch indexing; so do we

@@ -172,7 +172,7 @@ class VllmXpuKernelsProvider(KernelProvider):
             window_size=list(fa3_window(window_size, causal)), out=out,
             s_aux=sinks.to(q.dtype) if sinks is not None else None)
 
-    def merge_state(self, o_a, lse_a, o_b, lse_b):
+    def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         raise NotImplementedError("vllm_xpu_kernels provider returns no LSE, so it never takes part in a cascade")
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
