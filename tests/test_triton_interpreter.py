@@ -113,6 +113,6 @@ def test_every_block_alignment_of_the_mask_edges(window, group):
     cu = torch.nn.functional.pad(q_lens.cumsum(0), (1, 0)).int()
     seq = torch.tensor([k for _, k in pairs], dtype=torch.int32)
     q = torch.randn(int(cu[-1]), hkv * group, d, generator=g) * 2
-    args = (q, kc, vc, pt, seq, cu, int(q_lens.max()))
+    args = (q.to(DEV), kc.to(DEV), vc.to(DEV), pt.to(DEV), seq.to(DEV), cu.to(DEV), int(q_lens.max()))
     kw = dict(causal=causal, window_size=window)
     _close(TRITON.flash_attn_with_kvcache(*args, **kw), REF.flash_attn_with_kvcache(*args, **kw), torch.float32)
