@@ -77,7 +77,7 @@ def install_model_hook_alias(name: str, choose_page_size) -> bool:
                     declare_resolution(server_args, "xpu_attn: restore name", **back)
         view = resolved_view(server_args)
         if name in (getattr(view, f, None) for f in _BACKEND_FIELDS) and view.page_size is None:
-            page = choose_page_size(str(view.device))
+            page = choose_page_size(str(view.device).split(":")[0])  # "xpu:0" -> "xpu"
             if page is not None:
                 declare_resolution(server_args, "xpu_attn: page size", page_size=page)
 
