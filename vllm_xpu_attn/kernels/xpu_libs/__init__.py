@@ -1,5 +1,5 @@
 """Vendor kernel providers (Intel XPU libraries). Each imports its library lazily.
 
-None of these was run on Intel hardware here: each is tested against a fake module with the
-vendor's exact signature (tests/fakes/) that asserts the vendor's requirements.
+None of these was run on Intel hardware here: each is tested against a strict model of its vendor
+(tests/fakes/, every rule citing the vendor's source line; docs/xpu_vendors.md) and the naive oracle.
 """
