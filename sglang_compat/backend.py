@@ -51,6 +51,9 @@ class XpuAttnSGLangBackend(AttentionBackend):
         self.batch_invariant = bool(getattr(sa, "enable_deterministic_inference", False)) or batch_invariant_requested()
         self.speculative_step_id = speculative_step_id
         self.speculative_num_steps = speculative_num_steps
+        self.spec_shape = core.SpecDecodeShape(topk=max(self.topk, 1), num_draft=self.num_draft,
+                                               num_steps=speculative_num_steps, step_id=speculative_step_id)
+        core.check_step_config(self.page_size, self.attention_chunk_size)
         self.forward_metadata: Optional[StepPlan] = None
         self.swa_out_cache_loc: Optional[torch.Tensor] = None
         self._runners: dict[tuple[int, bool], LayerRunner] = {}
@@ -135,78 +138,44 @@ class XpuAttnSGLangBackend(AttentionBackend):
         )
 
     def plan(self, fb: ForwardBatch, static_max_k: Optional[int] = None) -> StepPlan:
-        """ForwardBatch -> core StepPlan, without device-to-host syncs.
+        """ForwardBatch -> core StepInputs -> core.plan_step, without device-to-host syncs.
 
         Host maxima come from the *_cpu fields; with ``static_max_k`` (graph capture) they are
         that fixed bound instead, so every tensor's shape depends on the batch size alone.
         """
         mode = fb.forward_mode
         bs = fb.batch_size
-        seq_lens = fb.seq_lens
         if static_max_k is not None:
             max_k = static_max_k
+        elif bs:
+            max_k = int(fb.seq_lens_cpu.max())
         else:
-            max_k = int(fb.seq_lens_cpu.max()) if bs else 0
-        rows = self.req_to_token_pool.req_to_token[fb.req_pool_indices]  # [B, max_context] token slots
-        enc_lens = fb.encoder_lens
-        if enc_lens is not None:
-            enc_lens_cpu = list(fb.encoder_lens_cpu) if fb.encoder_lens_cpu is not None else enc_lens.tolist()
-            max_enc = max(enc_lens_cpu + [0])
-            dec_rows = core.shift_token_table(rows, enc_lens, max_k)  # decoder tokens follow the encoder's
-        else:
-            dec_rows = rows
-
-        spec_expand = None
+            max_k = 0
+        inputs = core.StepInputs(
+            mode=Mode.DECODE, seq_lens=fb.seq_lens, max_seqlen_k=max_k, num_tokens=bs, page_size=self.page_size,
+            token_table=self.req_to_token_pool.req_to_token[fb.req_pool_indices],  # [B, max_context] token slots
+            swa_mapping=self.token_to_kv_pool.translate_loc_from_full_to_swa if self.use_swa_pool else None,
+            attention_chunk_size=self.attention_chunk_size, spec=self.spec_shape,
+        )
+        if fb.encoder_lens is not None:
+            inputs.encoder_lens = fb.encoder_lens
+            enc_cpu = list(fb.encoder_lens_cpu) if fb.encoder_lens_cpu is not None else fb.encoder_lens.tolist()
+            inputs.max_encoder_len = max(enc_cpu + [0])
         if mode.is_decode_or_idle():
-            if fb.spec_info is not None and self.topk > 1:  # draft decode, tree branches
-                main = core.verify_main_plan_topk(seq_lens, core.token_table_to_page_table(dec_rows, self.page_size, max_k),
-                                                  self.page_size, self.topk, max_k)
-                spec_expand = core.draft_decode_expand_plan(fb.out_cache_loc, bs, self.topk,
-                                                            self.speculative_num_steps, self.speculative_step_id)
-                q_tokens, smode = bs * self.topk, Mode.DRAFT_DECODE
-            else:
-                extra = self.speculative_step_id + 1 if fb.spec_info is not None else 0
-                k_lens = seq_lens + extra if extra else seq_lens
-                table = core.token_table_to_page_table(dec_rows, self.page_size, max_k + extra)
-                main = core.decode_plan(k_lens, table, self.page_size, max_k + extra)
-                q_tokens, smode = bs, (Mode.DRAFT_DECODE if extra else Mode.DECODE)
-            q_lens = torch.ones_like(seq_lens)
-            max_q = 1
+            if fb.spec_info is not None:  # an EAGLE draft decode step
+                inputs.mode = Mode.DRAFT_DECODE
+                inputs.draft_slots = fb.out_cache_loc
         elif mode.is_target_verify():
-            n = self.num_draft
-            if self.topk <= 1:
-                table = core.token_table_to_page_table(dec_rows, self.page_size, max_k + n)
-                main = core.verify_plan_topk1(seq_lens, table, self.page_size, n, max_k)
-            else:
-                table = core.token_table_to_page_table(dec_rows, self.page_size, max_k)
-                main = core.verify_main_plan_topk(seq_lens, table, self.page_size, n, max_k)
-                spec_expand = core.verify_expand_plan(seq_lens, dec_rows, n, fb.spec_info.custom_mask)
-            q_tokens, smode, q_lens, max_q = bs * n, Mode.TARGET_VERIFY, torch.full_like(seq_lens, n), n
+            inputs.mode = Mode.TARGET_VERIFY
+            inputs.custom_mask = getattr(fb.spec_info, "custom_mask", None)
         else:  # extend / mixed / draft extend: new tokens on (possibly cached) prefixes
-            q_lens = fb.extend_seq_lens
-            max_q = max(fb.extend_seq_lens_cpu) if bs else 0
-            table = core.token_table_to_page_table(dec_rows, self.page_size, max_k)
-            main = core.build_plan(q_lens, seq_lens, table, self.page_size, max_q, max_k)
-            q_tokens = int(fb.extend_num_tokens if fb.extend_num_tokens is not None else sum(fb.extend_seq_lens_cpu))
-            smode = Mode.EXTEND if any(fb.extend_prefix_lens_cpu or []) else Mode.PREFILL
-            if mode.is_mixed():
-                smode = Mode.MIXED
-
-        plan = StepPlan(smode, main, q_tokens, spec_expand=spec_expand)
-        if enc_lens is not None:
-            enc_table = rows[:, : max(max_enc, 1)]
-            plan.encoder = core.encoder_plan(enc_lens, enc_table, self.page_size, max_enc, q_lens, max_q)
-        if self.use_swa_pool:
-            swa_rows = core.swa_translate(dec_rows[:, : main.page_table.shape[1] * self.page_size],
-                                          self.token_to_kv_pool.translate_loc_from_full_to_swa)
-            plan.swa_page_table = core.token_table_to_page_table(swa_rows, self.page_size, swa_rows.shape[1])
-        # Every step that runs local layers causally gets their chunked plan (decode, extend,
-        # top-k 1 verify and draft decode); the top-k > 1 cascade refuses local layers at start-up.
-        if self.attention_chunk_size and spec_expand is None:
-            plan.local, plan.local_swa_page_table = core.local_attention_plans(
-                self.attention_chunk_size, q_lens, main.cache_seqlens, main.page_table, self.page_size, max_q,
-                swa_page_table=plan.swa_page_table)
-        return plan
+            inputs.query_lens = fb.extend_seq_lens
+            inputs.max_seqlen_q = max(fb.extend_seq_lens_cpu) if bs else 0
+            inputs.num_tokens = int(fb.extend_num_tokens if fb.extend_num_tokens is not None
+                                    else sum(fb.extend_seq_lens_cpu))
+            inputs.mode = (Mode.MIXED if mode.is_mixed() else
+                           Mode.EXTEND if any(fb.extend_prefix_lens_cpu or []) else Mode.PREFILL)
+        return core.plan_step(inputs)
 
     # ---- per-layer run ------------------------------------------------------------
     def _forward(self, q, k, v, layer, fb: ForwardBatch, save_kv_cache: bool, sinks: Optional[torch.Tensor]):

@@ -16,11 +16,13 @@ from .paging import (
     token_table_to_page_table,
 )
 from .run import LayerRunner, kernel_request
+from .step import SpecDecodeShape, StepInputs, check_step_config, plan_step
 from .spec_decode import draft_decode_expand_plan, verify_expand_plan, verify_main_plan_topk, verify_plan_topk1
 from .types import AttentionKind, AttnPlan, LayerSpec, Mode, StepPlan
 
 __all__ = [
-    "AttentionKind", "AttnPlan", "LayerRunner", "LayerSpec", "Mode", "StepPlan", "build_plan", "cdiv",
+    "AttentionKind", "AttnPlan", "LayerRunner", "LayerSpec", "Mode", "SpecDecodeShape", "StepInputs", "StepPlan",
+    "check_step_config", "plan_step", "build_plan", "cdiv",
     "check_kv_cache", "cu_seqlens", "decode_plan", "decoder_token_table", "draft_decode_expand_plan",
     "encoder_plan", "shift_token_table", "kernel_request", "local_attention_plan", "local_attention_plans", "slot_mapping_from_page_table",
     "swa_translate", "token_table_to_page_table", "verify_expand_plan", "verify_main_plan_topk",

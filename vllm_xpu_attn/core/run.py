@@ -7,11 +7,14 @@ per step with the step's ``StepPlan``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
 
 from ..kernels import KernelProvider, KernelRequest, select_provider
+from ..kernels.base import PagedLaunch
+from ..kernels.contract import PagedCall
 from .types import AttnPlan, AttentionKind, LayerSpec, StepPlan
 
 
@@ -49,8 +52,12 @@ class LayerRunner:
         self._alibi = (
             torch.tensor(spec.alibi_slopes, dtype=torch.float32, device=self.device) if spec.alibi_slopes else None
         )
-        # only providers that declare batch invariance are selected for such a layer; they take the switch
-        self._extra = {"batch_invariant": True} if spec.batch_invariant else {}
+        # the non-tensor part of every call this layer makes, fixed once (one name/type to the kernel)
+        self._call = PagedCall.make(spec.num_q_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim,
+                                    softmax_scale=spec.scale, causal=spec.causal, window=spec.window,
+                                    softcap=spec.logit_softcap, batch_invariant=spec.batch_invariant)
+        # top-k > 1 cascade: both parts non-causal over their keys, with LSE for the merge
+        self._cascade_call = dataclasses.replace(self._call, causal=False, window=(-1, -1), return_lse=True)
 
     def providers_used(self) -> dict[str, str]:
         return {"prefill": self.prefill_provider.name, "decode": self.decode_provider.name}
@@ -75,14 +82,44 @@ class LayerRunner:
             out.copy_(res)
         return out
 
-    def _call(self, provider: KernelProvider, plan: AttnPlan, page_table: torch.Tensor, q, k_cache, v_cache, *,
-              causal: bool, window: tuple[int, int], sinks, k_descale, v_descale, return_lse: bool, out):
-        return provider.flash_attn_with_kvcache(
-            q, k_cache, v_cache, page_table, plan.cache_seqlens, plan.cu_seqlens_q, plan.max_seqlen_q,
-            softmax_scale=self.spec.scale, causal=causal, window_size=window, softcap=self.spec.logit_softcap,
-            sinks=sinks, alibi_slopes=self._alibi, k_descale=k_descale, v_descale=v_descale,
-            return_softmax_lse=return_lse, out=out, **self._extra,
-        )
+    def _launch(self, plan: StepPlan, which: str, provider: KernelProvider, call: PagedCall) -> PagedLaunch:
+        """The step's launch for sub-plan ``which`` and this layer's call, planned by the first layer asking."""
+        key = (which, provider.name, call)
+        launch = plan.launches.get(key)
+        if launch is None:
+            launch = plan.launches[key] = provider.plan_paged(self._sub_plan(plan, which), call)
+        return launch
+
+    def _which(self, plan: StepPlan) -> str:
+        """Which of the step's sub-plans this layer reads (decided per layer kind, never by fallback)."""
+        spec = self.spec
+        if spec.kind is AttentionKind.CROSS:
+            if plan.encoder is None:
+                raise ValueError("cross-attention layer run on a step plan without an encoder sub-plan")
+            return "encoder"
+        if spec.local_attention:
+            if plan.local is None:  # never fall back to full attention: that is silently wrong output
+                raise ValueError(f"local-attention layer run on a {plan.mode.value} step plan without a local sub-plan")
+            if spec.uses_swa_pool:
+                if plan.local_swa_page_table is None:
+                    raise ValueError("local-attention layer in the SWA pool run without a translated local page table")
+                return "local_swa"
+            return "local"
+        return "main_swa" if (spec.uses_swa_pool and plan.swa_page_table is not None) else "main"
+
+    @staticmethod
+    def _sub_plan(plan: StepPlan, which: str) -> AttnPlan:
+        if which == "encoder":
+            return plan.encoder
+        if which == "local":
+            return plan.local
+        if which == "local_swa":
+            return dataclasses.replace(plan.local, page_table=plan.local_swa_page_table)
+        if which == "main_swa":
+            return dataclasses.replace(plan.main, page_table=plan.swa_page_table)
+        if which == "spec":
+            return plan.spec_expand
+        return plan.main
 
     def forward(
         self,
@@ -100,47 +137,30 @@ class LayerRunner:
 
         Only the first plan.num_tokens rows of q/out are real; padding rows are left alone.
         """
-        spec = self.spec
         n = plan.num_tokens
         if out is None:
-            out = torch.empty(q.shape[0], spec.num_q_heads, spec.v_head_dim or spec.head_dim, dtype=q.dtype, device=q.device)
+            out = torch.empty(q.shape[0], self.spec.num_q_heads, self._call.v_head_dim, dtype=q.dtype,
+                              device=q.device)
         q_real, out_real = q[:n], out[:n]
         provider = self.decode_provider if plan.mode.is_decode else self.prefill_provider
-        causal, window = spec.causal, spec.window
+        which = self._which(plan)
 
-        if spec.kind is AttentionKind.CROSS:
-            if plan.encoder is None:
-                raise ValueError("cross-attention layer run on a step plan without an encoder sub-plan")
-            sub, table = plan.encoder, plan.encoder.page_table
-        elif spec.local_attention:
-            if plan.local is None:  # never fall back to full attention: that is silently wrong output
-                raise ValueError(f"local-attention layer run on a {plan.mode.value} step plan without a local sub-plan")
-            sub, table = plan.local, plan.local.page_table
-            if spec.uses_swa_pool:
-                if plan.local_swa_page_table is None:
-                    raise ValueError("local-attention layer in the SWA pool run without a translated local page table")
-                table = plan.local_swa_page_table
-        else:
-            sub = plan.main
-            table = plan.swa_page_table if (spec.uses_swa_pool and plan.swa_page_table is not None) else sub.page_table
-
-        if plan.spec_expand is None or spec.kind is AttentionKind.CROSS:
-            res = self._call(provider, sub, table, q_real, k_cache, v_cache, causal=causal, window=window, sinks=sinks,
-                             k_descale=k_descale, v_descale=v_descale, return_lse=False, out=out_real)
+        if plan.spec_expand is None or which == "encoder":
+            res = self._launch(plan, which, provider, self._call).run(q_real, k_cache, v_cache, out_real, sinks,
+                                                                       self._alibi, k_descale, v_descale)
             if res.data_ptr() != out_real.data_ptr():
                 out_real.copy_(res)
             return out
 
         # top-k > 1 speculative step: prefix part (drafts see the whole prefix) + tree part, merged.
         # (Window and local layers are refused with top-k > 1 at construction.)
-        o_a, lse_a = self._call(provider, sub, table, q_real, k_cache, v_cache, causal=False, window=(-1, -1),
-                                sinks=None, k_descale=k_descale, v_descale=v_descale, return_lse=True, out=None)
-        exp = plan.spec_expand
+        o_a, lse_a = self._launch(plan, which, provider, self._cascade_call).run(
+            q_real, k_cache, v_cache, None, None, self._alibi, k_descale, v_descale)
         kc = k_cache.view(-1, 1, *k_cache.shape[2:])  # page size 1 view: expand tables hold slots
         vc = v_cache.view(-1, 1, *v_cache.shape[2:])
-        o_b, lse_b = self._call(self.spec_provider or provider, exp, exp.page_table, q_real, kc, vc, causal=False,
-                                window=(-1, -1), sinks=None, k_descale=k_descale, v_descale=v_descale,
-                                return_lse=True, out=None)
+        spec_provider = self.spec_provider or provider
+        o_b, lse_b = self._launch(plan, "spec", spec_provider, self._cascade_call).run(
+            q_real, kc, vc, None, None, self._alibi, k_descale, v_descale)
         merged, _ = provider.merge_state(o_a, lse_a, o_b, lse_b, sinks=sinks)  # the sink joins once, there
         out_real.copy_(merged)
         return out

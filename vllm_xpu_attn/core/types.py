@@ -8,6 +8,8 @@ from typing import Optional
 
 import torch
 
+from ..kernels.contract import AttnPlan  # the step tensors of one call: one type from core to kernel
+
 
 class AttentionKind(str, enum.Enum):
     DECODER = "decoder"  # causal self-attention over the paged cache
@@ -85,26 +87,6 @@ class LayerSpec:
 
 
 @dataclasses.dataclass
-class AttnPlan:
-    """The inputs of one paged kernel call, shared by every layer of the step.
-
-    cu_seqlens_q int32 [B+1], cache_seqlens int32 [B] (prefix + new keys), page_table int32
-    [B, max_pages] of page ids; max_seqlen_q/k are host ints (upper bounds are fine).
-    """
-
-    cu_seqlens_q: torch.Tensor
-    cache_seqlens: torch.Tensor
-    page_table: torch.Tensor
-    max_seqlen_q: int
-    max_seqlen_k: int
-    page_size: int
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.cache_seqlens.shape[0])
-
-
-@dataclasses.dataclass
 class StepPlan:
     """Everything the layers of one forward step share (built once, FlashInfer's plan()).
 
@@ -125,3 +107,6 @@ class StepPlan:
     swa_page_table: Optional[torch.Tensor] = None
     local_swa_page_table: Optional[torch.Tensor] = None
     spec_expand: Optional[AttnPlan] = None
+    # per-step kernel launches, built by the first layer that needs one and shared by the rest
+    # (FlashInfer's plan(): every later layer of the step only runs)
+    launches: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)

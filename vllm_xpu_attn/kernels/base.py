@@ -13,7 +13,8 @@ from typing import ClassVar, Optional
 
 import torch
 
-from .contract import FP8_DTYPES, FLOAT_DTYPES
+from .contract import (FP8_DTYPES, FLOAT_DTYPES, AttnPlan, PagedCall, check_descale, check_paged_call,
+                       check_paged_layer, check_paged_step, check_per_head)
 
 _DTYPE_NAMES = {
     torch.float32: "float32",
@@ -159,9 +160,49 @@ class KernelProvider:
         reasons.extend(self.extra_reasons(req))
         return reasons
 
-    # ---- the contract ---------------------------------------------------------------
-    def flash_attn_with_kvcache(self, *args, **kwargs):  # pragma: no cover - abstract
+    # ---- the contract: plan once per step, run per layer ---------------------------------
+    def plan_paged(self, step: AttnPlan, call: PagedCall) -> "PagedLaunch":
+        """Per-step part of a paged call: validate the step's tensors once and fix the launch.
+
+        The result's ``run()`` is the per-layer part (O(1) checks, then the launch). Providers with
+        launch decisions (split-K, tiles, workspace) override ``_launch``.
+        """
+        check_paged_step(step)
+        return self._launch(step, call)
+
+    def _launch(self, step: AttnPlan, call: PagedCall, **options) -> "PagedLaunch":
+        """Build the per-step launch. ``options``: provider-specific launch choices (Triton: num_splits)."""
+        if options:
+            raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
+        return PagedLaunch(self, step, call)
+
+    def _run_paged(self, step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, out: Optional[torch.Tensor], sinks: Optional[torch.Tensor],
+                   alibi_slopes: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
+                   v_descale: Optional[torch.Tensor]):  # pragma: no cover - abstract
+        """The launch, on validated inputs: -> out [total_q, Hq, Dv] (, lse [Hq, total_q] fp32)."""
         raise NotImplementedError
+
+    def flash_attn_with_kvcache(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
+                                softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, sinks=None,
+                                alibi_slopes=None, k_descale=None, v_descale=None, return_softmax_lse=False,
+                                out=None, batch_invariant: Optional[bool] = None, **launch_options):
+        """The one-call contract for direct users (DESIGN.md): every check once, then plan + run.
+
+        ``batch_invariant`` (default: $VLLM_XPU_ATTN_BATCH_INVARIANT) asks for outputs bitwise
+        independent of the rest of the batch (providers that declare the feature).
+        """
+        check_paged_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, causal=causal,
+                         window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+                         k_descale=k_descale, v_descale=v_descale, out=out, check_values=False)
+        page = k_cache.shape[1]
+        step = AttnPlan(cu_seqlens_q, cache_seqlens, page_table, int(max_seqlen_q), page_table.shape[1] * page, page)
+        call = PagedCall.make(q.shape[1], k_cache.shape[2], q.shape[2], v_cache.shape[3], softmax_scale=softmax_scale,
+                              causal=causal, window=window_size, softcap=softcap, return_lse=return_softmax_lse,
+                              batch_invariant=batch_invariant_requested() if batch_invariant is None
+                              else bool(batch_invariant))
+        return self._launch(step, call, **launch_options).run_checked(q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale,
+                                                    v_descale)
 
     def flash_attn_varlen_func(self, *args, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -174,3 +215,39 @@ class KernelProvider:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+class PagedLaunch:
+    """One step's sub-plan for one layer configuration: ``run()`` per layer is checks in O(1) + a launch.
+
+    Built by ``KernelProvider.plan_paged`` once per step (the core caches it on the StepPlan, so
+    every layer of the same configuration shares it).
+    """
+
+    __slots__ = ("provider", "step", "call")
+
+    def __init__(self, provider: KernelProvider, step: AttnPlan, call: PagedCall):
+        self.provider = provider
+        self.step = step
+        self.call = call
+
+    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: Optional[torch.Tensor] = None,
+            sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
+            k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None):
+        """q [total_q, Hq, D], caches [P, page, Hkv, D|Dv] -> out [total_q, Hq, Dv] (, lse [Hq, total_q])."""
+        check_paged_layer(self.step, self.call, q, k_cache, v_cache, out)
+        if sinks is not None:
+            check_per_head("sinks", sinks, self.call.num_q_heads, q.device)
+        if alibi_slopes is not None:
+            check_per_head("alibi_slopes", alibi_slopes, self.call.num_q_heads, q.device)
+        if k_descale is not None or v_descale is not None:
+            if not (k_cache.dtype in FP8_DTYPES):
+                raise ValueError(f"k_descale/v_descale given but the KV cache is {k_cache.dtype}, not FP8")
+            b = self.step.page_table.shape[0]
+            check_descale("k_descale", k_descale, b, self.call.num_kv_heads)
+            check_descale("v_descale", v_descale, b, self.call.num_kv_heads)
+        return self.run_checked(q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale)
+
+    def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+        return self.provider._run_paged(self.step, self.call, q, k_cache, v_cache, out, sinks, alibi_slopes,
+                                        k_descale, v_descale)

@@ -12,6 +12,8 @@ The contract is FlashAttention-3's ``flash_attn_with_kvcache`` with a paged KV c
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -22,6 +24,60 @@ FP8_DTYPES = tuple(
 )
 KV_DTYPES = FLOAT_DTYPES + FP8_DTYPES
 INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+@dataclasses.dataclass
+class AttnPlan:
+    """The step tensors of one paged call, shared by every layer of the step (one name from core to kernel).
+
+    cu_seqlens_q int32 [B+1], cache_seqlens int32 [B] (prefix + new keys), page_table int32
+    [B, max_pages] of page ids; max_seqlen_q/k are host ints (upper bounds are fine).
+    """
+
+    cu_seqlens_q: torch.Tensor
+    cache_seqlens: torch.Tensor
+    page_table: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    page_size: int
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.cache_seqlens.shape[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class PagedCall:
+    """The non-tensor part of a paged call that is the same for every step of a layer.
+
+    Shapes: q [*, num_q_heads, head_dim], caches [*, page, num_kv_heads, head_dim / v_head_dim].
+    ``window`` is FlashAttention's (left, right), validated; ``softcap`` 0 = off.
+    """
+
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    softmax_scale: float
+    causal: bool = True
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+    return_lse: bool = False
+    batch_invariant: bool = False
+
+    @staticmethod
+    def make(num_q_heads: int, num_kv_heads: int, head_dim: int, v_head_dim: Optional[int] = None, *,
+             softmax_scale: Optional[float] = None, causal: bool = True, window: Sequence[int] = (-1, -1),
+             softcap: float = 0.0, return_lse: bool = False, batch_invariant: bool = False) -> "PagedCall":
+        """Validated constructor (defaults resolved: scale 1/sqrt(D), Dv = D)."""
+        if num_kv_heads < 1 or num_q_heads % num_kv_heads:
+            _fail(ValueError, f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads}) for GQA/MQA")
+        if softcap < 0:
+            _fail(ValueError, f"softcap must be >= 0 (0 disables it), got {softcap}")
+        return PagedCall(num_q_heads, num_kv_heads, head_dim, v_head_dim or head_dim,
+                         float(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)),
+                         bool(causal), check_window(window, causal), float(softcap), bool(return_lse),
+                         bool(batch_invariant))
 
 
 def is_fp8(dtype: torch.dtype) -> bool:
@@ -85,6 +141,51 @@ def check_write_kv(name: str, new: torch.Tensor, cache: torch.Tensor, slot_mappi
         _fail(ValueError, f"slot_mapping must be [{new.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
     if not is_fp8(cache.dtype) and new.dtype != cache.dtype:
         _fail(TypeError, f"{name} dtype {new.dtype} does not match KV cache dtype {cache.dtype}")
+
+
+def check_paged_step(step: AttnPlan) -> None:
+    """The step tensors, once per step: index dtypes, shapes, one device. No host sync."""
+    for name in ("page_table", "cache_seqlens", "cu_seqlens_q"):
+        t = getattr(step, name)
+        if not isinstance(t, torch.Tensor):
+            _fail(TypeError, f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in INDEX_DTYPES:
+            _fail(TypeError, f"{name} must be int32 (or int64), got {t.dtype}")
+        if t.device != step.cache_seqlens.device:
+            _fail(ValueError, f"{name} is on {t.device} but cache_seqlens is on {step.cache_seqlens.device}")
+    if step.page_table.dim() != 2:
+        _fail(ValueError, f"page_table must be [batch, max_pages], got shape {list(step.page_table.shape)}")
+    batch = step.page_table.shape[0]
+    if step.cache_seqlens.shape != (batch,):
+        _fail(ValueError, f"cache_seqlens must be [batch]=[{batch}] (page_table rows), got {list(step.cache_seqlens.shape)}")
+    if step.cu_seqlens_q.shape != (batch + 1,):
+        _fail(ValueError, f"cu_seqlens_q must be [batch + 1]=[{batch + 1}], got {list(step.cu_seqlens_q.shape)}")
+    if int(step.max_seqlen_q) < 0:
+        _fail(ValueError, f"max_seqlen_q must be >= 0, got {step.max_seqlen_q}")
+    if step.page_size < 1:
+        _fail(ValueError, f"page size must be >= 1, got {step.page_size}")
+
+
+def check_paged_layer(step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      out: Optional[torch.Tensor]) -> None:
+    """One layer's tensors against its step and call: O(1), run per layer (the rest is checked once)."""
+    if q.dim() != 3 or q.shape[1] != call.num_q_heads or q.shape[2] != call.head_dim:
+        _fail(ValueError, f"q must be [total_q, {call.num_q_heads}, {call.head_dim}], got {list(q.shape)}")
+    if k_cache.dim() != 4 or v_cache.dim() != 4 or k_cache.shape[1] != step.page_size or \
+            k_cache.shape[2] != call.num_kv_heads or k_cache.shape[3] != call.head_dim or \
+            v_cache.shape[:3] != k_cache.shape[:3] or v_cache.shape[3] != call.v_head_dim:
+        _fail(ValueError, f"k_cache/v_cache must be [pages, {step.page_size}, {call.num_kv_heads}, "
+                          f"{call.head_dim}/{call.v_head_dim}], got {list(k_cache.shape)} and {list(v_cache.shape)}")
+    if q.device != step.cache_seqlens.device or k_cache.device != q.device or v_cache.device != q.device:
+        _fail(ValueError, f"q ({q.device}), k/v caches ({k_cache.device}, {v_cache.device}) and the step's "
+                          f"tensors ({step.cache_seqlens.device}) must share a device")
+    kv = k_cache.dtype
+    if kv != v_cache.dtype or (kv != q.dtype and not is_fp8(kv)) or q.dtype not in FLOAT_DTYPES:
+        _fail(TypeError, f"q {q.dtype} with caches {k_cache.dtype}/{v_cache.dtype}: the cache must be q's dtype "
+                         "(float32/float16/bfloat16) or FP8")
+    if out is not None and (out.shape != (q.shape[0], call.num_q_heads, call.v_head_dim) or out.dtype != q.dtype):
+        _fail(ValueError, f"out must be [{q.shape[0]}, {call.num_q_heads}, {call.v_head_dim}] {q.dtype}, "
+                          f"got {list(out.shape)} {out.dtype}")
 
 
 def check_paged_call(

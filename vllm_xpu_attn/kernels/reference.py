@@ -13,8 +13,7 @@ import torch
 
 from .base import KernelProvider, batch_invariant_requested
 from .torch_ops import merge_state_torch, write_kv_torch
-from .contract import (FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window,
-                       )
+from .contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_values, check_per_head, check_window
 
 
 def _descale_for(descale: Optional[torch.Tensor], b: int) -> Optional[torch.Tensor]:
@@ -117,35 +116,16 @@ class ReferenceProvider(KernelProvider):
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
     features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv", "batch_invariant"})
 
-    def flash_attn_with_kvcache(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        page_table: torch.Tensor,
-        cache_seqlens: torch.Tensor,
-        cu_seqlens_q: torch.Tensor,
-        max_seqlen_q: int,
-        softmax_scale: Optional[float] = None,
-        causal: bool = True,
-        window_size: Sequence[int] = (-1, -1),
-        softcap: float = 0.0,
-        sinks: Optional[torch.Tensor] = None,
-        alibi_slopes: Optional[torch.Tensor] = None,
-        k_descale: Optional[torch.Tensor] = None,
-        v_descale: Optional[torch.Tensor] = None,
-        return_softmax_lse: bool = False,
-        out: Optional[torch.Tensor] = None,
-        batch_invariant: Optional[bool] = None,
-    ):
-        """The contract call. ``batch_invariant`` (default: $VLLM_XPU_ATTN_BATCH_INVARIANT): each query
-        row is computed over exactly its visible keys, one row at a time, so its bits do not depend on
-        the other rows of its chunk or batch (a batched matmul's blocking would change with them)."""
-        check_paged_call(
-            q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-            causal=causal, window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
-            k_descale=k_descale, v_descale=v_descale, out=out, check_values=True,
-        )
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+        """Each query row over its visible keys, one sequence at a time, in fp32. With ``batch_invariant``
+        each row is computed over exactly its visible keys, one row at a time, so its bits do not depend
+        on the other rows of its chunk or batch (a batched matmul's blocking would change with them).
+        The oracle checks every value of the step too (synchronising)."""
+        page_table, cache_seqlens, cu_seqlens_q = step.page_table, step.cache_seqlens, step.cu_seqlens_q
+        check_paged_values(page_table, cache_seqlens, cu_seqlens_q, step.max_seqlen_q, q.shape[0], step.page_size,
+                           k_cache.shape[0], call.causal)
+        softmax_scale, causal, window_size, softcap = call.softmax_scale, call.causal, call.window, call.softcap
+        return_softmax_lse = call.return_lse
         page_size = k_cache.shape[1]
         scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
         window = (int(window_size[0]), int(window_size[1]))
@@ -153,7 +133,7 @@ class ReferenceProvider(KernelProvider):
         o = torch.zeros(total_q, hq, v_cache.shape[-1], dtype=torch.float32, device=q.device)
         lse = torch.full((hq, total_q), float("-inf"), dtype=torch.float32, device=q.device)
         cu = cu_seqlens_q.tolist()
-        invariant = batch_invariant_requested() if batch_invariant is None else batch_invariant
+        invariant = call.batch_invariant
         attend = attend_rows_exactly if invariant else attend_one_sequence
         for b, k_len in enumerate(cache_seqlens.tolist()):
             q0, q1 = cu[b], cu[b + 1]

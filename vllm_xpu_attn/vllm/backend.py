@@ -12,7 +12,7 @@ from typing import ClassVar, Optional
 
 import torch
 
-from ..core import AttentionKind, AttnPlan, LayerRunner, LayerSpec, Mode, StepPlan
+from ..core import AttentionKind, LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, plan_step
 from ..kernels import batch_invariant_requested
 from . import compat
 from .compat import (
@@ -122,22 +122,25 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
 
 
 def plan_from_common(cam: CommonAttentionMetadata, page_size: int, is_cross: bool = False) -> StepPlan:
-    """Translate vLLM's per-step metadata into the core plan. No host sync: vLLM gives host maxima."""
-    if cam.max_query_len <= 1:
-        mode = Mode.DECODE
-    else:
-        mode = Mode.MIXED  # prefill, extend and decode rows alike; the kernel handles each row by its lengths
-    if is_cross:
+    """vLLM's per-step metadata -> core StepInputs -> core.plan_step. No host sync: vLLM gives host maxima.
+
+    vLLM runs prefill, extend, decode and spec-decode verify rows in one causal call, each row by its
+    own lengths (MIXED); a step whose rows all have one query is DECODE.
+    """
+    mode = Mode.DECODE if cam.max_query_len <= 1 else Mode.MIXED
+    inputs = StepInputs(mode=mode, seq_lens=cam.seq_lens, max_seqlen_k=int(cam.max_seq_len),
+                        num_tokens=int(cam.num_actual_tokens), page_size=page_size, cu_seqlens_q=cam.query_start_loc,
+                        max_seqlen_q=int(cam.max_query_len))
+    if is_cross:  # this group's table holds the encoder's pages; its keys are the encoder's tokens
         if cam.encoder_seq_lens is None:
-            raise ValueError("cross-attention step without encoder_seq_lens")
-        enc_max = int(cam.encoder_seq_lens_cpu.max()) if cam.encoder_seq_lens_cpu is not None and len(cam.encoder_seq_lens_cpu) else 0
-        enc = AttnPlan(cu_seqlens_q=cam.query_start_loc, cache_seqlens=cam.encoder_seq_lens.to(torch.int32),
-                       page_table=cam.block_table_tensor, max_seqlen_q=cam.max_query_len, max_seqlen_k=enc_max,
-                       page_size=page_size)
-        return StepPlan(mode, enc, cam.num_actual_tokens, encoder=enc)
-    main = AttnPlan(cu_seqlens_q=cam.query_start_loc, cache_seqlens=cam.seq_lens, page_table=cam.block_table_tensor,
-                    max_seqlen_q=cam.max_query_len, max_seqlen_k=cam.max_seq_len, page_size=page_size)
-    return StepPlan(mode, main, cam.num_actual_tokens)
+            raise ValueError("vllm-xpu-attn: cross-attention step without encoder_seq_lens")
+        enc_cpu = cam.encoder_seq_lens_cpu
+        inputs.encoder_lens = cam.encoder_seq_lens
+        inputs.max_encoder_len = int(enc_cpu.max()) if enc_cpu is not None and len(enc_cpu) else 0
+        inputs.encoder_page_table = cam.block_table_tensor
+    else:
+        inputs.page_table = cam.block_table_tensor
+    return plan_step(inputs)
 
 
 _KINDS = {

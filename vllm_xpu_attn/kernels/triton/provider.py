@@ -12,9 +12,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import KernelProvider, KernelRequest, batch_invariant_requested
-from ..contract import (FLOAT_DTYPES, FP8_DTYPES, check_paged_call, check_per_head, check_window, check_write_kv,
-                        is_fp8)
+from ..base import KernelProvider, KernelRequest, PagedLaunch
+from ..contract import FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, check_per_head, check_write_kv, is_fp8
 
 # Tile sizes per device family and phase: (BLOCK_M, BLOCK_N, num_warps, num_stages).
 # Measured on an H200 (docs/benchmarks.md); Intel entries are conservative starting points
@@ -63,87 +62,31 @@ class TritonProvider(KernelProvider):
             return ["on the CPU Triton runs only through its interpreter (TRITON_INTERPRET=1; tests only)"]
         return []
 
-    # ---- paged attention ----------------------------------------------------------
-    def flash_attn_with_kvcache(
-        self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-        softmax_scale=None, causal=True, window_size: Sequence[int] = (-1, -1), softcap=0.0, sinks=None,
-        alibi_slopes=None, k_descale=None, v_descale=None, return_softmax_lse=False, out=None,
-        num_splits: Optional[int] = None, batch_invariant: Optional[bool] = None,
-    ):
-        """The contract call. ``batch_invariant`` (default: $VLLM_XPU_ATTN_BATCH_INVARIANT): one tile
-        shape for every row (prefill and decode alike) and no split-K, so each row's key blocks start at
-        the same absolute positions and are reduced in one fixed order whatever else is in the batch."""
-        check_paged_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, causal=causal,
-                         window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
-                         k_descale=k_descale, v_descale=v_descale, out=out, check_values=False)
-        from .kernels import _merge_splits, _paged_attn_kernel
+    # ---- paged attention: plan per step, run per layer ------------------------------------
+    def _launch(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None) -> "TritonLaunch":
+        """``num_splits`` forces the split-K count (tests, benchmarks); default: chosen per step."""
+        return TritonLaunch(self, step, call, num_splits)
 
-        total_q, hq, d = q.shape
-        _, page, hkv, _ = k_cache.shape
-        dv = v_cache.shape[-1]
-        group = hq // hkv
-        batch = page_table.shape[0]
-        if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-            raise ValueError("triton provider: q, k_cache and v_cache need a contiguous last (head_dim) dimension")
-        if out is None:
-            out = torch.empty(total_q, hq, dv, dtype=q.dtype, device=q.device)
-        lse = torch.empty(hq, total_q, dtype=torch.float32, device=q.device) if return_softmax_lse else None
-        if total_q == 0 or batch == 0:
-            return (out, lse) if return_softmax_lse else out
-        left, right = check_window(window_size, causal)
-        invariant = batch_invariant_requested() if batch_invariant is None else batch_invariant
-        phase = "decode" if max_seqlen_q <= 1 and not invariant else "prefill"
-        block_m, block_n, warps, stages = TUNING[device_family(q.device)][phase]
-        block_m = max(block_m, _pow2(group)) if phase == "decode" else block_m
-        if invariant:
-            if num_splits not in (None, 1):
-                raise ValueError(f"batch-invariant mode runs without split-K; got num_splits={num_splits}")
-            num_splits = 1
-        elif num_splits is None:
-            num_splits = self._num_splits(q.device, batch, hkv, max_seqlen_q, page_table.shape[1] * page)
-        # aligned tiles (batch-invariant mode) may start up to block_m - 1 rows before the first query
-        tiles = triton_cdiv(max(int(max_seqlen_q), 1) * group + (block_m - 1 if invariant else 0), block_m)
-        bd, bdv = _pow2(d), _pow2(dv)
-        per_head = k_descale is not None and k_descale.numel() != 1
-        scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
-        dummy = q  # any tensor for absent optional pointers
-        if num_splits > 1:
-            o_part = torch.empty(num_splits * total_q * hq * bdv, dtype=torch.float32, device=q.device)
-            l_part = torch.empty(num_splits * total_q * hq, dtype=torch.float32, device=q.device)
-        else:
-            o_part = l_part = dummy
-        grid = (batch, tiles, hkv * num_splits)
-        _paged_attn_kernel[grid](
-            q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q,
-            sinks if sinks is not None else dummy, alibi_slopes if alibi_slopes is not None else dummy,
-            k_descale if k_descale is not None else dummy, v_descale if v_descale is not None else dummy,
-            out, lse if lse is not None else dummy, o_part, l_part,
-            q.stride(0), q.stride(1),
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            out.stride(0), out.stride(1),
-            page_table.stride(0),
-            k_descale.stride(0) if per_head else 0,
-            total_q, hq,
-            float(scale), float(softcap),
-            WIN_LEFT=left, WIN_RIGHT=right, PAGE=page, GROUP=group, D=d, DV=dv, BLOCK_D=bd, BLOCK_DV=bdv,
-            BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=num_splits, CAUSAL=causal,
-            HAS_SOFTCAP=softcap > 0, HAS_SINKS=sinks is not None, HAS_ALIBI=alibi_slopes is not None,
-            HAS_DESCALE=k_descale is not None, DESCALE_PER_HEAD=per_head,
-            WRITE_LSE=return_softmax_lse,
-            # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
-            FP32_DOT=q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16),
-            ALIGN_ROWS=invariant,
-            num_warps=warps, num_stages=stages,
-        )
-        if num_splits > 1:
-            _merge_splits[(total_q, hq)](
-                o_part, l_part, out, lse if lse is not None else dummy, sinks if sinks is not None else dummy,
-                out.stride(0), out.stride(1), total_q, hq,
-                DV=dv, BLOCK_DV=bdv, NUM_SPLITS=num_splits, HAS_SINKS=sinks is not None,
-                WRITE_LSE=return_softmax_lse, num_warps=4,
-            )
-        return (out, lse) if return_softmax_lse else out
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+        return TritonLaunch(self, step, call).run_checked(q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale,
+                                                          v_descale)
+
+    def workspace(self, device: torch.device, numel: int) -> torch.Tensor:
+        """fp32 scratch of >= numel elements (split-K partials), owned by the provider and reused across
+        layers and steps (one stream runs them in order). Grows by doubling; a replaced buffer is kept
+        alive, since a captured graph may still address it."""
+        buf = self._workspace.get(device)
+        if buf is None or buf.numel() < numel:
+            if buf is not None:
+                self._retired.append(buf)
+            buf = torch.empty(max(numel, 2 * (buf.numel() if buf is not None else 0), 1 << 16), dtype=torch.float32,
+                              device=device)
+            self._workspace[device] = buf
+        return buf
+
+    def __init__(self) -> None:
+        self._workspace: dict[torch.device, torch.Tensor] = {}
+        self._retired: list[torch.Tensor] = []
 
     @staticmethod
     def _num_splits(device: torch.device, batch: int, hkv: int, max_seqlen_q: int, max_keys: int) -> int:
@@ -221,3 +164,88 @@ class TritonProvider(KernelProvider):
 
 def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+class TritonLaunch(PagedLaunch):
+    """One step's sub-plan x one layer configuration: tiles, split count, grid fixed once per step."""
+
+    __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
+                 "group", "invariant")
+
+    def __init__(self, provider: "TritonProvider", step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None):
+        super().__init__(provider, step, call)
+        device = step.cache_seqlens.device
+        hkv, d, dv = call.num_kv_heads, call.head_dim, call.v_head_dim
+        self.group = group = call.num_q_heads // hkv
+        batch = step.page_table.shape[0]
+        max_q = int(step.max_seqlen_q)
+        self.invariant = invariant = call.batch_invariant
+        self.phase = phase = "decode" if max_q <= 1 and not invariant else "prefill"
+        block_m, self.block_n, self.warps, self.stages = TUNING[device_family(device)][phase]
+        self.block_m = block_m = max(block_m, _pow2(group)) if phase == "decode" else block_m
+        # batch-invariant mode: no split-K (each row's keys reduced in one fixed order)
+        if invariant and num_splits not in (None, 1):
+            raise ValueError(f"batch-invariant mode runs without split-K; got num_splits={num_splits}")
+        if num_splits is not None and num_splits < 1:
+            raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+        self.num_splits = 1 if invariant else num_splits or TritonProvider._num_splits(
+            device, batch, hkv, max_q, step.page_table.shape[1] * step.page_size)
+        # aligned tiles (batch-invariant mode) may start up to block_m - 1 rows before the first query
+        tiles = triton_cdiv(max(max_q, 1) * group + (block_m - 1 if invariant else 0), block_m)
+        self.grid = (batch, tiles, hkv * self.num_splits)
+        self.bd, self.bdv = _pow2(d), _pow2(dv)
+        left, right = call.window
+        self.static = dict(
+            WIN_LEFT=left, WIN_RIGHT=right, PAGE=step.page_size, GROUP=group, D=d, DV=dv, BLOCK_D=self.bd,
+            BLOCK_DV=self.bdv, BLOCK_M=block_m, BLOCK_N=self.block_n, NUM_SPLITS=self.num_splits, CAUSAL=call.causal,
+            HAS_SOFTCAP=call.softcap > 0, WRITE_LSE=call.return_lse, ALIGN_ROWS=invariant,
+        )
+
+    def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+        from .kernels import _merge_splits, _paged_attn_kernel
+
+        step, call = self.step, self.call
+        total_q, hq = q.shape[0], call.num_q_heads
+        if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+            raise ValueError("triton provider: q, k_cache and v_cache need a contiguous last (head_dim) dimension")
+        if out is None:
+            out = torch.empty(total_q, hq, call.v_head_dim, dtype=q.dtype, device=q.device)
+        lse = torch.empty(hq, total_q, dtype=torch.float32, device=q.device) if call.return_lse else None
+        if total_q == 0 or self.grid[0] == 0:
+            return (out, lse) if call.return_lse else out
+        splits = self.num_splits
+        per_head = k_descale is not None and k_descale.numel() != 1
+        dummy = q  # any tensor for absent optional pointers
+        if splits > 1:
+            part = total_q * hq
+            ws = self.provider.workspace(q.device, splits * part * (self.bdv + 1))
+            o_part, l_part = ws[: splits * part * self.bdv], ws[splits * part * self.bdv: splits * part * (self.bdv + 1)]
+        else:
+            o_part = l_part = dummy
+        _paged_attn_kernel[self.grid](
+            q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
+            sinks if sinks is not None else dummy, alibi_slopes if alibi_slopes is not None else dummy,
+            k_descale if k_descale is not None else dummy, v_descale if v_descale is not None else dummy,
+            out, lse if lse is not None else dummy, o_part, l_part,
+            q.stride(0), q.stride(1),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            out.stride(0), out.stride(1),
+            step.page_table.stride(0),
+            k_descale.stride(0) if per_head else 0,
+            total_q, hq,
+            call.softmax_scale, call.softcap,
+            HAS_SINKS=sinks is not None, HAS_ALIBI=alibi_slopes is not None,
+            HAS_DESCALE=k_descale is not None, DESCALE_PER_HEAD=per_head,
+            # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
+            FP32_DOT=q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16),
+            num_warps=self.warps, num_stages=self.stages, **self.static,
+        )
+        if splits > 1:
+            _merge_splits[(total_q, hq)](
+                o_part, l_part, out, lse if lse is not None else dummy, sinks if sinks is not None else dummy,
+                out.stride(0), out.stride(1), total_q, hq,
+                DV=call.v_head_dim, BLOCK_DV=self.bdv, NUM_SPLITS=splits, HAS_SINKS=sinks is not None,
+                WRITE_LSE=call.return_lse, num_warps=4,
+            )
+        return (out, lse) if call.return_lse else out

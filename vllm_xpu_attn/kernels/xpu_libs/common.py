@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..contract import FP8_DTYPES
+from ..contract import FP8_DTYPES, AttnPlan
 
 
 def try_import(module: str) -> tuple[Optional[object], Optional[str]]:
@@ -139,3 +139,12 @@ def empty_result(q: torch.Tensor, v_cache: torch.Tensor, out: Optional[torch.Ten
     """The contract's result for zero queries: out [0, Hq, Dv] (and lse [Hq, 0] fp32)."""
     o = out if out is not None else q.new_empty(0, q.shape[1], v_cache.shape[-1])
     return (o, torch.empty(q.shape[1], 0, dtype=torch.float32, device=q.device)) if lse else o
+
+
+def int32_contiguous(step: AttnPlan) -> AttnPlan:
+    """The step's index tensors as int32 and contiguous, as the vendor kernels read them (row index x
+    width; sgl-kernel-xpu mainloop.hpp:278, vllm-xpu-kernels flash_attn_interface). No-ops when they are."""
+    def fix(t):
+        return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
+    return AttnPlan(fix(step.cu_seqlens_q), fix(step.cache_seqlens), fix(step.page_table), step.max_seqlen_q,
+                    step.max_seqlen_k, step.page_size)

@@ -24,10 +24,9 @@ from typing import Optional
 
 import torch
 
-from ..base import KernelProvider, KernelRequest
-from ..contract import check_paged_call
+from ..base import PagedLaunch, KernelProvider, KernelRequest
 from ..torch_ops import write_kv_torch
-from .common import empty_result, try_import
+from .common import int32_contiguous, empty_result, try_import
 
 MODULE = "intel_extension_for_pytorch"
 # decode on BMG (not PVC) with Hkv * 8 >= Hq: query heads per KV head in {1,2,4,5,7,8} (fmha_forward_kernel.cpp.in:106-115)
@@ -80,12 +79,14 @@ class IpexProvider(KernelProvider):
             raise RuntimeError(why)
         return mod.llm.modules.PagedAttention
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-                                softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, sinks=None,
-                                alibi_slopes=None, k_descale=None, v_descale=None, return_softmax_lse=False, out=None):
-        check_paged_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, causal=causal,
-                         window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
-                         k_descale=k_descale, v_descale=v_descale, out=out, check_values=False)
+    def _launch(self, step, call):
+        return PagedLaunch(self, int32_contiguous(step), call)  # the tables once per step, not per layer
+
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+        page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q = (step.page_table, step.cache_seqlens,
+                                                                 step.cu_seqlens_q, step.max_seqlen_q)
+        softmax_scale, causal, window_size, softcap = call.softmax_scale, call.causal, call.window, call.softcap
+        return_softmax_lse = call.return_lse
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
             return empty_result(q, v_cache, out, return_softmax_lse)
         if sinks is not None or alibi_slopes is not None or return_softmax_lse or k_descale is not None:
@@ -96,9 +97,9 @@ class IpexProvider(KernelProvider):
         cu_k = torch.nn.functional.pad(torch.cumsum(cache_seqlens, 0, dtype=torch.int32), (1, 0))  # on device
         left, right = int(window_size[0]), int(window_size[1])
         self._paged().flash_attn_varlen_func(
-            dst, q.contiguous(), k_cache, v_cache, cu_seqlens_q.to(torch.int32).contiguous(), cu_k,
+            dst, q.contiguous(), k_cache, v_cache, cu_seqlens_q, cu_k,
             int(max_seqlen_q), int(page_table.shape[1] * k_cache.shape[1]), scale, causal,
-            page_table.to(torch.int32).contiguous(), None, window_size_left=left,
+            page_table, None, window_size_left=left,
             window_size_right=0 if causal and right != -1 else right, softcap=float(softcap) if softcap > 0 else -1.0)
         if out is not None and dst is not out:
             out.copy_(dst)

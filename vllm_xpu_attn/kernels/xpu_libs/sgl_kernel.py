@@ -24,10 +24,10 @@ from typing import Optional
 
 import torch
 
-from ..base import KernelProvider, KernelRequest
-from ..contract import FP8_DTYPES, check_paged_call
+from ..base import PagedLaunch, KernelProvider, KernelRequest
+from ..contract import FP8_DTYPES
 from ..torch_ops import write_kv_torch
-from .common import empty_result, Probes, compare, fa3_window, is_fp8, next_pow2, per_tensor_scale, tiny_paged_case, try_import
+from .common import int32_contiguous, empty_result, Probes, compare, fa3_window, is_fp8, next_pow2, per_tensor_scale, tiny_paged_case, try_import
 
 MODULE = "sgl_kernel.flash_attn"
 DECODE_PAGE_SIZES = (64, 128)  # cpp:668-671
@@ -133,12 +133,14 @@ class SglKernelProvider(KernelProvider):
         return r
 
     # ---- the contract -----------------------------------------------------------------
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-                                softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, sinks=None,
-                                alibi_slopes=None, k_descale=None, v_descale=None, return_softmax_lse=False, out=None):
-        check_paged_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, causal=causal,
-                         window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
-                         k_descale=k_descale, v_descale=v_descale, out=out, check_values=False)
+    def _launch(self, step, call):
+        return PagedLaunch(self, int32_contiguous(step), call)  # the tables once per step, not per layer
+
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+        page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q = (step.page_table, step.cache_seqlens,
+                                                                 step.cu_seqlens_q, step.max_seqlen_q)
+        softmax_scale, causal, window_size, softcap = call.softmax_scale, call.causal, call.window, call.softcap
+        return_softmax_lse = call.return_lse
         if alibi_slopes is not None:
             raise ValueError("sgl_kernel flash_attn has no ALiBi parameter; the registry should not route ALiBi here")
         kd = vd = None
@@ -148,8 +150,8 @@ class SglKernelProvider(KernelProvider):
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
             return empty_result(q, v_cache, out, return_softmax_lse)
         res = self._module().flash_attn_with_kvcache(
-            q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens.to(torch.int32).contiguous(),
-            page_table=page_table.to(torch.int32).contiguous(), cu_seqlens_q=cu_seqlens_q.to(torch.int32).contiguous(),
+            q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens,
+            page_table=page_table, cu_seqlens_q=cu_seqlens_q,
             max_seqlen_q=int(max_seqlen_q), softmax_scale=softmax_scale, causal=causal,
             window_size=fa3_window(window_size, causal), softcap=float(softcap),
             sinks=sinks.to(q.dtype) if sinks is not None else None, k_descale=kd, v_descale=vd,

@@ -21,10 +21,10 @@ from typing import Optional
 
 import torch
 
-from ..base import KernelProvider, KernelRequest
-from ..contract import FP8_DTYPES, check_paged_call
+from ..base import PagedLaunch, KernelProvider, KernelRequest
+from ..contract import FP8_DTYPES
 from ..torch_ops import write_kv_torch
-from .common import empty_result, dist_version, fa3_window, is_fp8, own_storage, per_tensor_scale, try_import
+from .common import int32_contiguous, empty_result, dist_version, fa3_window, is_fp8, own_storage, per_tensor_scale, try_import
 
 MODULE = "vllm_xpu_kernels.flash_attn_interface"
 DIST = "vllm-xpu-kernels"
@@ -139,12 +139,14 @@ class VllmXpuKernelsProvider(KernelProvider):
         self.unavailable_reason()  # installs the fallback refusal
         return mod
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-                                softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, sinks=None,
-                                alibi_slopes=None, k_descale=None, v_descale=None, return_softmax_lse=False, out=None):
-        check_paged_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, causal=causal,
-                         window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
-                         k_descale=k_descale, v_descale=v_descale, out=out, check_values=False)
+    def _launch(self, step, call):
+        return PagedLaunch(self, int32_contiguous(step), call)  # the tables once per step, not per layer
+
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+        page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q = (step.page_table, step.cache_seqlens,
+                                                                 step.cu_seqlens_q, step.max_seqlen_q)
+        softmax_scale, causal, window_size, softcap = call.softmax_scale, call.causal, call.window, call.softcap
+        return_softmax_lse = call.return_lse
         if alibi_slopes is not None or softcap > 0 or return_softmax_lse:
             raise ValueError("vllm_xpu_kernels provider: no ALiBi, softcap or LSE (the registry should not route here)")
         kd = vd = None
@@ -155,9 +157,9 @@ class VllmXpuKernelsProvider(KernelProvider):
             return empty_result(q, v_cache, out, return_softmax_lse)
         max_k = int(page_table.shape[1] * k_cache.shape[1])  # an upper bound; a host value, no sync
         return self._module().flash_attn_varlen_func(
-            q, k_cache, v_cache, int(max_seqlen_q), cu_seqlens_q.to(torch.int32).contiguous(), max_k,
-            seqused_k=cache_seqlens.to(torch.int32).contiguous(), softmax_scale=softmax_scale, causal=causal,
-            window_size=list(fa3_window(window_size, causal)), block_table=page_table.to(torch.int32).contiguous(),
+            q, k_cache, v_cache, int(max_seqlen_q), cu_seqlens_q, max_k,
+            seqused_k=cache_seqlens, softmax_scale=softmax_scale, causal=causal,
+            window_size=list(fa3_window(window_size, causal)), block_table=page_table,
             out=out, k_descale=kd, v_descale=vd, s_aux=sinks.to(q.dtype) if sinks is not None else None,
         )
 

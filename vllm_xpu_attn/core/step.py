@@ -1,0 +1,242 @@
+"""``plan_step``: the one entry that turns what an engine knows about a step into a ``StepPlan``.
+
+Both adapters call it once per step (FlashInfer's ``plan()``) and only translate their own
+objects into ``StepInputs``; every planning decision lives here, once: which sub-plans a
+mode gets, how speculative steps are laid out, how encoder tokens shift the decoder's
+table, which pool a table is translated into. Pure tensor ops plus host ints: no
+device-to-host synchronisation, so it runs inside a graph capture as it runs eagerly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional, Union
+
+import torch
+
+from . import cross, local_attn, paging, spec_decode
+from .types import AttnPlan, Mode, StepPlan
+
+SwaMapping = Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecDecodeShape:
+    """The speculative-decoding shape of a step (EAGLE / n-gram), fixed by the engine's config.
+
+    ``topk``: branches per draft step (1 = a chain); ``num_draft``: draft tokens verified per
+    request in a target-verify step; ``num_steps``: draft decode steps; ``step_id``: which draft
+    decode step this is (0-based).
+    """
+
+    topk: int = 1
+    num_draft: int = 0
+    num_steps: int = 0
+    step_id: int = 0
+
+
+@dataclasses.dataclass
+class StepInputs:
+    """What an engine knows about one step, in core terms. Device tensors unless noted.
+
+    ``seq_lens`` int [B]: keys per sequence, committed prefix plus this step's new tokens; for
+      ``TARGET_VERIFY`` and ``DRAFT_DECODE`` the committed tokens *without* the drafts (the plan
+      adds them as the spec shape says).
+    ``max_seqlen_k`` (host int): an upper bound of ``seq_lens`` (graph capture: a static bound).
+    Queries: ``query_lens`` int [B] or ``cu_seqlens_q`` int32 [B+1] for PREFILL/EXTEND/MIXED
+      (decode and speculative modes derive them); ``max_seqlen_q`` host int.
+    Keys' location: ``page_table`` int32 [B, >= cdiv(max_k, page)] page ids (vLLM), or
+      ``token_table`` int [B, >= max_k] slot per token (SGLang's req_to_token rows).
+    ``swa_mapping``: full-pool slot -> SWA-pool slot (tensor or function) for hybrid SWA pools
+      (needs ``token_table``); ``attention_chunk_size``: Llama-4 local-attention chunk.
+    ``encoder_lens`` int [B] + ``max_encoder_len``: encoder-decoder models. With a token table
+      each row holds the encoder's tokens first, then the decoder's; with a page table,
+      ``encoder_page_table`` holds the encoder's pages.
+    ``custom_mask`` bool: the tree mask of a top-k > 1 verify (SGLang's flattened layout);
+    ``draft_slots`` int [B * topk * num_steps]: the draft tokens' slots of a top-k > 1 draft decode.
+    """
+
+    mode: Mode
+    seq_lens: torch.Tensor
+    max_seqlen_k: int
+    num_tokens: int
+    page_size: int
+    query_lens: Optional[torch.Tensor] = None
+    cu_seqlens_q: Optional[torch.Tensor] = None
+    max_seqlen_q: int = 1
+    page_table: Optional[torch.Tensor] = None
+    token_table: Optional[torch.Tensor] = None
+    swa_mapping: Optional[SwaMapping] = None
+    attention_chunk_size: Optional[int] = None
+    encoder_lens: Optional[torch.Tensor] = None
+    max_encoder_len: int = 0
+    encoder_page_table: Optional[torch.Tensor] = None
+    spec: SpecDecodeShape = SpecDecodeShape()
+    custom_mask: Optional[torch.Tensor] = None
+    draft_slots: Optional[torch.Tensor] = None
+
+
+def check_step_config(page_size: int, attention_chunk_size: Optional[int] = None) -> None:
+    """Refuse at start-up a configuration no step plan can serve (the backend's constructor calls it).
+
+    (Layers that a top-k > 1 cascade cannot serve are refused by ``LayerRunner``'s constructor.)
+    """
+    paging.check_page_size(page_size)
+    if attention_chunk_size is not None and (attention_chunk_size < 1 or attention_chunk_size % page_size):
+        raise ValueError(f"vllm-xpu-attn: attention chunk size {attention_chunk_size} must be a positive multiple "
+                         f"of the page size {page_size}")
+
+
+_ARANGE: dict[torch.device, torch.Tensor] = {}
+
+
+def _arange_i32(n: int, device: torch.device) -> torch.Tensor:
+    """int32 [n] 0..n-1 from a per-device cache: a decode step's cu_seqlens_q without a launch.
+
+    Never filled during a graph capture (a captured kernel has not run when capture ends).
+    """
+    buf = _ARANGE.get(device)
+    if buf is not None and buf.shape[0] >= n:
+        return buf[:n]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.arange(n, dtype=torch.int32, device=device)
+    size = max(n, 4097, 2 * (buf.shape[0] if buf is not None else 0))
+    old = buf
+    _ARANGE[device] = buf = torch.arange(size, dtype=torch.int32, device=device)
+    if old is not None:
+        _KEEP.append(old)  # a graph may have captured a view of it: keep it alive
+    return buf[:n]
+
+
+_KEEP: list[torch.Tensor] = []
+
+
+def _i32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.int32 else t.to(torch.int32)
+
+
+def _pages(inp: StepInputs, rows: Optional[torch.Tensor], max_k: int) -> torch.Tensor:
+    """The page table covering max_k keys per row (validated by shape only: no sync)."""
+    if rows is not None:
+        return paging.token_table_to_page_table(rows, inp.page_size, max_k)
+    table = inp.page_table
+    if table is None:
+        raise ValueError("plan_step needs a page_table or a token_table")
+    if table.dim() != 2 or table.shape[0] != inp.seq_lens.shape[0]:
+        raise ValueError(f"page_table must be [batch={inp.seq_lens.shape[0]}, max_pages], got {list(table.shape)}")
+    if table.shape[1] * inp.page_size < max_k:
+        raise ValueError(f"page table too short: {table.shape[1]} pages of {inp.page_size} cannot hold "
+                         f"max_seqlen_k={max_k}")
+    return table
+
+
+def _queries(inp: StepInputs, bs: int) -> torch.Tensor:
+    """cu_seqlens_q int32 [B+1]: the engine's, or from query_lens, or (decode) 0..B without a launch."""
+    if inp.cu_seqlens_q is not None:
+        if inp.cu_seqlens_q.shape != (bs + 1,):
+            raise ValueError(f"cu_seqlens_q must be [batch + 1]=[{bs + 1}], got {list(inp.cu_seqlens_q.shape)}")
+        return _i32(inp.cu_seqlens_q)
+    if inp.query_lens is not None:
+        if inp.query_lens.shape != (bs,):
+            raise ValueError(f"query_lens must be [batch]=[{bs}], got {list(inp.query_lens.shape)}")
+        return paging.cu_seqlens(inp.query_lens)
+    if inp.mode.is_decode:
+        return _arange_i32(bs + 1, inp.seq_lens.device)
+    raise ValueError(f"a {inp.mode.value} step needs query_lens or cu_seqlens_q")
+
+
+def plan_step(inp: StepInputs) -> StepPlan:
+    """StepInputs -> StepPlan with every sub-plan the step's layers need. Sync-free."""
+    mode, page = inp.mode, inp.page_size
+    bs = int(inp.seq_lens.shape[0])
+    seq_lens = inp.seq_lens
+    max_k = int(inp.max_seqlen_k)
+    spec = inp.spec
+    rows = inp.token_table
+    if rows is not None and inp.encoder_lens is not None:
+        # decoder tokens follow each request's encoder tokens in its row
+        rows = cross.shift_token_table(rows, inp.encoder_lens, max_k + spec.num_draft + spec.num_steps)
+    spec_expand: Optional[AttnPlan] = None
+    q_lens: Optional[torch.Tensor] = None
+    if seq_lens.dim() != 1:
+        raise ValueError(f"seq_lens must be [batch], got shape {list(seq_lens.shape)}")
+
+    if rows is None and inp.page_table is None:
+        # a cache group of cross-attention layers only (vLLM): its keys are the encoder's
+        if inp.encoder_lens is None or inp.encoder_page_table is None:
+            raise ValueError("plan_step needs a page_table or a token_table (or, for a cross-attention-only group, "
+                             "encoder_lens and encoder_page_table)")
+        cu = _queries(inp, bs)
+        enc = AttnPlan(cu_seqlens_q=cu, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(inp.encoder_page_table),
+                       max_seqlen_q=1 if mode.is_decode else int(inp.max_seqlen_q),
+                       max_seqlen_k=int(inp.max_encoder_len), page_size=page)
+        return StepPlan(mode, enc, int(inp.num_tokens), encoder=enc)
+
+    if mode is Mode.DRAFT_DECODE and spec.topk > 1:  # tree branches: prefix part + per-branch drafts
+        main = spec_decode.verify_main_plan_topk(seq_lens, _pages(inp, rows, max_k), page, spec.topk, max_k)
+        if inp.draft_slots is None:
+            raise ValueError("a top-k > 1 draft decode step needs draft_slots")
+        spec_expand = spec_decode.draft_decode_expand_plan(inp.draft_slots, bs, spec.topk, spec.num_steps,
+                                                           spec.step_id)
+        num_tokens, max_q = bs * spec.topk, spec.topk
+    elif mode.is_decode:
+        extra = spec.step_id + 1 if mode is Mode.DRAFT_DECODE else 0  # drafts written so far follow the prefix
+        k_lens = _i32(seq_lens + extra if extra else seq_lens)
+        table = _pages(inp, rows, max_k + extra)
+        main = AttnPlan(cu_seqlens_q=_queries(inp, bs), cache_seqlens=k_lens,
+                        page_table=_i32(table), max_seqlen_q=1 if bs else 0, max_seqlen_k=max_k + extra,
+                        page_size=page)
+        num_tokens, max_q = bs, 1
+    elif mode is Mode.TARGET_VERIFY:
+        n = spec.num_draft
+        if n < 1:
+            raise ValueError("a target-verify step needs spec.num_draft >= 1")
+        if spec.topk <= 1:  # a chain: causal attention with n queries per request
+            main = spec_decode.verify_plan_topk1(seq_lens, _pages(inp, rows, max_k + n), page, n, max_k)
+        else:
+            if rows is None or inp.custom_mask is None:
+                raise ValueError("a top-k > 1 verify step needs the token_table and the tree's custom_mask")
+            main = spec_decode.verify_main_plan_topk(seq_lens, _pages(inp, rows, max_k), page, n, max_k)
+            spec_expand = spec_decode.verify_expand_plan(seq_lens, rows, n, inp.custom_mask)
+        num_tokens, max_q = bs * n, n
+    else:  # PREFILL / EXTEND / MIXED: each row by its own lengths
+        max_q = int(inp.max_seqlen_q)
+        cu = _queries(inp, bs)
+        q_lens = inp.query_lens
+        table = _pages(inp, rows, max_k)
+        main = AttnPlan(cu_seqlens_q=cu, cache_seqlens=_i32(seq_lens), page_table=_i32(table), max_seqlen_q=max_q,
+                        max_seqlen_k=max_k, page_size=page)
+        num_tokens = int(inp.num_tokens)
+
+    plan = StepPlan(mode, main, num_tokens, spec_expand=spec_expand)
+
+    if inp.encoder_lens is not None:
+        cu_q = main.cu_seqlens_q
+        if inp.token_table is not None:  # encoder tokens lead each row of the token table
+            enc_table = paging.token_table_to_page_table(inp.token_table[:, : max(inp.max_encoder_len, 1)], page,
+                                                         inp.max_encoder_len)
+        elif inp.encoder_page_table is not None:
+            enc_table = inp.encoder_page_table
+        else:
+            raise ValueError("an encoder-decoder step needs a token_table or an encoder_page_table")
+        plan.encoder = AttnPlan(cu_seqlens_q=cu_q, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(enc_table),
+                                max_seqlen_q=main.max_seqlen_q, max_seqlen_k=int(inp.max_encoder_len), page_size=page)
+
+    if inp.swa_mapping is not None:
+        if rows is None:
+            raise ValueError("SWA translation needs the token table (slots are translated before page striding)")
+        swa_rows = paging.swa_translate(rows[:, : main.page_table.shape[1] * page], inp.swa_mapping)
+        plan.swa_page_table = paging.token_table_to_page_table(swa_rows, page, swa_rows.shape[1])
+
+    # Local layers run causally in every mode that has a causal main plan (decode, extend, top-k 1
+    # verify and draft decode); the top-k > 1 cascade refuses local layers at start-up.
+    if inp.attention_chunk_size and spec_expand is None:
+        if q_lens is None:
+            q_lens = main.cu_seqlens_q[1:] - main.cu_seqlens_q[:-1]
+        plan.local, plan.local_swa_page_table = local_attn.local_attention_plans(
+            inp.attention_chunk_size, q_lens, main.cache_seqlens, main.page_table, page, main.max_seqlen_q,
+            swa_page_table=plan.swa_page_table)
+    return plan
+
+
+__all__ = ["SpecDecodeShape", "StepInputs", "check_step_config", "plan_step"]

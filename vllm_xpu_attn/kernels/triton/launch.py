@@ -1,0 +1,364 @@
+"""Launch one specialisation of a ``@triton.jit`` kernel without Triton's JIT binder on later calls.
+
+``kernel[grid](*args, **constexprs)`` costs host time on every call: Triton binds ~40 arguments by
+name, computes each one's *specialisation* (dtype, 16-byte divisibility, ``== 1``), builds a cache
+key string, looks the compiled kernel up, and only then calls the launcher. Within one model step the
+provider launches the same specialisation once per layer, so :class:`FastLaunch` pays that once and then
+calls the compiled kernel's launcher directly, exactly as the binder does at the end of ``JITFunction.run``.
+
+The launch convention mirrored here (read in Triton's sources, identical in every version listed):
+
+* Triton 3.6.0 (the PyPI wheel ``triton-3.6.0-cp311``, ``triton/runtime/jit.py`` lines 743-745, in
+  ``JITFunction.run``)::
+
+      launch_metadata = kernel.launch_metadata(grid, stream, *bound_args.values())
+      kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,
+                 knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *bound_args.values())
+
+  with ``stream = driver.active.get_current_stream(device)``, ``device =
+  driver.active.get_current_device()`` (lines 700-701) and the same call in ``CompiledKernel.__getitem__``
+  (``triton/compiler/compiler.py`` lines 490-499). ``bound_args`` holds *every* parameter, constexprs
+  included, in declaration order: the launcher's signature keeps a ``"constexpr"`` slot for each and
+  skips it (``backends/nvidia/driver.py`` make_launcher, line 260: ``if ty != "constexpr"``).
+  The hooks are ``knobs.HookChain`` objects, never None (``triton/knobs.py`` lines 406-424, 468-469);
+  ``CompiledKernel.launch_metadata`` (compiler.py 479-488) returns None only when the enter hook is None.
+* Triton 3.3.0 (Intel's fork, tag ``v3.3.0b1`` of intel/intel-xpu-backend-for-triton, which is what
+  ``triton-xpu 3.3.0b1`` ships; ``python/triton/runtime/jit.py`` lines 584-587): the same call, but the
+  hooks are class attributes ``CompiledKernel.launch_enter_hook`` / ``launch_exit_hook`` (None by default,
+  ``python/triton/compiler/compiler.py`` lines 362-365), and ``CompiledKernel.run`` is materialised by
+  ``__getattribute__`` (compiler.py 415-418). The XPU launcher takes the same positional layout
+  (``third_party/intel/backend/driver.py`` lines 572-574: grid, stream (``sycl_queue``), function,
+  metadata, launch metadata, hooks, args) and ``get_current_stream`` returns
+  ``torch.xpu.current_stream().sycl_queue`` (driver.py 735-737).
+* Triton 3.4, 3.5, 3.7 (Intel fork tags v3.4.0b1 jit.py 600-602, v3.5.0 jit.py 622-624, v3.7.2 jit.py
+  777-779) and 3.9 (the local install, ``runtime/jit.py`` lines 785-787, ``compiler/compiler.py`` 492-520):
+  the same call with ``knobs.runtime`` hooks (None by default in 3.4/3.5, HookChain from 3.6).
+* Passing None for the hooks (done here when no hook is installed, instead of an empty HookChain) is what
+  the launchers expect: they call a hook only ``if (launch_enter_hook != Py_None)`` (3.6
+  ``backends/nvidia/driver.py`` lines 519 and 555; 3.9 ``backends/nvidia/driver.c`` ``launchHook``,
+  lines 1420-1429; intel v3.3.0b1 ``third_party/intel/backend/driver.py`` line 603).
+* Prior art: vLLM's ``vllm/v1/worker/gpu/triton_utils.py`` ``CachedKernel`` calls ``compiled.run`` the
+  same way, keyed only by its int arguments' specialisation (it ignores pointer alignment and always
+  passes None launch metadata); this module also guards tensors and honours installed hooks.
+
+Specialisation (why a compiled kernel is only valid for "the same kind" of arguments): Triton 3.3
+``specialize_impl`` (intel v3.3.0b1 ``python/triton/runtime/jit.py`` lines 282-320) and the native
+``specialize_impl`` of 3.6 (``python/src/specialize.cc`` lines 225-330, ``handle_long_type`` /
+``handle_tensor``) key each non-constexpr argument by: ints -> ``constexpr 1`` when ``== 1`` (the value is
+baked in!), else i32/i64/u64 by range plus ``"D"`` when divisible by 16; bools -> i1/u1; None ->
+``constexpr None``; floats -> ``fp32`` with no value key; tensors -> dtype (+const) plus ``"D"`` when
+``data_ptr() % 16 == 0`` (``backends/compiler.py`` ``get_tensor_specialization``, 3.6 lines 83-92, the
+same in the NVIDIA and Intel backends; AMD adds a pointer-range key, so the AMD backend is left out here).
+
+So, per :class:`FastLaunch`, every call after the first must keep:
+
+* every int / bool / None argument **identical** (value and type) to the first call's,
+* every float argument a Python ``float`` (its value may change: floats are not specialised),
+* every tensor argument the same type and dtype, with ``data_ptr() % 16 == 0`` exactly when the first
+  call's was (the pointer itself may change: per-layer KV caches, outputs, ...),
+* the grid, constexprs, num_warps / num_stages (fixed at construction) and the current device.
+
+With ``check=True`` (the default) each call verifies all of that (a few hundred ns for ~40 arguments,
+in one generated function) and, on any mismatch, launches that call through the normal binder path
+instead (counted in ``slow_calls``), so the output is never wrong. A caller that can guarantee the
+contract (the provider's per-step plan: one FastLaunch per step and kernel, strides and sizes fixed
+for the step, per-layer tensors allocated by the caching allocator, which aligns to >= 512 bytes) may
+pass ``check=False``. Not replicated on the fast path (the binder does these per call): the
+``used_global_vals`` "global changed since compile" check, ``JITFunction.pre_run_hooks`` (a kernel that
+has any stays on the binder path), and re-reading ``TRITON_DEBUG`` / instrumentation knobs.
+
+Under ``TRITON_INTERPRET=1`` (CPU CI) there is no compiled kernel: FastLaunch always uses the normal
+path. The same happens, visibly, when the installed Triton is not one whose API was read above
+(:func:`fast_launch_supported` gives the reason; ``VLLM_XPU_ATTN_FAST_LAUNCH=0`` turns the fast path off).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+from typing import Any, Callable, Optional
+
+__all__ = ["FastLaunch", "fast_launch_supported", "VERIFIED_TRITON"]
+
+# (major, minor) versions whose JITFunction.run / CompiledKernel launch convention was read (module doc).
+VERIFIED_TRITON = frozenset({(3, 3), (3, 4), (3, 5), (3, 6), (3, 7), (3, 9)})
+# Backends whose argument specialisation is only dtype + 16-byte divisibility (BaseBackend's).
+_BACKENDS = ("cuda", "xpu")
+_ENV = "VLLM_XPU_ATTN_FAST_LAUNCH"
+
+# The binder's launch statement, whitespace removed, per hook style (see the module doc for lines).
+_LAUNCH_SRC = {
+    "knobs": "kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,launch_metadata,"
+             "knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,*bound_args.values())",
+    "class": "kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,launch_metadata,"
+             "self.CompiledKernel.launch_enter_hook,self.CompiledKernel.launch_exit_hook,*bound_args.values())",
+}
+_METADATA_SRC = "launch_metadata=kernel.launch_metadata(grid,stream,*bound_args.values())"
+
+
+def _interpreting() -> bool:
+    try:
+        from triton import knobs  # 3.4+
+        return bool(knobs.runtime.interpret)
+    except Exception:  # 3.3: the env var, as triton.runtime.jit reads it
+        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+@functools.lru_cache(maxsize=None)
+def _static_support() -> tuple[bool, str, Optional[str]]:
+    """(ok, reason, hook style) for the installed Triton, independent of the interpreter switch."""
+    try:
+        import triton
+        from triton.compiler import CompiledKernel
+        from triton.runtime.jit import JITFunction
+    except Exception as e:  # noqa: BLE001
+        return False, f"triton not importable: {type(e).__name__}: {e}", None
+    version = getattr(triton, "__version__", "?")
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if not m or (int(m.group(1)), int(m.group(2))) not in VERIFIED_TRITON:
+        return False, f"triton {version}: its launch API was not verified (verified: 3.3-3.7, 3.9)", None
+    try:  # the installed binder must launch exactly the way FastLaunch mirrors
+        run_src = re.sub(r"\s+", "", inspect.getsource(JITFunction.run))
+        ck_src = inspect.getsource(CompiledKernel)
+    except Exception as e:  # noqa: BLE001
+        return False, f"triton {version}: cannot read JITFunction.run's source to verify it ({e})", None
+    style = next((s for s, src in _LAUNCH_SRC.items() if src in run_src), None)
+    if style is None or _METADATA_SRC not in run_src:
+        return False, f"triton {version}: JITFunction.run does not launch as expected (API changed?)", None
+    if "self.packed_metadata" not in ck_src or "def launch_metadata" not in ck_src:
+        return False, f"triton {version}: CompiledKernel lacks packed_metadata / launch_metadata", None
+    return True, f"triton {version}: launcher called directly ({style} hooks)", style
+
+
+def fast_launch_supported() -> tuple[bool, str]:
+    """Whether FastLaunch can skip the binder here, and why (not): (ok, reason)."""
+    if os.environ.get(_ENV, "1").lower() in ("0", "false", "off", "no"):
+        return False, f"{_ENV}=0: fast launch disabled"
+    if _interpreting():
+        return False, "TRITON_INTERPRET=1: the interpreter has no compiled kernel; normal launch path"
+    ok, reason, _ = _static_support()
+    return ok, reason
+
+
+def _kernel_params(fn) -> list[tuple[str, bool, Any]]:
+    """(name, is_constexpr, default) per parameter. JITFunction.params (3.3+) or the Python signature."""
+    params = getattr(fn, "params", None)
+    if params is not None and all(hasattr(p, "is_constexpr") for p in params):
+        return [(p.name, bool(p.is_constexpr), p.default) for p in params]
+    inner = getattr(fn, "fn", fn)
+    out = []
+    for p in inspect.signature(inner).parameters.values():
+        out.append((p.name, "constexpr" in str(p.annotation), p.default))
+    return out
+
+
+_EMPTY = inspect.Parameter.empty
+# Per argument kind: how the generated guard checks a later call against the first one.
+_KIND_STATIC, _KIND_FLOAT, _KIND_TENSOR = "s", "f", "t"
+_launcher_code_cache: dict[tuple, Callable] = {}
+
+
+def _make_factory(kinds: tuple[str, ...], layout: tuple[tuple[str, int], ...], check: bool, style: str):
+    """Compile (once per argument structure) a factory for the fast launch closure.
+
+    ``kinds``: one kind per runtime argument; ``layout``: the kernel's parameters in order, each
+    ("a", i) for runtime argument i or ("c", j) for constant j. The generated closure checks the guard,
+    reads the device, stream and hooks, and calls the launcher with every parameter inline.
+    """
+    key = (kinds, layout, check, style)
+    factory = _launcher_code_cache.get(key)
+    if factory is not None:
+        return factory
+    n = len(kinds)
+    argl = ", ".join(f"a{i}" for i in range(n))
+    conds, unpack = [], []
+    for i, k in enumerate(kinds):
+        if k == _KIND_TENSOR:
+            unpack += [f"t{i}", f"d{i}", f"al{i}"]
+            conds.append(f"a{i}.__class__ is t{i} and a{i}.dtype is d{i} and ((a{i}.data_ptr() & 15) == 0) is al{i}")
+        elif k == _KIND_FLOAT:
+            conds.append(f"a{i}.__class__ is float")
+        else:  # int / bool / None: identical value and type
+            unpack += [f"t{i}", f"v{i}"]
+            conds.append(f"a{i}.__class__ is t{i} and a{i} == v{i}")
+    guard = " and ".join(conds) if (check and conds) else "True"
+    full = ", ".join(f"a{j}" if src == "a" else f"c{j}" for src, j in layout)
+    nconst = sum(1 for src, _ in layout if src == "c")
+    hk = "_H.runtime" if style == "knobs" else "_H"
+    lines = [
+        "def factory(run, function, meta, grid, get_device, device, get_stream, _H, _HC, slow, lmeta, E, C):",
+        f"    {''.join(x + ', ' for x in unpack)}= E" if unpack else "    pass",
+        f"    {''.join(f'c{j}, ' for j in range(nconst))}= C" if nconst else "    pass",
+        "    gx, gy, gz = grid",
+        f"    def launch({argl}):",
+        f"        if not ({guard}):",
+        f"            return slow(({argl}{',' if n == 1 else ''}))",
+        "        dev = get_device()",
+        "        if dev != device:",
+        f"            return slow(({argl}{',' if n == 1 else ''}))",
+        "        stream = get_stream(dev)",
+        f"        enter = {hk}.launch_enter_hook",
+        f"        leave = {hk}.launch_exit_hook",
+        # an absent hook or an empty HookChain does nothing: skip building the launch metadata
+        "        if (enter is None or (enter.__class__ is _HC and not enter.calls)) and \\",
+        "                (leave is None or (leave.__class__ is _HC and not leave.calls)):",
+        f"            run(gx, gy, gz, stream, function, meta, None, None, None, {full})",
+        "        else:  # hooks installed (a profiler): exactly the binder's call",
+        f"            full = ({full},)",
+        "            run(gx, gy, gz, stream, function, meta, lmeta(grid, stream, *full), enter, leave, *full)",
+        "    return launch",
+    ]
+    ns: dict[str, Any] = {}
+    exec(compile("\n".join(lines), f"<FastLaunch {len(layout)} params>", "exec"), ns)  # noqa: S102
+    factory = ns["factory"]
+    _launcher_code_cache[key] = factory
+    return factory
+
+
+class _NoHookChain:  # stands in for knobs.HookChain on Triton versions without it
+    pass
+
+
+class FastLaunch:
+    """Launch one specialisation of a @triton.jit kernel without the JIT binder on later calls.
+
+    ``FastLaunch(fn, grid, constexprs, num_warps, num_stages)(*args)`` with ``args`` = the kernel's
+    non-constexpr parameters in declaration order (every one of them), ``constexprs`` = the constexpr
+    parameters by name (those with defaults may be left out). The first call goes through
+    ``fn[grid](...)`` and keeps the CompiledKernel it returns; later calls invoke its launcher directly
+    while the arguments keep the first call's specialisation (module doc); ``check=False`` trusts the
+    caller to guarantee that. ``reason`` says why the fast path is off (None while it is on);
+    ``slow_calls`` counts calls that took the normal path.
+    """
+
+    __slots__ = ("fn", "grid", "constexprs", "num_warps", "num_stages", "check", "reason", "slow_calls",
+                 "_names", "_params", "_launch", "_disabled", "kernel")
+
+    def __init__(self, fn, grid: tuple[int, int, int], constexprs: dict[str, object], num_warps: int,
+                 num_stages: int, *, check: bool = True):
+        grid = tuple(int(g) for g in grid)
+        if not 1 <= len(grid) <= 3:
+            raise ValueError(f"grid must have 1 to 3 dimensions, got {grid}")
+        self.grid = grid + (1,) * (3 - len(grid))
+        self.fn = fn
+        self.constexprs = dict(constexprs)
+        self.num_warps, self.num_stages = int(num_warps), int(num_stages)
+        self.check = bool(check)
+        self._params = _kernel_params(fn)
+        names = [p[0] for p in self._params]
+        unknown = sorted(set(self.constexprs) - set(names))
+        if unknown:
+            raise TypeError(f"FastLaunch: {unknown} are not parameters of {getattr(fn, '__name__', fn)}")
+        missing = [n for n, is_c, d in self._params if is_c and n not in self.constexprs and d is _EMPTY]
+        if missing:
+            raise TypeError(f"FastLaunch: constexpr parameters {missing} need a value in constexprs")
+        self._names = tuple(n for n in names if n not in self.constexprs)
+        self.reason: Optional[str] = "not launched yet"
+        self.slow_calls = 0
+        self.kernel = None
+        self._launch: Optional[Callable] = None
+        self._disabled = False
+
+    # -- the normal path ----------------------------------------------------------------------------
+    def _slow(self, args: tuple):
+        if len(args) != len(self._names):
+            raise TypeError(f"FastLaunch: expected {len(self._names)} runtime arguments {self._names}, "
+                            f"got {len(args)}")
+        self.slow_calls += 1
+        return self.fn[self.grid](**dict(zip(self._names, args)), **self.constexprs,
+                                  num_warps=self.num_warps, num_stages=self.num_stages)
+
+    def __call__(self, *args) -> None:
+        launch = self._launch
+        if launch is not None:
+            launch(*args)
+            return
+        kernel = self._slow(args)
+        if not self._disabled:
+            try:
+                self._arm(args, kernel)
+            except Exception as e:  # noqa: BLE001 - an API surprise must never break the launch
+                self._launch, self._disabled = None, True
+                self.reason = f"fast path off: {type(e).__name__}: {e}"
+
+    @property
+    def armed(self) -> bool:
+        return self._launch is not None
+
+    # -- building the fast path from the first call -------------------------------------------------
+    def _arm(self, args: tuple, kernel) -> None:
+        ok, why = fast_launch_supported()
+        if not ok:
+            self.reason, self._disabled = why, True
+            return
+        from triton.compiler import CompiledKernel
+        from triton.runtime.driver import driver
+        from triton.runtime.jit import JITFunction
+
+        fn = self.fn
+        if not isinstance(fn, JITFunction):
+            self.reason, self._disabled = f"{type(fn).__name__} is not a plain JITFunction", True
+            return
+        if getattr(fn, "pre_run_hooks", None):
+            self.reason, self._disabled = "the kernel has pre_run_hooks, which must see every call", True
+            return
+        if kernel is None:  # e.g. a jit_cache_hook skipped the compile: try again next call
+            self.reason = "the binder returned no compiled kernel (yet)"
+            return
+        if hasattr(kernel, "result") and not isinstance(kernel, CompiledKernel):
+            kernel = kernel.result()  # async compile (3.5+) hands back a future
+        if not isinstance(kernel, CompiledKernel):
+            self.reason, self._disabled = f"the binder returned {type(kernel).__name__}, not a CompiledKernel", True
+            return
+        backend = getattr(getattr(kernel.metadata, "target", None), "backend", None)
+        if backend not in _BACKENDS:
+            self.reason, self._disabled = f"backend {backend!r}: its argument specialisation is not verified", True
+            return
+
+        import torch
+
+        kinds, expected = [], []
+        for name, a in zip(self._names, args):
+            t = type(a)
+            if isinstance(a, torch.Tensor):
+                kinds.append(_KIND_TENSOR)
+                expected += [t, a.dtype, (a.data_ptr() & 15) == 0]
+            elif t is float:
+                kinds.append(_KIND_FLOAT)
+            elif t is int or t is bool or a is None:
+                kinds.append(_KIND_STATIC)
+                expected += [t, a]
+            else:
+                self.reason, self._disabled = f"argument {name} is a {t.__name__}: only tensors, ints, " \
+                                              "floats, bools and None take the fast path", True
+                return
+        layout, consts, pos = [], [], 0
+        for name, _, default in self._params:
+            if name in self.constexprs or name not in self._names:
+                layout.append(("c", len(consts)))
+                consts.append(self.constexprs.get(name, default))
+            else:
+                layout.append(("a", pos))
+                pos += 1
+        _, _, style = _static_support()
+        if style == "knobs":
+            from triton import knobs as hooks_owner
+            hook_chain = getattr(hooks_owner, "HookChain", _NoHookChain)
+        else:
+            hooks_owner, hook_chain = CompiledKernel, _NoHookChain
+        drv = driver.active
+        get_device = drv.get_current_device
+        device = get_device()  # the device the binder just launched on
+        run = kernel.run  # 3.3: materialised by __getattribute__ -> _init_handles(); 3.4+: a property
+        function, meta = kernel.function, kernel.packed_metadata
+        if function is None or meta is None:
+            self.reason, self._disabled = "the compiled kernel has no loaded function", True
+            return
+        factory = _make_factory(tuple(kinds), tuple(layout), self.check, style)
+        self._launch = factory(run, function, meta, self.grid, get_device, device, drv.get_current_stream,
+                               hooks_owner, hook_chain, self._slow, kernel.launch_metadata, tuple(expected),
+                               tuple(consts))
+        self.kernel = kernel
+        self.reason = None
