@@ -13,8 +13,8 @@ wait $p1; wait $p2
 model="$VENV_DIR/tiny-llama"
 out="$VENV_DIR/demo"
 mkdir -p "$out"
-# SGLang on a CPU-only machine needs a stand-in for one vllm._custom_ops import (see the stub's docstring)
-stubs="$here/tests/sglang/stubs${PYTHONPATH:+:$PYTHONPATH}"
+# SGLang on a CPU-only machine needs a stand-in for one vllm._custom_ops import (sglang_compat/cpu_shims)
+stubs="$here/sglang_compat/cpu_shims${PYTHONPATH:+:$PYTHONPATH}"
 for engine in vllm sglang; do
   for backend in ours own; do
     echo "[demo] $engine with $([ $backend = ours ] && echo vllm-xpu-attn || echo "its own backend") ..."

@@ -93,7 +93,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
             num_q_heads=layer.tp_q_head_num, num_kv_heads=layer.tp_k_head_num, head_dim=layer.qk_head_dim,
             v_head_dim=layer.v_head_dim, scale=float(layer.scaling), kind=kind,
             window_left=window,  # SGLang's sliding_window_size already excludes the query itself
-            logit_softcap=float(layer.logit_cap or 0.0), has_sinks=has_sinks,
+            softcap=float(layer.logit_cap or 0.0), has_sinks=has_sinks,
             local_attention=bool(getattr(layer, "use_irope", False)) and self.attention_chunk_size is not None,
             uses_swa_pool=layer_in_swa_pool(self.token_to_kv_pool, layer.layer_id), dtype=self.dtype,
             kv_dtype=self.kv_dtype, batch_invariant=self.batch_invariant,

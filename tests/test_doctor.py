@@ -21,7 +21,7 @@ def test_doctor_on_this_machine():
 
 
 def test_doctor_explains_an_xpu_configuration():
-    p = run("--device", "xpu", "--page-size", "16", "--softcap", "--head-dim", "64")
+    p = run("--device", "xpu", "--page-size", "16", "--softcap", "30", "--head-dim", "64")
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "decode (xpu" in out and "-> triton" in out  # vendors absent; triton serves
@@ -49,7 +49,7 @@ def test_doctor_reports_vendor_versions_and_probed_capabilities():
     here = os.path.dirname(__file__)
     env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "VLLM_XPU_ATTN_PROBE_DEVICE": "cpu",
            "PYTHONPATH": os.pathsep.join([os.path.join(here, "fakes"), here])}
-    p = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor", "--device", "xpu", "--softcap",
+    p = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor", "--device", "xpu", "--softcap", "30",
                         "--head-dim", "64"], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     out = " ".join(p.stdout.split())

@@ -18,7 +18,7 @@ def req(**kw):
 
 def test_cpu_picks_reference_and_logs_once(caplog):
     caplog.set_level(logging.INFO, logger="vllm_xpu_attn")
-    r = req(softcap=True, sinks=True, alibi=True, kv_dtype=torch.float8_e4m3fn, dtype=torch.float32)
+    r = req(softcap=30.0, has_sinks=True, has_alibi=True, kv_dtype=torch.float8_e4m3fn, dtype=torch.float32)
     assert select_provider(r).name == "reference"
     assert select_provider(r).name == "reference"
     msgs = [m for m in caplog.messages if "serves" in m]
@@ -43,7 +43,7 @@ def test_priority_reasons_and_fallback(monkeypatch):
     register_provider("narrow", _Narrow, devices={"cpu": 0})
     try:
         # narrow can't: falls to reference, and explain() says why narrow refused
-        rows = dict(explain(req(head_dim=64, softcap=True)))
+        rows = dict(explain(req(head_dim=64, softcap=30.0)))
         assert rows["narrow"] == ["head dim 64 not in [128]", "no softcap support"]
         assert rows["reference"] == []
         assert select_provider(req(head_dim=64)).name == "reference"

@@ -68,8 +68,8 @@ def request_for(layout, lse: bool, phase: str) -> KernelRequest:
     return KernelRequest(
         device_type="xpu", dtype=layout.q.dtype, kv_dtype=layout.k_cache.dtype, head_dim=layout.q.shape[-1],
         num_q_heads=layout.q.shape[1], num_kv_heads=layout.k_cache.shape[2], page_size=layout.k_cache.shape[1],
-        causal=kw["causal"], window=tuple(kw["window_size"]), softcap=kw["softcap"] > 0, sinks=kw["sinks"] is not None,
-        alibi=kw["alibi_slopes"] is not None, return_lse=lse, phase=phase)
+        causal=kw["causal"], window=tuple(kw["window_size"]), softcap=kw["softcap"], has_sinks=kw["sinks"] is not None,
+        has_alibi=kw["alibi_slopes"] is not None, return_lse=lse, phase=phase)
 
 
 SERVED = {n: [0, 0, 0] for n in VENDORS}  # provider -> [served, refused, served with FP8] layouts
@@ -334,14 +334,14 @@ GRID = [  # (request, on sgl-kernel main 9cf16bf9, on a build with PRs #330/#454
     (dict(page_size=16), "vllm_xpu_kernels", "vllm_xpu_kernels"),  # sgl decode: 64/128; vxk h128 tile 16 fff
     (dict(page_size=48), "vllm_xpu_kernels", "vllm_xpu_kernels"),  # block 48 -> tile 16
     (dict(page_size=1), "triton", "sgl_kernel"),  # page size 1: PR #454 (probed)
-    (dict(sinks=True), "vllm_xpu_kernels", "vllm_xpu_kernels"),  # sgl: sinks at D=64 only; vxk q8 h128 p64 fft
-    (dict(sinks=True, head_dim=64), "sgl_kernel", "sgl_kernel"),
-    (dict(sinks=True, head_dim=64, kv_dtype=torch.float8_e4m3fn), "vllm_xpu_kernels", "vllm_xpu_kernels"),
-    (dict(softcap=True), "ipex", "sgl_kernel"),  # softcap applied from PR #491 (probed); vxk never applies it
-    (dict(softcap=True, page_size=16), "triton", "triton"),
+    (dict(has_sinks=True), "vllm_xpu_kernels", "vllm_xpu_kernels"),  # sgl: sinks at D=64 only; vxk q8 h128 p64 fft
+    (dict(has_sinks=True, head_dim=64), "sgl_kernel", "sgl_kernel"),
+    (dict(has_sinks=True, head_dim=64, kv_dtype=torch.float8_e4m3fn), "vllm_xpu_kernels", "vllm_xpu_kernels"),
+    (dict(softcap=30.0), "ipex", "sgl_kernel"),  # softcap applied from PR #491 (probed); vxk never applies it
+    (dict(softcap=30.0, page_size=16), "triton", "triton"),
     (dict(return_lse=True), "triton", "sgl_kernel"),  # LSE written from PRs #330/#487 (probed)
-    (dict(return_lse=True, sinks=True, head_dim=64), "triton", "triton"),  # refused with sinks (PR #487)
-    (dict(alibi=True), "triton", "triton"),  # no vendor applies ALiBi on these paths
+    (dict(return_lse=True, has_sinks=True, head_dim=64), "triton", "triton"),  # refused with sinks (PR #487)
+    (dict(has_alibi=True), "triton", "triton"),  # no vendor applies ALiBi on these paths
     (dict(dtype=torch.float32, kv_dtype=torch.float32), "triton", "triton"),  # no vendor fp32
     (dict(kv_dtype=torch.float8_e4m3fn), "sgl_kernel", "sgl_kernel"),
     (dict(kv_dtype=torch.float8_e4m3fn, dtype=torch.float16), "vllm_xpu_kernels", "vllm_xpu_kernels"),  # sgl: bf16 q

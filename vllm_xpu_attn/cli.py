@@ -2,7 +2,7 @@
 
     vllm-xpu-attn doctor [--device xpu] [--head-dim 128] [--q-heads 32] [--kv-heads 8] [--page-size 64]
                          [--dtype bfloat16] [--kv-dtype auto|fp8_e4m3|fp8_e5m2|...] [--window N]
-                         [--softcap] [--sinks] [--alibi]
+                         [--softcap VALUE] [--sinks] [--alibi]
 
 Prints the device, library versions, every provider with available-or-why-not, and for the
 given layer configuration which provider serves prefill and decode and why the others do not.
@@ -55,7 +55,7 @@ def _table(title: str, headers: list[str], rows: list[list[str]]) -> None:
 
 def doctor(a: argparse.Namespace) -> int:
     from . import __version__
-    from .kernels import KernelRequest, NoProviderError, PRIORITY, get_provider, provider_names
+    from .kernels import KernelRequest, NoProviderError, PRIORITY, Phase, get_provider, provider_names
     from .kernels.registry import explain
 
     dev = a.device or _device()
@@ -100,7 +100,7 @@ def doctor(a: argparse.Namespace) -> int:
         req = KernelRequest(device_type=dev, dtype=DTYPES[a.dtype], kv_dtype=DTYPES[kv], head_dim=a.head_dim,
                             num_q_heads=a.q_heads, num_kv_heads=a.kv_heads, page_size=a.page_size,
                             window=(a.window, 0) if a.window is not None else (-1, -1), softcap=a.softcap,
-                            sinks=a.sinks, alibi=a.alibi, phase=phase)
+                            has_sinks=a.sinks, has_alibi=a.alibi, phase=Phase(phase))
         try:
             rows_ = explain(req)
         except NoProviderError as e:
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--kv-dtype", choices=["auto", "float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"],
                    default="auto")
     d.add_argument("--window", type=int, default=None, help="sliding window (left, FlashAttention convention)")
-    d.add_argument("--softcap", action="store_true")
+    d.add_argument("--softcap", type=float, default=0.0, help="logit softcap value (0 = off)")
     d.add_argument("--sinks", action="store_true")
     d.add_argument("--alibi", action="store_true")
     a = ap.parse_args(argv)

@@ -127,7 +127,7 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
     kv_dtype = torch.float8_e4m3fn if feature == "fp8" else torch.bfloat16
     spec = LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=torch.bfloat16,
                      kv_dtype=kv_dtype, window_left=100 if feature == "window_softcap" else -1,
-                     logit_softcap=30.0 if feature == "window_softcap" else 0.0, has_sinks=feature == "sinks",
+                     softcap=30.0 if feature == "window_softcap" else 0.0, has_sinks=feature == "sinks",
                      local_attention=feature == "local")
     runner = core.LayerRunner(spec, DEV, ps)
     assert runner.decode_provider.name == "triton"
@@ -186,7 +186,7 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
         torch.cuda.synchronize()
         want, _ = naive_paged_attention(
             q[:real].cpu().float(), kc_cpu, vc_cpu, pages.int(), lens, torch.arange(real + 1), scale=d ** -0.5,
-            window=spec.window, softcap=spec.logit_softcap, sinks=None if sinks is None else sinks.cpu(),
+            window=spec.window, softcap=spec.softcap, sinks=None if sinks is None else sinks.cpu(),
             chunk_size=64 if spec.local_attention else None)
         assert_close_to(out[:real].float().cpu(), want, torch.bfloat16)
         assert torch.isfinite(out[real:].float()).all()

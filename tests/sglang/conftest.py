@@ -13,7 +13,7 @@ import sglang  # noqa: F401  (hard requirement of this suite)
 from tiny_model import make_tiny_model  # tests/ is on sys.path (tests/conftest.py)
 
 HERE = Path(__file__).parent
-STUBS = str(HERE / "stubs")  # test-only vllm._custom_ops stand-in, see stubs/vllm/__init__.py
+STUBS = str(HERE.parent.parent / "sglang_compat" / "cpu_shims")  # vllm._custom_ops stand-in (its docstring)
 if STUBS not in sys.path:  # in-process SGLang imports (translation tests) need it too
     sys.path.insert(0, STUBS)
 

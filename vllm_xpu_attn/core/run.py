@@ -12,18 +12,18 @@ from typing import Optional
 
 import torch
 
-from ..kernels import KernelProvider, KernelRequest, select_provider
+from ..kernels import KernelProvider, KernelRequest, Phase, select_provider
 from ..kernels.base import PagedLaunch
 from ..kernels.contract import PagedCall
 from .types import AttnPlan, AttentionKind, LayerSpec, StepPlan
 
 
-def kernel_request(spec: LayerSpec, device_type: str, page_size: int, phase: str, return_lse: bool = False) -> KernelRequest:
+def kernel_request(spec: LayerSpec, device_type: str, page_size: int, phase: Phase, return_lse: bool = False) -> KernelRequest:
     return KernelRequest(
         device_type=device_type, dtype=spec.dtype, kv_dtype=spec.kv_dtype, head_dim=spec.head_dim,
         num_q_heads=spec.num_q_heads, num_kv_heads=spec.num_kv_heads, page_size=page_size,
-        v_head_dim=spec.v_head_dim, causal=spec.causal, window=spec.window, softcap=spec.logit_softcap > 0,
-        sinks=spec.has_sinks, alibi=spec.alibi_slopes is not None, return_lse=return_lse, phase=phase,
+        v_head_dim=spec.v_head_dim, causal=spec.causal, window=spec.window, softcap=spec.softcap,
+        has_sinks=spec.has_sinks, has_alibi=spec.alibi_slopes is not None, return_lse=return_lse, phase=phase,
         batch_invariant=spec.batch_invariant,
     )
 
@@ -44,10 +44,10 @@ class LayerRunner:
         self.device = torch.device(device)
         self.page_size = page_size
         dev = self.device.type
-        self.prefill_provider = select_provider(kernel_request(spec, dev, page_size, "prefill", with_spec_decode), override)
-        self.decode_provider = select_provider(kernel_request(spec, dev, page_size, "decode", with_spec_decode), override)
+        self.prefill_provider = select_provider(kernel_request(spec, dev, page_size, Phase.PREFILL, with_spec_decode), override)
+        self.decode_provider = select_provider(kernel_request(spec, dev, page_size, Phase.DECODE, with_spec_decode), override)
         self.spec_provider = (
-            select_provider(kernel_request(spec, dev, 1, "decode", True), override) if with_spec_decode else None
+            select_provider(kernel_request(spec, dev, 1, Phase.DECODE, True), override) if with_spec_decode else None
         )
         self._alibi = (
             torch.tensor(spec.alibi_slopes, dtype=torch.float32, device=self.device) if spec.alibi_slopes else None
@@ -55,7 +55,7 @@ class LayerRunner:
         # the non-tensor part of every call this layer makes, fixed once (one name/type to the kernel)
         self._call = PagedCall.make(spec.num_q_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim,
                                     softmax_scale=spec.scale, causal=spec.causal, window=spec.window,
-                                    softcap=spec.logit_softcap, batch_invariant=spec.batch_invariant)
+                                    softcap=spec.softcap, batch_invariant=spec.batch_invariant)
         # top-k > 1 cascade: both parts non-causal over their keys, with LSE for the merge
         self._cascade_call = dataclasses.replace(self._call, causal=False, window=(-1, -1), return_lse=True)
 
@@ -75,7 +75,7 @@ class LayerRunner:
         """
         res = self.prefill_provider.flash_attn_varlen_func(
             q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=self.spec.scale,
-            causal=self.spec.causal, window_size=self.spec.window, softcap=self.spec.logit_softcap, sinks=sinks,
+            causal=self.spec.causal, window_size=self.spec.window, softcap=self.spec.softcap, sinks=sinks,
             alibi_slopes=self._alibi, out=out,
         )
         if res.data_ptr() != out.data_ptr():

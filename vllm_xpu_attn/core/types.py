@@ -50,7 +50,7 @@ class LayerSpec:
     v_head_dim: Optional[int] = None
     kind: AttentionKind = AttentionKind.DECODER
     window_left: int = -1
-    logit_softcap: float = 0.0
+    softcap: float = 0.0
     has_sinks: bool = False
     alibi_slopes: Optional[tuple[float, ...]] = None
     local_attention: bool = False  # Llama-4 iRoPE chunked attention layer
@@ -68,8 +68,8 @@ class LayerSpec:
             raise ValueError(f"head size must be positive, got {self.head_dim}")
         if self.window_left < -1:
             raise ValueError(f"window_left must be >= -1 (-1 = no sliding window), got {self.window_left}")
-        if self.logit_softcap < 0:
-            raise ValueError(f"logit softcap must be >= 0, got {self.logit_softcap}")
+        if self.softcap < 0:
+            raise ValueError(f"logit softcap must be >= 0, got {self.softcap}")
         if self.alibi_slopes is not None and len(self.alibi_slopes) != self.num_q_heads:
             raise ValueError(f"alibi_slopes has {len(self.alibi_slopes)} entries for {self.num_q_heads} query heads")
         if self.kind is AttentionKind.CROSS and self.window_left >= 0:

@@ -1,6 +1,7 @@
 """Kernel providers. Imports torch only; optional libraries load inside their providers."""
 
-from .base import ENV_BATCH_INVARIANT, KernelProvider, KernelRequest, batch_invariant_requested
+from .base import ENV_BATCH_INVARIANT, Feature, KernelProvider, KernelRequest, PagedLaunch, Phase, batch_invariant_requested
+from .contract import AttnPlan, PagedCall
 from .registry import (
     ENV_OVERRIDE,
     PRIORITY,
@@ -17,6 +18,6 @@ from .registry import (
 )
 
 __all__ = [
-    "ENV_BATCH_INVARIANT", "ENV_OVERRIDE", "batch_invariant_requested", "PRIORITY", "KernelProvider", "KernelRequest", "NoProviderError", "default_page_size", "explain",
+    "AttnPlan", "ENV_BATCH_INVARIANT", "ENV_OVERRIDE", "Feature", "PagedCall", "PagedLaunch", "Phase", "batch_invariant_requested", "PRIORITY", "KernelProvider", "KernelRequest", "NoProviderError", "default_page_size", "explain",
     "chosen_providers", "get_provider", "provider_names", "reload_provider", "register_provider", "select_provider", "unregister_provider",
 ]

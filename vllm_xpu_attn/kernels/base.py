@@ -8,6 +8,7 @@ with no reasons and explains every refusal when none fits.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from typing import ClassVar, Optional
 
@@ -22,6 +23,27 @@ _DTYPE_NAMES = {
     torch.bfloat16: "bfloat16",
     **{d: str(d).replace("torch.", "") for d in FP8_DTYPES},
 }
+
+
+class Phase(str, enum.Enum):
+    """Which calls of a layer a provider is chosen for (a str enum: compares equal to its value)."""
+
+    PREFILL = "prefill"  # rows with several queries: prefill, extend, mixed, verify
+    DECODE = "decode"  # one query per row
+    ANY = "any"
+
+
+class Feature(str, enum.Enum):
+    """Optional capabilities a provider declares in ``features`` (str enum: "window" == Feature.WINDOW)."""
+
+    WINDOW = "window"
+    SOFTCAP = "softcap"
+    SINKS = "sinks"
+    ALIBI = "alibi"
+    LSE = "lse"
+    NON_CAUSAL = "non_causal"
+    DV = "dv"  # v head dim != qk head dim
+    BATCH_INVARIANT = "batch_invariant"
 
 
 ENV_BATCH_INVARIANT = "VLLM_XPU_ATTN_BATCH_INVARIANT"
@@ -53,11 +75,11 @@ class KernelRequest:
     v_head_dim: Optional[int] = None
     causal: bool = True
     window: tuple[int, int] = (-1, -1)
-    softcap: bool = False
-    sinks: bool = False
-    alibi: bool = False
+    softcap: float = 0.0  # the layer's logit softcap (0 = off), the same value the kernel gets
+    has_sinks: bool = False
+    has_alibi: bool = False
     return_lse: bool = False
-    phase: str = "any"  # "prefill" | "decode" | "any"
+    phase: Phase = Phase.ANY
     batch_invariant: bool = False  # bitwise the same output whatever else is in the batch / however chunked
 
     @property
@@ -72,13 +94,13 @@ class KernelRequest:
         parts = [
             f"{self.device_type}", f"q={dtype_name(self.dtype)}", f"kv={dtype_name(self.kv_dtype)}",
             f"D={self.head_dim}", f"Hq/Hkv={self.num_q_heads}/{self.num_kv_heads}", f"page={self.page_size}",
-            f"phase={self.phase}",
+            f"phase={Phase(self.phase).value}",
         ]
         if self.v_head_dim not in (None, self.head_dim):
             parts.append(f"Dv={self.v_head_dim}")
         if self.has_window:
             parts.append(f"window={self.window}")
-        parts += [n for n, on in (("softcap", self.softcap), ("sinks", self.sinks), ("alibi", self.alibi),
+        parts += [n for n, on in (("softcap", self.softcap > 0), ("sinks", self.has_sinks), ("alibi", self.has_alibi),
                                   ("lse", self.return_lse), ("non-causal", not self.causal),
                                   ("batch-invariant", self.batch_invariant)) if on]
         return " ".join(parts)
@@ -105,8 +127,7 @@ class KernelProvider:
     head_dims: ClassVar[Optional[frozenset[int]]] = None  # None = any
     max_head_dim: ClassVar[Optional[int]] = None
     max_gqa_group: ClassVar[Optional[int]] = None
-    features: ClassVar[frozenset[str]] = frozenset()  # window, softcap, sinks, alibi, lse, non_causal, dv,
-    #                                                    batch_invariant
+    features: ClassVar[frozenset[Feature]] = frozenset()
 
     # ---- availability ---------------------------------------------------------------
     def unavailable_reason(self) -> Optional[str]:
@@ -121,7 +142,7 @@ class KernelProvider:
         """Build-dependent capabilities found at run time (probes): feature -> None (supported) or why not."""
         return {}
 
-    def page_size_reason(self, page_size: int, phase: str) -> Optional[str]:
+    def page_size_reason(self, page_size: int, phase: Phase) -> Optional[str]:
         return None if page_size >= 1 else f"page size {page_size} < 1"
 
     def extra_reasons(self, req: KernelRequest) -> list[str]:
@@ -149,7 +170,7 @@ class KernelProvider:
         if why:
             reasons.append(why)
         wanted = {
-            "window": req.has_window, "softcap": req.softcap, "sinks": req.sinks, "alibi": req.alibi,
+            "window": req.has_window, "softcap": req.softcap, "sinks": req.has_sinks, "alibi": req.has_alibi,
             "lse": req.return_lse, "non_causal": not req.causal,
             "dv": req.v_head_dim not in (None, req.head_dim),
             "batch_invariant": req.batch_invariant,

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .base import KernelProvider, batch_invariant_requested
+from .base import Feature, KernelProvider, batch_invariant_requested
 from .torch_ops import merge_state_torch, write_kv_torch
 from .contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_values, check_per_head, check_window
 
@@ -114,7 +114,7 @@ class ReferenceProvider(KernelProvider):
     devices = frozenset({"cpu", "cuda", "xpu"})
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
-    features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv", "batch_invariant"})
+    features = frozenset(Feature)  # every one
 
     def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
         """Each query row over its visible keys, one sequence at a time, in fp32. With ``batch_invariant``
@@ -149,7 +149,8 @@ class ReferenceProvider(KernelProvider):
             o[q0:q1], lse[:, q0:q1] = o_b, lse_b
         result = o.to(q.dtype)
         if out is not None:
-            out.copy_(result)
+            real = cu[-1] if cu else 0
+            out[:real].copy_(result[:real])  # rows after cu_seqlens_q[-1] are padding: left alone
             result = out
         return (result, lse) if return_softmax_lse else result
 

@@ -190,7 +190,7 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         self.spec = LayerSpec(
             num_q_heads=num_heads, num_kv_heads=self.num_kv_heads, head_dim=head_size, scale=self.scale,
             kind=_KINDS[attn_type], window_left=(sliding_window - 1) if sliding_window else -1,
-            logit_softcap=float(logits_soft_cap or 0.0), has_sinks=sinks is not None,
+            softcap=float(logits_soft_cap or 0.0), has_sinks=sinks is not None,
             alibi_slopes=tuple(float(a) for a in alibi_slopes) if alibi_slopes is not None else None,
             dtype=model_dtype, kv_dtype=kv_dtype,
             batch_invariant=compat.vllm_batch_invariant() or batch_invariant_requested(),

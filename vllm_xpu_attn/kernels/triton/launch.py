@@ -254,7 +254,9 @@ class FastLaunch:
         missing = [n for n, is_c, d in self._params if is_c and n not in self.constexprs and d is _EMPTY]
         if missing:
             raise TypeError(f"FastLaunch: constexpr parameters {missing} need a value in constexprs")
-        self._names = tuple(n for n in names if n not in self.constexprs)
+        # runtime arguments: every parameter that is neither given in constexprs nor a constexpr (a
+        # constexpr left out keeps its default, on both paths)
+        self._names = tuple(n for n, is_c, _ in self._params if n not in self.constexprs and not is_c)
         self.reason: Optional[str] = "not launched yet"
         self.slow_calls = 0
         self.kernel = None
@@ -336,12 +338,12 @@ class FastLaunch:
                 return
         layout, consts, pos = [], [], 0
         for name, _, default in self._params:
-            if name in self.constexprs or name not in self._names:
-                layout.append(("c", len(consts)))
-                consts.append(self.constexprs.get(name, default))
-            else:
+            if name in self._names:
                 layout.append(("a", pos))
                 pos += 1
+            else:
+                layout.append(("c", len(consts)))
+                consts.append(self.constexprs[name] if name in self.constexprs else default)
         _, _, style = _static_support()
         if style == "knobs":
             from triton import knobs as hooks_owner

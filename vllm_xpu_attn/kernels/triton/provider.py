@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import KernelProvider, KernelRequest, PagedLaunch
+from ..base import Feature, KernelProvider, KernelRequest, PagedLaunch
 from ..contract import FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, check_per_head, check_write_kv, is_fp8
 
 # Tile sizes per device family and phase: (BLOCK_M, BLOCK_N, num_warps, num_stages).
@@ -48,7 +48,7 @@ class TritonProvider(KernelProvider):
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
     max_head_dim = 256
-    features = frozenset({"window", "softcap", "sinks", "alibi", "lse", "non_causal", "dv", "batch_invariant"})
+    features = frozenset(Feature)  # every one
 
     def unavailable_reason(self) -> Optional[str]:
         try:
@@ -170,7 +170,7 @@ class TritonLaunch(PagedLaunch):
     """One step's sub-plan x one layer configuration: tiles, split count, grid fixed once per step."""
 
     __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
-                 "group", "invariant")
+                 "group", "invariant", "_fast")
 
     def __init__(self, provider: "TritonProvider", step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None):
         super().__init__(provider, step, call)
@@ -200,10 +200,28 @@ class TritonLaunch(PagedLaunch):
             BLOCK_DV=self.bdv, BLOCK_M=block_m, BLOCK_N=self.block_n, NUM_SPLITS=self.num_splits, CAUSAL=call.causal,
             HAS_SOFTCAP=call.softcap > 0, WRITE_LSE=call.return_lse, ALIGN_ROWS=invariant,
         )
+        # compiled-kernel launchers of this step, one per variant (sinks/ALiBi/FP8/dtype) the layers use:
+        # the first layer of a variant binds through Triton's JIT, the rest launch directly
+        self._fast: dict[tuple, tuple] = {}
+
+    def _launchers(self, key: tuple, q: torch.Tensor, total_q: int):
+        from .kernels import _merge_splits, _paged_attn_kernel
+        from .launch import FastLaunch
+
+        has_sinks, has_alibi, has_descale, per_head = key
+        consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
+                      DESCALE_PER_HEAD=per_head,
+                      # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
+                      FP32_DOT=q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16))
+        attn = FastLaunch(_paged_attn_kernel, self.grid, consts, self.warps, self.stages)
+        merge = None
+        if self.num_splits > 1:
+            merge = FastLaunch(_merge_splits, (total_q, self.call.num_q_heads, 1),
+                               dict(DV=self.call.v_head_dim, BLOCK_DV=self.bdv, NUM_SPLITS=self.num_splits,
+                                    HAS_SINKS=has_sinks, WRITE_LSE=self.call.return_lse), 4, 1)
+        return attn, merge
 
     def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        from .kernels import _merge_splits, _paged_attn_kernel
-
         step, call = self.step, self.call
         total_q, hq = q.shape[0], call.num_q_heads
         if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
@@ -222,7 +240,13 @@ class TritonLaunch(PagedLaunch):
             o_part, l_part = ws[: splits * part * self.bdv], ws[splits * part * self.bdv: splits * part * (self.bdv + 1)]
         else:
             o_part = l_part = dummy
-        _paged_attn_kernel[self.grid](
+        key = (sinks is not None, alibi_slopes is not None, k_descale is not None, per_head, q.dtype, k_cache.dtype,
+               total_q)
+        fast = self._fast.get(key)
+        if fast is None:
+            fast = self._fast[key] = self._launchers(key[:4], q, total_q)
+        attn, merge = fast
+        attn(
             q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
             sinks if sinks is not None else dummy, alibi_slopes if alibi_slopes is not None else dummy,
             k_descale if k_descale is not None else dummy, v_descale if v_descale is not None else dummy,
@@ -235,17 +259,8 @@ class TritonLaunch(PagedLaunch):
             k_descale.stride(0) if per_head else 0,
             total_q, hq,
             call.softmax_scale, call.softcap,
-            HAS_SINKS=sinks is not None, HAS_ALIBI=alibi_slopes is not None,
-            HAS_DESCALE=k_descale is not None, DESCALE_PER_HEAD=per_head,
-            # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
-            FP32_DOT=q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16),
-            num_warps=self.warps, num_stages=self.stages, **self.static,
         )
-        if splits > 1:
-            _merge_splits[(total_q, hq)](
-                o_part, l_part, out, lse if lse is not None else dummy, sinks if sinks is not None else dummy,
-                out.stride(0), out.stride(1), total_q, hq,
-                DV=call.v_head_dim, BLOCK_DV=self.bdv, NUM_SPLITS=splits, HAS_SINKS=sinks is not None,
-                WRITE_LSE=call.return_lse, num_warps=4,
-            )
+        if merge is not None:
+            merge(o_part, l_part, out, lse if lse is not None else dummy, sinks if sinks is not None else dummy,
+                  out.stride(0), out.stride(1), total_q, hq)
         return (out, lse) if call.return_lse else out

@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from ..base import PagedLaunch, KernelProvider, KernelRequest
+from ..base import Feature, Phase, PagedLaunch, KernelProvider, KernelRequest
 from ..torch_ops import write_kv_torch
 from .common import int32_contiguous, empty_result, try_import
 
@@ -40,7 +40,7 @@ class IpexProvider(KernelProvider):
     dtypes = frozenset({torch.float16, torch.bfloat16})
     kv_dtypes = frozenset({torch.float16, torch.bfloat16})
     head_dims = frozenset({64, 128, 192, 256, 320, 384, 448, 512})
-    features = frozenset({"window", "softcap", "non_causal"})
+    features = frozenset({Feature.WINDOW, Feature.SOFTCAP, Feature.NON_CAUSAL})
 
     def version(self) -> Optional[str]:
         mod, _ = try_import(MODULE)
@@ -63,7 +63,7 @@ class IpexProvider(KernelProvider):
         except Exception:
             return False
 
-    def page_size_reason(self, page_size: int, phase: str) -> Optional[str]:
+    def page_size_reason(self, page_size: int, phase: Phase) -> Optional[str]:
         return None if page_size in (64, 128) else f"page size {page_size} not in [64, 128] (fmha_forward.cpp:92-138)"
 
     def extra_reasons(self, req: KernelRequest) -> list[str]:

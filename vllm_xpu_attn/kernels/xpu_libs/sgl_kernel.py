@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from ..base import PagedLaunch, KernelProvider, KernelRequest
+from ..base import Feature, Phase, PagedLaunch, KernelProvider, KernelRequest
 from ..contract import FP8_DTYPES
 from ..torch_ops import write_kv_torch
 from .common import int32_contiguous, empty_result, Probes, compare, fa3_window, is_fp8, next_pow2, per_tensor_scale, tiny_paged_case, try_import
@@ -41,7 +41,7 @@ class SglKernelProvider(KernelProvider):
     kv_dtypes = frozenset({torch.float16, torch.bfloat16, *FP8_DTYPES})
     head_dims = frozenset({64, 96, 128, 192, 256, 512})
     # softcap, lse and page size 1 are further gated by probes of the installed build (extra_reasons)
-    features = frozenset({"window", "softcap", "sinks", "lse", "non_causal"})
+    features = frozenset({Feature.WINDOW, Feature.SOFTCAP, Feature.SINKS, Feature.LSE, Feature.NON_CAUSAL})
     probe_device: Optional[str] = None  # where probes run; None = "xpu" (tests point it at the fake's CPU)
 
     def __init__(self) -> None:
@@ -100,7 +100,7 @@ class SglKernelProvider(KernelProvider):
         """Probe results by feature: None = supported, else why not."""
         return {"softcap": self.softcap_reason(), "lse": self.lse_reason(), "page_size_1": self.page_size_1_reason()}
 
-    def page_size_reason(self, page_size: int, phase: str) -> Optional[str]:
+    def page_size_reason(self, page_size: int, phase: Phase) -> Optional[str]:
         # every phase: decode, and chunked prefill's decode launch (cpp:1320), share the decode limits
         if page_size in DECODE_PAGE_SIZES:
             return None
@@ -115,16 +115,16 @@ class SglKernelProvider(KernelProvider):
         fp8 = is_fp8(req.kv_dtype)
         if fp8 and req.dtype != torch.bfloat16:
             r.append("an FP8 KV cache needs a bf16 query")
-        if req.sinks and req.head_dim != 64:
+        if req.has_sinks and req.head_dim != 64:
             r.append(f"sinks only at head dim 64 (got {req.head_dim})")
-        if req.sinks and fp8:
+        if req.has_sinks and fp8:
             r.append("no sinks with an FP8 KV cache")
         if req.softcap:
             why = self.softcap_reason()
             if why:
                 r.append(why)
         if req.return_lse:
-            if req.sinks or fp8:
+            if req.has_sinks or fp8:
                 r.append("no LSE with sinks or an FP8 KV cache (refused from PR #487; never written before)")
             else:
                 why = self.lse_reason()

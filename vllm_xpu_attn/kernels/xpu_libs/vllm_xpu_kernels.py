@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from ..base import PagedLaunch, KernelProvider, KernelRequest
+from ..base import Feature, Phase, PagedLaunch, KernelProvider, KernelRequest
 from ..contract import FP8_DTYPES
 from ..torch_ops import write_kv_torch
 from .common import int32_contiguous, empty_result, dist_version, fa3_window, is_fp8, own_storage, per_tensor_scale, try_import
@@ -78,7 +78,7 @@ class VllmXpuKernelsProvider(KernelProvider):
     dtypes = frozenset({torch.float16, torch.bfloat16})
     kv_dtypes = frozenset({torch.float16, torch.bfloat16, *FP8_DTYPES})
     head_dims = frozenset(HEAD_BUCKETS)
-    features = frozenset({"window", "sinks", "non_causal"})  # no softcap/ALiBi (never applied), no LSE
+    features = frozenset({Feature.WINDOW, Feature.SINKS, Feature.NON_CAUSAL})  # no softcap/ALiBi (never applied), no LSE
 
     def version(self) -> Optional[str]:
         return dist_version(DIST)
@@ -104,7 +104,7 @@ class VllmXpuKernelsProvider(KernelProvider):
             mod._fallback_varlen_attn = _refuse_fallback  # never fall back silently (W:640 calls it by name)
         return None
 
-    def page_size_reason(self, page_size: int, phase: str) -> Optional[str]:
+    def page_size_reason(self, page_size: int, phase: Phase) -> Optional[str]:
         return None if page_size % 16 == 0 else f"block size {page_size} is not a multiple of 16"
 
     def extra_reasons(self, req: KernelRequest) -> list[str]:
@@ -115,21 +115,21 @@ class VllmXpuKernelsProvider(KernelProvider):
         local = req.has_window
         ratio = req.gqa_group
         r = []
-        d_key = (8 if ratio <= 8 else 16, req.head_dim, _tile(req.page_size), local, req.sinks)
+        d_key = (8 if ratio <= 8 else 16, req.head_dim, _tile(req.page_size), local, req.has_sinks)
         # a mixed (or uniform spec-decode) batch runs its one-token rows through the decode kernel, so
         # every phase needs the decode tuple; rows with more queries need the chunk-prefill tuple
         if d_key not in decode:
             r.append(f"paged decode kernel (qgroup {d_key[0]}, head {req.head_dim}, tile {d_key[2]}, "
-                     f"local={local}, sink={req.sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
-        if req.phase != "decode":
+                     f"local={local}, sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
+        if req.phase != Phase.DECODE:
             causal = req.causal and not local  # causal + window runs as local non-causal (fmha_xe2.cpp:117-124)
-            if (req.head_dim, causal, local, req.sinks) not in chunk:
+            if (req.head_dim, causal, local, req.has_sinks) not in chunk:
                 r.append(f"chunk-prefill kernel (head {req.head_dim}, causal={causal}, local={local}, "
-                         f"sink={req.sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
-            if not req.causal and (req.head_dim, False, local, req.sinks) not in varlen:
+                         f"sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
+            if not req.causal and (req.head_dim, False, local, req.has_sinks) not in varlen:
                 # bidirectional layers may also run unpaged (encoder self-attention, flash_attn_varlen_func)
                 r.append(f"non-paged chunk-prefill kernel (head {req.head_dim}, causal=False, local={local}, "
-                         f"sink={req.sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
+                         f"sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
         return r
 
     def _module(self):

@@ -1,6 +1,0 @@
-"""Test-only stand-in for the `vllm` package inside the SGLang venv.
-
-SGLang 0.5.23 on a CPU-only machine imports `rotary_embedding` from `vllm._custom_ops` while
-constructing rotary embeddings (it never calls it on that path). This stub provides the name
-and raises if it is ever called. It is put on PYTHONPATH only by the SGLang tests and demo.
-"""

@@ -1,5 +1,0 @@
-"""See stubs/vllm/__init__.py: names SGLang imports on CPU, each raising if called."""
-
-
-def rotary_embedding(*args, **kwargs):
-    raise RuntimeError("test stub: vllm._custom_ops.rotary_embedding must not be called on the CPU path")
