@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from vllm_xpu_attn.vllm import plugin
@@ -101,22 +102,115 @@ def _cam(q_lens, k_lens, table, max_q, max_k, **kw):
         **kw)
 
 
+def _builder(cross: bool = False, block_size: int = 16):
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import CrossAttentionSpec, FullAttentionSpec
+
+    from vllm_xpu_attn.vllm.backend import XpuAttnMetadataBuilder
+
+    kw = dict(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    spec = CrossAttentionSpec(**kw) if cross else FullAttentionSpec(**kw)
+    return XpuAttnMetadataBuilder(spec, ["layer.0"], VllmConfig(), torch.device("cpu"))
+
+
 def test_builder_plan_mixed_batch_hand_computed():
     from vllm_xpu_attn.core import Mode
-    from vllm_xpu_attn.vllm.backend import plan_from_common
 
     # decode (1 query, 17 keys), extend on a 16-token prefix (4 new), prefill (5)
     cam = _cam([1, 4, 5], [17, 20, 5], [[3, 7], [1, 2], [9, 0]], 5, 20)
-    plan = plan_from_common(cam, 16)
+    plan = _builder().plan(cam)
     assert plan.mode is Mode.MIXED and plan.num_tokens == 10
     assert plan.main.cu_seqlens_q.tolist() == [0, 1, 5, 10]
     assert plan.main.cache_seqlens.tolist() == [17, 20, 5]
     assert plan.main.page_table.tolist() == [[3, 7], [1, 2], [9, 0]]
     assert (plan.main.max_seqlen_q, plan.main.max_seqlen_k, plan.main.page_size) == (5, 20, 16)
-    dec = plan_from_common(_cam([1, 1], [3, 40], [[4, 0, 0], [5, 6, 8]], 1, 40), 16)
+    dec = _builder().plan(_cam([1, 1], [3, 40], [[4, 0, 0], [5, 6, 8]], 1, 40))
     assert dec.mode is Mode.DECODE and dec.main.cu_seqlens_q.tolist() == [0, 1, 2]
     import numpy as np
 
-    cross = plan_from_common(_cam([2], [2], [[5]], 2, 2, encoder_seq_lens=torch.tensor([7], dtype=torch.int32),
-                                  encoder_seq_lens_cpu=np.array([7])), 16, is_cross=True)
+    cross = _builder(cross=True).plan(_cam([2], [2], [[5]], 2, 2, encoder_seq_lens=torch.tensor([7]),
+                                           encoder_seq_lens_cpu=np.array([7])))
     assert cross.encoder.cache_seqlens.tolist() == [7] and cross.encoder.max_seqlen_k == 7
+
+
+def test_builder_declares_full_graphs_for_uniform_batches():
+    """Not NEVER any more: decode and spec-decode verify (1 + k queries each) run as FULL graphs."""
+    from vllm.config import VllmConfig
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    b = _builder()
+    assert type(b).get_cudagraph_support(VllmConfig(), b.kv_cache_spec) is AttentionCGSupport.UNIFORM_BATCH
+    c = _builder(cross=True)
+    assert type(c).get_cudagraph_support(VllmConfig(), c.kv_cache_spec) is AttentionCGSupport.NEVER
+
+
+def _runner_buffers(max_reqs=8, max_blocks=4):
+    """vLLM's persistent input buffers (the runner writes them in place every step)."""
+    return (torch.zeros(max_reqs + 1, dtype=torch.int32), torch.zeros(max_reqs, dtype=torch.int32),
+            torch.zeros(max_reqs, max_blocks, dtype=torch.int32))
+
+
+def _step(bufs, q_lens, k_lens, tables, padded_reqs=0, padded_tokens=0, seq_dtype=torch.int32):
+    """Write one step into the runner's buffers as vLLM does at a graph replay: padded requests get query
+    length 0, seq_len 0 and block row 0; padded tokens follow query_start_loc[-1]."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    qsl, seq, bt = bufs
+    b = len(q_lens) + padded_reqs
+    cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist() + [sum(q_lens)] * padded_reqs, dtype=torch.int32)
+    qsl[: b + 1].copy_(cu)
+    seq[:b].copy_(torch.tensor(list(k_lens) + [0] * padded_reqs))
+    bt[:b].zero_()
+    for i, row in enumerate(tables):
+        bt[i, : len(row)] = torch.tensor(row, dtype=torch.int32)
+    n = sum(q_lens) + padded_tokens
+    seq_view = seq[:b] if seq_dtype == torch.int32 else seq[:b].to(seq_dtype)
+    return CommonAttentionMetadata(
+        query_start_loc=qsl[: b + 1], query_start_loc_cpu=cu, seq_lens=seq_view, num_reqs=b, num_actual_tokens=n,
+        max_query_len=max(q_lens), max_seq_len=max(k_lens), block_table_tensor=bt[:b],
+        slot_mapping=torch.full((n,), -1, dtype=torch.int64))
+
+
+def test_builder_plan_tensors_keep_their_addresses_across_steps():
+    """What a FULL graph replays with: the same storage every step (the runner's views, or the builder's
+    own start-up buffers where a conversion is needed), holding the new step's values."""
+    bufs = _runner_buffers()
+    b = _builder()
+    p1 = b.plan(_step(bufs, [1, 1, 1], [5, 9, 3], [[0], [1], [2]]))
+    p2 = b.plan(_step(bufs, [1, 1, 1], [17, 2, 30], [[3, 1], [2], [0, 1]]))
+    for name in ("cu_seqlens_q", "cache_seqlens", "page_table"):
+        assert getattr(p1.main, name).data_ptr() == getattr(p2.main, name).data_ptr(), name
+    assert p1.main.cache_seqlens.data_ptr() == bufs[1].data_ptr()  # the runner's buffer, passed through
+    assert p2.main.cache_seqlens.tolist() == [17, 2, 30] and p2.main.page_table[2, :2].tolist() == [0, 1]
+    # int64 lengths need a conversion: into the builder's start-up buffer, the same one every step
+    q1 = b.plan(_step(bufs, [1, 1], [5, 9], [[0], [1]], seq_dtype=torch.int64))
+    q2 = b.plan(_step(bufs, [1, 1], [7, 4], [[0], [1]], seq_dtype=torch.int64))
+    assert q1.main.cache_seqlens.data_ptr() == q2.main.cache_seqlens.data_ptr() == b._buffers["seq_lens"].data_ptr()
+    assert q2.main.cache_seqlens.dtype == torch.int32 and q2.main.cache_seqlens.tolist() == [7, 4]
+
+
+@pytest.mark.parametrize("q_len", [1, 3])  # decode, and spec-decode verify (1 + k queries each)
+def test_padded_requests_and_tokens_do_not_change_real_rows(q_len):
+    """A graph replay's padding (requests with no query/keys on block 0, tokens after query_start_loc[-1]
+    with slot -1): real rows equal an unpadded step's, padded output rows and the cache stay untouched."""
+    from vllm_xpu_attn.core import LayerRunner, LayerSpec
+
+    torch.manual_seed(0)
+    spec = LayerSpec(4, 1, 8, 8 ** -0.5, dtype=torch.float32, kv_dtype=torch.float32)
+    runner = LayerRunner(spec, "cpu", 16)
+    kc, vc = torch.randn(4, 16, 1, 8), torch.randn(4, 16, 1, 8)
+    q_lens, k_lens, tables = [q_len] * 3, [5, 20, 9], [[1], [2, 3], [0]]
+    n = 3 * q_len
+    q = torch.randn(n + 2 * q_len, 4, 8)
+    bufs = _runner_buffers()
+    b = _builder()
+    want = runner.forward(b.plan(_step(bufs, q_lens, k_lens, tables)), q[:n].clone(), kc, vc)
+    cam = _step(bufs, q_lens, k_lens, tables, padded_reqs=2, padded_tokens=2 * q_len)
+    plan = b.plan(cam)
+    k_before = kc.clone()
+    runner.write_kv(torch.randn(n + 2 * q_len, 1, 8), torch.randn(n + 2 * q_len, 1, 8), kc, vc, cam.slot_mapping)
+    assert torch.equal(kc, k_before)  # slot -1: no write
+    out = torch.full((n + 2 * q_len, 4, 8), 5.0)
+    runner.forward(plan, q, kc, vc, out)
+    torch.testing.assert_close(out[:n], want, atol=1e-6, rtol=1e-6)
+    assert torch.equal(out[n:], torch.full((2 * q_len, 4, 8), 5.0))

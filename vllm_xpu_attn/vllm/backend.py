@@ -103,7 +103,26 @@ class XpuAttnMetadata:
 
 
 class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+    """CommonAttentionMetadata -> StepPlan, once per step and KV-cache group.
+
+    FULL CUDA graphs: vLLM replays a graph with the tensors its capture-time metadata referenced, so
+    every tensor the plan holds is either a view of the runner's persistent buffers (query_start_loc,
+    seq_lens, block_table: passed through, as vLLM's Triton builder does) or a buffer of this builder,
+    allocated here at start-up and written in place per step (anything that needs a conversion).
+    Padded requests (query length 0, seq_len 0, block row 0) and padded tokens after
+    ``query_start_loc[-1]`` (slot -1) are skipped by every kernel, so they never touch real rows.
+    """
+
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
+        # uniform batches (decode, and spec-decode verify with 1 + k queries each) are planned with the
+        # capture's host bounds and replayed on any lengths up to them; mixed prefill batches are not
+        # (their grid depends on max_query_len). Cross-attention: vLLM does not capture encoder-decoders.
+        if isinstance(kv_cache_spec, CrossAttentionSpec):
+            return AttentionCGSupport.NEVER
+        return cls._cudagraph_support
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -111,36 +130,54 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         self.is_cross = isinstance(kv_cache_spec, CrossAttentionSpec)
         # layers whose attention type already makes them bidirectional
         self.non_causal_ok = self.is_cross or isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
+        max_reqs = compat.max_graph_requests(vllm_config)
+        i32 = dict(dtype=torch.int32, device=device)
+        # persistent int32 buffers for what needs converting (the runner's are int32 already: then unused)
+        self._buffers = {"seq_lens": torch.zeros(max_reqs, **i32), "cu_seqlens_q": torch.zeros(max_reqs + 1, **i32),
+                         "encoder_lens": torch.zeros(max_reqs, **i32)}
+
+    def _persistent(self, name: str, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """``t`` as an int32 tensor whose address is the same every step (graph-safe). No host sync."""
+        if t is None or t.dtype == torch.int32:
+            return t  # a view of the runner's persistent buffer: pass it through
+        buf = self._buffers[name]
+        n = t.shape[0]
+        if n > buf.shape[0]:
+            raise ValueError(f"vllm-xpu-attn: {n} entries of {name} exceed the {buf.shape[0]} sized at start-up "
+                             "(scheduler_config.max_num_seqs)")
+        buf[:n].copy_(t, non_blocking=True)
+        buf[n:].zero_()
+        return buf[:n]
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> XpuAttnMetadata:
-        causal = common_attn_metadata.causal
+        cam = common_attn_metadata
+        causal = cam.causal
         if isinstance(causal, torch.Tensor) or (causal is False and not self.non_causal_ok):
             raise NotImplementedError("vllm-xpu-attn: non-causal or per-request causal decoder attention is not supported")
-        return XpuAttnMetadata(plan=plan_from_common(common_attn_metadata, self.page_size, self.is_cross),
-                               slot_mapping=common_attn_metadata.slot_mapping)
+        return XpuAttnMetadata(plan=self.plan(cam), slot_mapping=cam.slot_mapping)
 
+    def plan(self, cam: CommonAttentionMetadata) -> StepPlan:
+        """vLLM's per-step metadata -> core StepInputs -> core.plan_step. No host sync: vLLM gives host maxima.
 
-def plan_from_common(cam: CommonAttentionMetadata, page_size: int, is_cross: bool = False) -> StepPlan:
-    """vLLM's per-step metadata -> core StepInputs -> core.plan_step. No host sync: vLLM gives host maxima.
-
-    vLLM runs prefill, extend, decode and spec-decode verify rows in one causal call, each row by its
-    own lengths (MIXED); a step whose rows all have one query is DECODE.
-    """
-    mode = Mode.DECODE if cam.max_query_len <= 1 else Mode.MIXED
-    inputs = StepInputs(mode=mode, seq_lens=cam.seq_lens, max_seqlen_k=int(cam.max_seq_len),
-                        num_tokens=int(cam.num_actual_tokens), page_size=page_size, cu_seqlens_q=cam.query_start_loc,
-                        max_seqlen_q=int(cam.max_query_len))
-    if is_cross:  # this group's table holds the encoder's pages; its keys are the encoder's tokens
-        if cam.encoder_seq_lens is None:
-            raise ValueError("vllm-xpu-attn: cross-attention step without encoder_seq_lens")
-        enc_cpu = cam.encoder_seq_lens_cpu
-        inputs.encoder_lens = cam.encoder_seq_lens
-        inputs.max_encoder_len = int(enc_cpu.max()) if enc_cpu is not None and len(enc_cpu) else 0
-        inputs.encoder_page_table = cam.block_table_tensor
-    else:
-        inputs.page_table = cam.block_table_tensor
-    return plan_step(inputs)
+        vLLM runs prefill, extend, decode and spec-decode verify rows in one causal call, each row by its
+        own lengths (MIXED); a step whose rows all have one query is DECODE.
+        """
+        mode = Mode.DECODE if cam.max_query_len <= 1 else Mode.MIXED
+        inputs = StepInputs(mode=mode, seq_lens=self._persistent("seq_lens", cam.seq_lens),
+                            max_seqlen_k=int(cam.max_seq_len), num_tokens=int(cam.num_actual_tokens),
+                            page_size=self.page_size, cu_seqlens_q=self._persistent("cu_seqlens_q", cam.query_start_loc),
+                            max_seqlen_q=int(cam.max_query_len))
+        if self.is_cross:  # this group's table holds the encoder's pages; its keys are the encoder's tokens
+            if cam.encoder_seq_lens is None:
+                raise ValueError("vllm-xpu-attn: cross-attention step without encoder_seq_lens")
+            enc_cpu = cam.encoder_seq_lens_cpu
+            inputs.encoder_lens = self._persistent("encoder_lens", cam.encoder_seq_lens)
+            inputs.max_encoder_len = int(enc_cpu.max()) if enc_cpu is not None and len(enc_cpu) else 0
+            inputs.encoder_page_table = cam.block_table_tensor
+        else:
+            inputs.page_table = cam.block_table_tensor
+        return plan_step(inputs)
 
 
 _KINDS = {

@@ -67,3 +67,12 @@ def vllm_batch_invariant() -> bool:
     from vllm import envs
 
     return bool(getattr(envs, "VLLM_BATCH_INVARIANT", False))
+
+
+def max_graph_requests(vllm_config) -> int:
+    """Most requests one step (or one captured graph) can hold: sizes the builder's persistent buffers."""
+    sched = getattr(vllm_config, "scheduler_config", None)
+    comp = getattr(vllm_config, "compilation_config", None)
+    n = int(getattr(sched, "max_num_seqs", 0) or 0)
+    n = max(n, int(getattr(comp, "max_cudagraph_capture_size", 0) or 0))
+    return max(n, 1)
