@@ -8,6 +8,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..base import KernelProvider, PagedLaunch
 from ..contract import FP8_DTYPES, AttnPlan
 
 
@@ -148,3 +149,12 @@ def int32_contiguous(step: AttnPlan) -> AttnPlan:
         return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
     return AttnPlan(fix(step.cu_seqlens_q), fix(step.cache_seqlens), fix(step.page_table), step.max_seqlen_q,
                     step.max_seqlen_k, step.page_size)
+
+
+class XpuLibProvider(KernelProvider):
+    """The per-step part every vendor wrapper shares: index tensors made int32 and contiguous once per step."""
+
+    def _launch(self, step: AttnPlan, call, **options) -> PagedLaunch:
+        if options:
+            raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
+        return PagedLaunch(self, int32_contiguous(step), call)

@@ -24,16 +24,16 @@ from typing import Optional
 
 import torch
 
-from ..base import Feature, Phase, PagedLaunch, KernelProvider, KernelRequest
+from ..base import Feature, KernelRequest, Phase
 from ..torch_ops import write_kv_torch
-from .common import int32_contiguous, empty_result, try_import
+from .common import XpuLibProvider, empty_result, try_import
 
 MODULE = "intel_extension_for_pytorch"
 # decode on BMG (not PVC) with Hkv * 8 >= Hq: query heads per KV head in {1,2,4,5,7,8} (fmha_forward_kernel.cpp.in:106-115)
 GQA_DECODE = (1, 2, 4, 5, 7, 8)
 
 
-class IpexProvider(KernelProvider):
+class IpexProvider(XpuLibProvider):
     name = "ipex"
     description = "IPEX PagedAttention.flash_attn_varlen_func over NHD pages (legacy)"
     devices = frozenset({"xpu"})
@@ -79,28 +79,21 @@ class IpexProvider(KernelProvider):
             raise RuntimeError(why)
         return mod.llm.modules.PagedAttention
 
-    def _launch(self, step, call):
-        return PagedLaunch(self, int32_contiguous(step), call)  # the tables once per step, not per layer
-
     def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q = (step.page_table, step.cache_seqlens,
-                                                                 step.cu_seqlens_q, step.max_seqlen_q)
-        softmax_scale, causal, window_size, softcap = call.softmax_scale, call.causal, call.window, call.softcap
-        return_softmax_lse = call.return_lse
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
-            return empty_result(q, v_cache, out, return_softmax_lse)
-        if sinks is not None or alibi_slopes is not None or return_softmax_lse or k_descale is not None:
+            return empty_result(q, v_cache, out, call.return_lse)
+        if sinks is not None or alibi_slopes is not None or call.return_lse or k_descale is not None:
             raise ValueError("ipex provider: no sinks, ALiBi, LSE or FP8 (the registry should not route here)")
-        scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+        scale = call.softmax_scale if call.softmax_scale is not None else q.shape[-1] ** -0.5
         dst = out if out is not None and out.is_contiguous() else torch.empty(
             q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype, device=q.device)
-        cu_k = torch.nn.functional.pad(torch.cumsum(cache_seqlens, 0, dtype=torch.int32), (1, 0))  # on device
-        left, right = int(window_size[0]), int(window_size[1])
+        cu_k = torch.nn.functional.pad(torch.cumsum(step.cache_seqlens, 0, dtype=torch.int32), (1, 0))  # on device
+        left, right = int(call.window[0]), int(call.window[1])
         self._paged().flash_attn_varlen_func(
-            dst, q.contiguous(), k_cache, v_cache, cu_seqlens_q, cu_k,
-            int(max_seqlen_q), int(page_table.shape[1] * k_cache.shape[1]), scale, causal,
-            page_table, None, window_size_left=left,
-            window_size_right=0 if causal and right != -1 else right, softcap=float(softcap) if softcap > 0 else -1.0)
+            dst, q.contiguous(), k_cache, v_cache, step.cu_seqlens_q, cu_k,
+            int(step.max_seqlen_q), int(step.page_table.shape[1] * k_cache.shape[1]), scale, call.causal,
+            step.page_table, None, window_size_left=left,
+            window_size_right=0 if call.causal and right != -1 else right, softcap=float(call.softcap) if call.softcap > 0 else -1.0)
         if out is not None and dst is not out:
             out.copy_(dst)
             return out

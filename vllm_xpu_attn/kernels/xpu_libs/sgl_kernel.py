@@ -24,16 +24,16 @@ from typing import Optional
 
 import torch
 
-from ..base import Feature, Phase, PagedLaunch, KernelProvider, KernelRequest
+from ..base import Feature, KernelRequest, Phase
 from ..contract import FP8_DTYPES
 from ..torch_ops import write_kv_torch
-from .common import int32_contiguous, empty_result, Probes, compare, fa3_window, is_fp8, next_pow2, per_tensor_scale, tiny_paged_case, try_import
+from .common import XpuLibProvider, empty_result, Probes, compare, fa3_window, is_fp8, next_pow2, per_tensor_scale, tiny_paged_case, try_import
 
 MODULE = "sgl_kernel.flash_attn"
 DECODE_PAGE_SIZES = (64, 128)  # cpp:668-671
 
 
-class SglKernelProvider(KernelProvider):
+class SglKernelProvider(XpuLibProvider):
     name = "sgl_kernel"
     description = "sgl-kernel flash_attn (FA3 API) built for Intel XPU"
     devices = frozenset({"xpu"})
@@ -133,14 +133,7 @@ class SglKernelProvider(KernelProvider):
         return r
 
     # ---- the contract -----------------------------------------------------------------
-    def _launch(self, step, call):
-        return PagedLaunch(self, int32_contiguous(step), call)  # the tables once per step, not per layer
-
     def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q = (step.page_table, step.cache_seqlens,
-                                                                 step.cu_seqlens_q, step.max_seqlen_q)
-        softmax_scale, causal, window_size, softcap = call.softmax_scale, call.causal, call.window, call.softcap
-        return_softmax_lse = call.return_lse
         if alibi_slopes is not None:
             raise ValueError("sgl_kernel flash_attn has no ALiBi parameter; the registry should not route ALiBi here")
         kd = vd = None
@@ -148,16 +141,16 @@ class SglKernelProvider(KernelProvider):
             kd = per_tensor_scale("k_descale", k_descale, q.device)
             vd = per_tensor_scale("v_descale", v_descale, q.device)
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
-            return empty_result(q, v_cache, out, return_softmax_lse)
+            return empty_result(q, v_cache, out, call.return_lse)
         res = self._module().flash_attn_with_kvcache(
-            q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens,
-            page_table=page_table, cu_seqlens_q=cu_seqlens_q,
-            max_seqlen_q=int(max_seqlen_q), softmax_scale=softmax_scale, causal=causal,
-            window_size=fa3_window(window_size, causal), softcap=float(softcap),
+            q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=step.cache_seqlens,
+            page_table=step.page_table, cu_seqlens_q=step.cu_seqlens_q,
+            max_seqlen_q=int(step.max_seqlen_q), softmax_scale=call.softmax_scale, causal=call.causal,
+            window_size=fa3_window(call.window, call.causal), softcap=float(call.softcap),
             sinks=sinks.to(q.dtype) if sinks is not None else None, k_descale=kd, v_descale=vd,
-            return_softmax_lse=return_softmax_lse, out=out,
+            return_softmax_lse=call.return_lse, out=out,
         )
-        if return_softmax_lse:
+        if call.return_lse:
             return res[0], res[1]  # main 9cf16bf9 returns (out, lse, *rest), PR #330 (out, lse)
         return res
 

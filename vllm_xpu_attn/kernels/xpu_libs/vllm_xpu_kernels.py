@@ -21,10 +21,10 @@ from typing import Optional
 
 import torch
 
-from ..base import Feature, Phase, PagedLaunch, KernelProvider, KernelRequest
+from ..base import Feature, KernelRequest, Phase
 from ..contract import FP8_DTYPES
 from ..torch_ops import write_kv_torch
-from .common import int32_contiguous, empty_result, dist_version, fa3_window, is_fp8, own_storage, per_tensor_scale, try_import
+from .common import XpuLibProvider, empty_result, dist_version, fa3_window, is_fp8, own_storage, per_tensor_scale, try_import
 
 MODULE = "vllm_xpu_kernels.flash_attn_interface"
 DIST = "vllm-xpu-kernels"
@@ -71,7 +71,7 @@ def _refuse_fallback(*args, **kwargs):
         "refused at start-up: please report it.")
 
 
-class VllmXpuKernelsProvider(KernelProvider):
+class VllmXpuKernelsProvider(XpuLibProvider):
     name = "vllm_xpu_kernels"
     description = "vllm-xpu-kernels flash_attn_varlen_func with block_table"
     devices = frozenset({"xpu"})
@@ -139,27 +139,20 @@ class VllmXpuKernelsProvider(KernelProvider):
         self.unavailable_reason()  # installs the fallback refusal
         return mod
 
-    def _launch(self, step, call):
-        return PagedLaunch(self, int32_contiguous(step), call)  # the tables once per step, not per layer
-
     def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q = (step.page_table, step.cache_seqlens,
-                                                                 step.cu_seqlens_q, step.max_seqlen_q)
-        softmax_scale, causal, window_size, softcap = call.softmax_scale, call.causal, call.window, call.softcap
-        return_softmax_lse = call.return_lse
-        if alibi_slopes is not None or softcap > 0 or return_softmax_lse:
+        if alibi_slopes is not None or call.softcap > 0 or call.return_lse:
             raise ValueError("vllm_xpu_kernels provider: no ALiBi, softcap or LSE (the registry should not route here)")
         kd = vd = None
         if is_fp8(k_cache.dtype):
             kd = own_storage(per_tensor_scale("k_descale", k_descale, q.device))
             vd = own_storage(per_tensor_scale("v_descale", v_descale, q.device))
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
-            return empty_result(q, v_cache, out, return_softmax_lse)
-        max_k = int(page_table.shape[1] * k_cache.shape[1])  # an upper bound; a host value, no sync
+            return empty_result(q, v_cache, out, call.return_lse)
+        max_k = int(step.page_table.shape[1] * k_cache.shape[1])  # an upper bound; a host value, no sync
         return self._module().flash_attn_varlen_func(
-            q, k_cache, v_cache, int(max_seqlen_q), cu_seqlens_q, max_k,
-            seqused_k=cache_seqlens, softmax_scale=softmax_scale, causal=causal,
-            window_size=list(fa3_window(window_size, causal)), block_table=page_table,
+            q, k_cache, v_cache, int(step.max_seqlen_q), step.cu_seqlens_q, max_k,
+            seqused_k=step.cache_seqlens, softmax_scale=call.softmax_scale, causal=call.causal,
+            window_size=list(fa3_window(call.window, call.causal)), block_table=step.page_table,
             out=out, k_descale=kd, v_descale=vd, s_aux=sinks.to(q.dtype) if sinks is not None else None,
         )
 
