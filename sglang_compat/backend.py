@@ -19,7 +19,7 @@ from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, Step
 from vllm_xpu_attn.kernels import batch_invariant_requested
 from vllm_xpu_attn.log import setup_logging
 
-from .compat import (AttentionBackend, AttentionType, ForwardBatch, KVWriteLoc, layer_in_swa_pool,
+from .compat import (BIDIRECTIONAL_TYPES, AttentionBackend, ForwardBatch, KVWriteLoc, layer_in_swa_pool,
                      uses_sliding_window_pool)
 
 logger = logging.getLogger("vllm_xpu_attn")
@@ -83,7 +83,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
     def _spec(self, layer, has_sinks: bool) -> LayerSpec:
         if layer.is_cross_attention:
             kind = AttentionKind.CROSS
-        elif layer.attn_type in (AttentionType.ENCODER_ONLY, getattr(AttentionType, "DECODER_BIDIRECTIONAL", None)):
+        elif layer.attn_type in BIDIRECTIONAL_TYPES:
             kind = AttentionKind.ENCODER_ONLY  # bidirectional over the paged cache
         else:
             kind = AttentionKind.DECODER

@@ -7,6 +7,10 @@ from sglang.srt.layers.radix_attention import AttentionType  # noqa: F401
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc  # noqa: F401
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode  # noqa: F401
 
+# attention types that run bidirectionally over the paged cache (DECODER_BIDIRECTIONAL: newer releases only)
+BIDIRECTIONAL_TYPES = tuple(t for t in (AttentionType.ENCODER_ONLY, getattr(AttentionType, "DECODER_BIDIRECTIONAL", None))
+                            if t is not None)
+
 try:
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 except ImportError:  # older layouts kept it in memory_pool
