@@ -18,10 +18,10 @@ from .paging import (
 from .run import LayerRunner, kernel_request
 from .step import SpecDecodeShape, StepInputs, check_step_config, plan_step
 from .spec_decode import draft_decode_expand_plan, verify_expand_plan, verify_main_plan_topk, verify_plan_topk1
-from .types import AttentionKind, AttnPlan, LayerSpec, Mode, StepPlan
+from .types import AttentionKind, AttnPlan, LayerSpec, MLADims, Mode, StepPlan
 
 __all__ = [
-    "AttentionKind", "AttnPlan", "LayerRunner", "LayerSpec", "Mode", "SpecDecodeShape", "StepInputs", "StepPlan",
+    "AttentionKind", "AttnPlan", "LayerRunner", "LayerSpec", "MLADims", "Mode", "SpecDecodeShape", "StepInputs", "StepPlan",
     "check_step_config", "plan_step", "build_plan", "cdiv",
     "check_kv_cache", "cu_seqlens", "decode_plan", "decoder_token_table", "draft_decode_expand_plan",
     "encoder_plan", "shift_token_table", "kernel_request", "local_attention_plan", "local_attention_plans", "slot_mapping_from_page_table",

@@ -32,19 +32,25 @@ def write_kv(
     slot_mapping: torch.Tensor,
     k_scale: Optional[torch.Tensor | float] = None,
     v_scale: Optional[torch.Tensor | float] = None,
+    latent: bool = False,
 ) -> None:
     """Write new K/V ([T, Hkv, D]) at ``slot_mapping`` (int [T], slot = page*page_size + offset, <0 skipped).
 
     k = v = None means the layer shares another layer's KV (cross-layer sharing): nothing to write.
+    ``latent``: an MLA latent cache (one row per token, no separate V): v and v_cache are None.
     FP8 caches get k/scale quantised values; scales default to 1.0.
     """
     if k is None and v is None:
         return
-    if k is None or v is None:
+    if latent:
+        if k is None or v is not None or v_cache is not None:
+            raise ValueError("an MLA latent write takes the latent rows as k and no v")
+    elif k is None or v is None:
         raise ValueError("k and v must both be given or both be None (cross-layer KV sharing)")
     if slot_mapping.shape[0] != k.shape[0]:
         # engines pad the token dim (graphs); only the first len(slot_mapping) tokens are real
-        k, v = k[: slot_mapping.shape[0]], v[: slot_mapping.shape[0]]
+        k = k[: slot_mapping.shape[0]]
+        v = v[: slot_mapping.shape[0]] if v is not None else None
     if not is_fp8(k_cache.dtype):
         k_scale = v_scale = None
     provider.write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)

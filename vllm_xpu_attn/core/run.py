@@ -24,7 +24,17 @@ def kernel_request(spec: LayerSpec, device_type: str, page_size: int, phase: Pha
         num_q_heads=spec.num_q_heads, num_kv_heads=spec.num_kv_heads, page_size=page_size,
         v_head_dim=spec.v_head_dim, causal=spec.causal, window=spec.window, softcap=spec.softcap,
         has_sinks=spec.has_sinks, has_alibi=spec.alibi_slopes is not None, return_lse=return_lse, phase=phase,
-        batch_invariant=spec.batch_invariant,
+        batch_invariant=spec.batch_invariant, mla=spec.mla is not None,
+    )
+
+
+def mha_request(spec: LayerSpec, device_type: str) -> KernelRequest:
+    """An MLA layer's un-absorbed prefill: per-head q/k of qk_head_dim, v of v_head_dim, contiguous K/V."""
+    m = spec.mla
+    return KernelRequest(
+        device_type=device_type, dtype=spec.dtype, kv_dtype=spec.dtype, head_dim=m.qk_head_dim,
+        num_q_heads=spec.num_q_heads, num_kv_heads=spec.num_q_heads, page_size=1, v_head_dim=m.v_head_dim,
+        causal=True, return_lse=True, phase=Phase.PREFILL, batch_invariant=spec.batch_invariant,
     )
 
 
@@ -59,8 +69,52 @@ class LayerRunner:
         # top-k > 1 cascade: both parts non-causal over their keys, with LSE for the merge
         self._cascade_call = dataclasses.replace(self._call, causal=False, window=(-1, -1), return_lse=True)
 
+        # MLA layers: the un-absorbed prefill (engines run new tokens as plain MHA over decompressed K/V)
+        self.mha_provider = select_provider(mha_request(spec, dev), override) if spec.mla is not None else None
+
     def providers_used(self) -> dict[str, str]:
-        return {"prefill": self.prefill_provider.name, "decode": self.decode_provider.name}
+        used = {"prefill": self.prefill_provider.name, "decode": self.decode_provider.name}
+        if self.mha_provider is not None:
+            used["mla_prefill_mha"] = self.mha_provider.name
+        return used
+
+    # ---- MLA (DeepSeek-V2/V3): absorbed attention over the latent cache ------------------
+    def forward_mla(self, plan: StepPlan, q: torch.Tensor, latent_cache: torch.Tensor,
+                    out: Optional[torch.Tensor] = None, *, kv_descale: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Absorbed MLA for any step: q [T, H, latent_dim] = [q_nope W_UK | q_rope], latent_cache
+        [P, page, 1, latent_dim] -> out [T, H, kv_lora_rank] (the engine applies W_UV).
+
+        MQA over one latent row per token, the values being the row's first kv_lora_rank columns
+        (a view, no copy); every mode the step plan has (decode, extend, verify, mixed) runs so.
+        """
+        m = self.spec.mla
+        if m is None:
+            raise ValueError("forward_mla on a layer configured without MLA dims (LayerSpec.for_mla)")
+        if latent_cache.dim() != 4 or latent_cache.shape[2] != 1 or latent_cache.shape[3] != m.latent_dim:
+            raise ValueError(f"MLA latent cache must be [pages, page, 1, {m.latent_dim}], got {list(latent_cache.shape)}")
+        return self.forward(plan, q, latent_cache, latent_cache[..., : m.kv_lora_rank], out,
+                            k_descale=kv_descale, v_descale=kv_descale)
+
+    def write_latent(self, c_kv: torch.Tensor, k_rope: torch.Tensor, latent_cache: torch.Tensor,
+                     slot_mapping: torch.Tensor, scale=None) -> None:
+        """Store each new token's latent row: c_kv [T, kv_lora_rank] and k_rope [T, qk_rope_head_dim] (post-RoPE)
+        at slot_mapping [T] (< 0 skipped) of latent_cache [P, page, 1, latent_dim]; FP8 caches quantise by scale."""
+        from .kv_write import write_kv
+
+        latent = torch.cat([c_kv.reshape(c_kv.shape[0], -1), k_rope.reshape(k_rope.shape[0], -1)], dim=-1)
+        write_kv(self.decode_provider, latent.unsqueeze(1), None, latent_cache, None, slot_mapping, scale, None,
+                 latent=True)
+
+    def forward_mla_mha(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                        cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                        out: Optional[torch.Tensor] = None, return_lse: bool = False):
+        """An MLA layer's un-absorbed prefill: q/k [T, H, qk_head_dim], v [Tk, H, v_head_dim], causal with the
+        queries at the end of each sequence's keys -> out [T, H, v_head_dim] (, lse [H, T])."""
+        if self.mha_provider is None:
+            raise ValueError("forward_mla_mha on a layer configured without MLA dims")
+        return self.mha_provider.flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=self.spec.scale,
+            causal=True, return_softmax_lse=return_lse, out=out)
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
         from .kv_write import write_kv

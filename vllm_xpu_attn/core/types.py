@@ -36,6 +36,38 @@ class Mode(str, enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True)
+class MLADims:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2) dimensions of one layer.
+
+    The cache holds one latent row per token: ``[pages, page, 1, kv_lora_rank + qk_rope_head_dim]``
+    (the compressed KV ``c_KV`` then the decoupled RoPE key ``k_R``). Attention over it runs in the
+    absorbed form (DeepSeek-V2 paper, appendix C): queries ``[q_nope W_UK | q_rope]`` of width
+    ``latent_dim`` against every cached row, values = the row's first ``kv_lora_rank`` columns; the
+    engine applies ``W_UV`` to the ``[T, H, kv_lora_rank]`` output. Scale: the engine's, from
+    ``qk_head_dim`` = qk_nope_head_dim + qk_rope_head_dim.
+    """
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"MLA {name} must be positive, got {getattr(self, name)}")
+
+    @property
+    def latent_dim(self) -> int:
+        """Width of a cache row and of an absorbed query: kv_lora_rank + qk_rope_head_dim."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclasses.dataclass(frozen=True)
 class LayerSpec:
     """Static description of one attention layer, as the engine configured it.
 
@@ -58,6 +90,13 @@ class LayerSpec:
     dtype: torch.dtype = torch.bfloat16
     kv_dtype: torch.dtype = torch.bfloat16
     batch_invariant: bool = False  # outputs bitwise independent of the batch and of prefill chunking
+    mla: Optional[MLADims] = None  # an MLA layer: heads/dims below describe its absorbed latent attention
+
+    @staticmethod
+    def for_mla(num_q_heads: int, dims: MLADims, scale: float, **kw) -> "LayerSpec":
+        """An MLA layer: absorbed attention is MQA over the latent rows (Hkv 1, D latent_dim, Dv kv_lora_rank)."""
+        return LayerSpec(num_q_heads=num_q_heads, num_kv_heads=1, head_dim=dims.latent_dim, scale=scale,
+                         v_head_dim=dims.kv_lora_rank, mla=dims, **kw)
 
     def __post_init__(self) -> None:
         if self.num_q_heads <= 0 or self.num_kv_heads <= 0:
@@ -74,6 +113,15 @@ class LayerSpec:
             raise ValueError(f"alibi_slopes has {len(self.alibi_slopes)} entries for {self.num_q_heads} query heads")
         if self.kind is AttentionKind.CROSS and self.window_left >= 0:
             raise ValueError("sliding window is undefined for cross-attention layers")
+        if self.mla is not None:
+            m = self.mla
+            if (self.num_kv_heads, self.head_dim, self.v_head_dim) != (1, m.latent_dim, m.kv_lora_rank):
+                raise ValueError(
+                    f"an MLA layer attends over one latent row per token: num_kv_heads 1, head_dim "
+                    f"{m.latent_dim} (kv_lora_rank + qk_rope_head_dim), v_head_dim {m.kv_lora_rank}; got "
+                    f"{self.num_kv_heads}, {self.head_dim}, {self.v_head_dim} (use LayerSpec.for_mla)")
+            if self.kind is not AttentionKind.DECODER or self.alibi_slopes is not None or self.has_sinks:
+                raise ValueError("MLA layers are causal decoder layers without ALiBi or sinks")
 
     @property
     def causal(self) -> bool:

@@ -44,6 +44,7 @@ class Feature(str, enum.Enum):
     NON_CAUSAL = "non_causal"
     DV = "dv"  # v head dim != qk head dim
     BATCH_INVARIANT = "batch_invariant"
+    MLA = "mla"  # latent attention: V is the first Dv columns of K, one cache (DeepSeek MLA, absorbed)
 
 
 ENV_BATCH_INVARIANT = "VLLM_XPU_ATTN_BATCH_INVARIANT"
@@ -81,6 +82,7 @@ class KernelRequest:
     return_lse: bool = False
     phase: Phase = Phase.ANY
     batch_invariant: bool = False  # bitwise the same output whatever else is in the batch / however chunked
+    mla: bool = False  # MLA latent attention: one cache, V = K[..., :v_head_dim] (see core.MLADims)
 
     @property
     def gqa_group(self) -> int:
@@ -102,7 +104,7 @@ class KernelRequest:
             parts.append(f"window={self.window}")
         parts += [n for n, on in (("softcap", self.softcap > 0), ("sinks", self.has_sinks), ("alibi", self.has_alibi),
                                   ("lse", self.return_lse), ("non-causal", not self.causal),
-                                  ("batch-invariant", self.batch_invariant)) if on]
+                                  ("batch-invariant", self.batch_invariant), ("mla", self.mla)) if on]
         return " ".join(parts)
 
 
