@@ -125,3 +125,27 @@ def test_mla_spec_is_checked_at_configuration():
         plan = plan_step(StepInputs(Mode.DECODE, torch.tensor([3], dtype=torch.int32), 3, 1, 16,
                                     page_table=torch.zeros(1, 1, dtype=torch.int32)))
         r.forward_mla(plan, torch.zeros(1, H, 48), torch.zeros(2, 16, 1, 40))
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_triton_mla_decode_split_k_matches_reference(splits):
+    """The MLA decode kernel's split-K partials and their merge (forced split counts), with LSE."""
+    from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
+
+    g = torch.Generator().manual_seed(5)
+    page, lens = 16, [70, 5, 33]
+    cache = torch.randn(16, page, 1, DIMS.latent_dim, generator=g)
+    table = torch.randperm(16, generator=g)[:15].reshape(3, 5).to(torch.int32)
+    q = torch.randn(3, H, DIMS.latent_dim, generator=g)
+    step = AttnPlan(torch.arange(4, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32), table, 1, 80, page)
+    call = PagedCall.make(H, 1, DIMS.latent_dim, D_C, softmax_scale=SCALE, return_lse=True, mla=True)
+    tri = get_provider("triton").plan_paged(step, call, num_splits=splits)
+    assert tri.mla_decode and tri.num_splits == splits
+    o, lse = tri.run(q, cache, cache[..., :D_C])
+    want_o, want_lse = get_provider("reference").plan_paged(step, call).run(q, cache, cache[..., :D_C])
+    torch.testing.assert_close(o, want_o, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, want_lse, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="first v_head_dim columns"):
+        tri.run(q, cache, cache.clone()[..., :D_C])
+    with pytest.raises(ValueError, match="power of two"):
+        get_provider("triton").plan_paged(step, call, num_splits=3)

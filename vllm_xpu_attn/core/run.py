@@ -65,7 +65,8 @@ class LayerRunner:
         # the non-tensor part of every call this layer makes, fixed once (one name/type to the kernel)
         self._call = PagedCall.make(spec.num_q_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim,
                                     softmax_scale=spec.scale, causal=spec.causal, window=spec.window,
-                                    softcap=spec.softcap, batch_invariant=spec.batch_invariant)
+                                    softcap=spec.softcap, batch_invariant=spec.batch_invariant,
+                                    mla=spec.mla is not None)
         # top-k > 1 cascade: both parts non-causal over their keys, with LSE for the merge
         self._cascade_call = dataclasses.replace(self._call, causal=False, window=(-1, -1), return_lse=True)
 

@@ -184,14 +184,14 @@ class KernelProvider:
         return reasons
 
     # ---- the contract: plan once per step, run per layer ---------------------------------
-    def plan_paged(self, step: AttnPlan, call: PagedCall) -> "PagedLaunch":
+    def plan_paged(self, step: AttnPlan, call: PagedCall, **options) -> "PagedLaunch":
         """Per-step part of a paged call: validate the step's tensors once and fix the launch.
 
         The result's ``run()`` is the per-layer part (O(1) checks, then the launch). Providers with
         launch decisions (split-K, tiles, workspace) override ``_launch``.
         """
         check_paged_step(step)
-        return self._launch(step, call)
+        return self._launch(step, call, **options)
 
     def _launch(self, step: AttnPlan, call: PagedCall, **options) -> "PagedLaunch":
         """Build the per-step launch. ``options``: provider-specific launch choices (Triton: num_splits)."""

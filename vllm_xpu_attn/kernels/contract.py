@@ -64,11 +64,13 @@ class PagedCall:
     softcap: float = 0.0
     return_lse: bool = False
     batch_invariant: bool = False
+    mla: bool = False  # latent attention: V is the first v_head_dim columns of K (one cache)
 
     @staticmethod
     def make(num_q_heads: int, num_kv_heads: int, head_dim: int, v_head_dim: Optional[int] = None, *,
              softmax_scale: Optional[float] = None, causal: bool = True, window: Sequence[int] = (-1, -1),
-             softcap: float = 0.0, return_lse: bool = False, batch_invariant: bool = False) -> "PagedCall":
+             softcap: float = 0.0, return_lse: bool = False, batch_invariant: bool = False,
+             mla: bool = False) -> "PagedCall":
         """Validated constructor (defaults resolved: scale 1/sqrt(D), Dv = D)."""
         if num_kv_heads < 1 or num_q_heads % num_kv_heads:
             _fail(ValueError, f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads}) for GQA/MQA")
@@ -77,7 +79,7 @@ class PagedCall:
         return PagedCall(num_q_heads, num_kv_heads, head_dim, v_head_dim or head_dim,
                          float(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)),
                          bool(causal), check_window(window, causal), float(softcap), bool(return_lse),
-                         bool(batch_invariant))
+                         bool(batch_invariant), bool(mla))
 
 
 def is_fp8(dtype: torch.dtype) -> bool:

@@ -19,10 +19,11 @@ from ..contract import FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, check_per_
 # Measured on an H200 (docs/benchmarks.md); Intel entries are conservative starting points
 # (smaller tiles: less register file / SLM on Xe), not measured here.
 TUNING: dict[str, dict[str, tuple[int, int, int, int]]] = {
-    "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 4, 3)},  # benchmarks/tune.py, H200
-    "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2)},
-    "xpu": {"prefill": (64, 32, 8, 2), "decode": (16, 32, 4, 2)},
-    "cpu": {"prefill": (16, 16, 1, 1), "decode": (16, 16, 1, 1)},  # interpreter: small tiles, fast tests
+    # "mla_decode": (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA decode kernel
+    "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 4, 3), "mla_decode": (16, 32, 4, 2)},
+    "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2)},
+    "xpu": {"prefill": (64, 32, 8, 2), "decode": (16, 32, 4, 2), "mla_decode": (16, 16, 4, 2)},
+    "cpu": {"prefill": (16, 16, 1, 1), "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1)},
 }
 
 
@@ -170,7 +171,7 @@ class TritonLaunch(PagedLaunch):
     """One step's sub-plan x one layer configuration: tiles, split count, grid fixed once per step."""
 
     __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
-                 "group", "invariant", "_fast")
+                 "group", "invariant", "_fast", "mla_decode")
 
     def __init__(self, provider: "TritonProvider", step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None):
         super().__init__(provider, step, call)
@@ -183,11 +184,30 @@ class TritonLaunch(PagedLaunch):
         self.phase = phase = "decode" if max_q <= 1 and not invariant else "prefill"
         block_m, self.block_n, self.warps, self.stages = TUNING[device_family(device)][phase]
         self.block_m = block_m = max(block_m, _pow2(group)) if phase == "decode" else block_m
+        # absorbed MLA decode: its own kernel (latent rows loaded once for scores and values); other MLA
+        # steps (extend, verify, batch-invariant) run the general kernel over the same views
+        d_rope = d - dv
+        self.mla_decode = (call.mla and phase == "decode" and hkv == 1 and call.window == (-1, -1)
+                           and call.softcap == 0 and _pow2(dv, 1) == dv and _pow2(d_rope, 1) == d_rope >= 16
+                           and dv >= 16)
+        if self.mla_decode:
+            block_m, self.block_n, self.warps, self.stages = TUNING[device_family(device)]["mla_decode"]
+            self.block_m = block_m
+            hblocks = triton_cdiv(call.num_q_heads, block_m)
+            self.num_splits = num_splits or TritonProvider._num_splits(
+                device, batch, hblocks, max_q, step.page_table.shape[1] * step.page_size)
+            self.grid = (batch, hblocks, self.num_splits)
+            self.bd, self.bdv = d, dv
+            self.static = dict(PAGE=step.page_size, D_C=dv, D_R=d_rope, BLOCK_H=block_m, BLOCK_N=self.block_n,
+                               NUM_SPLITS=self.num_splits, WRITE_LSE=call.return_lse)
+            self._fast = {}
+            return
         # batch-invariant mode: no split-K (each row's keys reduced in one fixed order)
         if invariant and num_splits not in (None, 1):
             raise ValueError(f"batch-invariant mode runs without split-K; got num_splits={num_splits}")
-        if num_splits is not None and num_splits < 1:
-            raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+        if num_splits is not None and (num_splits < 1 or num_splits & (num_splits - 1)):
+            raise ValueError(f"num_splits must be a power of two >= 1 (the merge reduces them as one block), "
+                             f"got {num_splits}")
         self.num_splits = 1 if invariant else num_splits or TritonProvider._num_splits(
             device, batch, hkv, max_q, step.page_table.shape[1] * step.page_size)
         # aligned tiles (batch-invariant mode) may start up to block_m - 1 rows before the first query
@@ -205,15 +225,19 @@ class TritonLaunch(PagedLaunch):
         self._fast: dict[tuple, tuple] = {}
 
     def _launchers(self, key: tuple, q: torch.Tensor, total_q: int):
-        from .kernels import _merge_splits, _paged_attn_kernel
+        from .kernels import _merge_splits, _mla_decode_kernel, _paged_attn_kernel
         from .launch import FastLaunch
 
         has_sinks, has_alibi, has_descale, per_head = key
-        consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
-                      DESCALE_PER_HEAD=per_head,
-                      # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
-                      FP32_DOT=q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16))
-        attn = FastLaunch(_paged_attn_kernel, self.grid, consts, self.warps, self.stages)
+        # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
+        fp32_dot = q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16)
+        if self.mla_decode:
+            consts = dict(self.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
+            attn = FastLaunch(_mla_decode_kernel, self.grid, consts, self.warps, self.stages)
+        else:
+            consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
+                          DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot)
+            attn = FastLaunch(_paged_attn_kernel, self.grid, consts, self.warps, self.stages)
         merge = None
         if self.num_splits > 1:
             merge = FastLaunch(_merge_splits, (total_q, self.call.num_q_heads, 1),
@@ -246,6 +270,25 @@ class TritonLaunch(PagedLaunch):
         if fast is None:
             fast = self._fast[key] = self._launchers(key[:4], q, total_q)
         attn, merge = fast
+        if self.mla_decode:
+            if v_cache.data_ptr() != k_cache.data_ptr() or per_head:
+                raise ValueError("triton MLA decode: v_cache must be the first v_head_dim columns of k_cache (one "
+                                 "latent cache) and the descale one per-tensor value")
+            attn(q, k_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
+                 k_descale if k_descale is not None else dummy, out, lse if lse is not None else dummy, o_part, l_part,
+                 q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), out.stride(0), out.stride(1),
+                 step.page_table.stride(0), total_q, hq, call.softmax_scale)
+        else:
+            self._paged(attn, q, k_cache, v_cache, out, lse, o_part, l_part, sinks, alibi_slopes, k_descale,
+                        v_descale, per_head, total_q, hq, dummy)
+        if merge is not None:
+            merge(o_part, l_part, out, lse if lse is not None else dummy, sinks if sinks is not None else dummy,
+                  out.stride(0), out.stride(1), total_q, hq)
+        return (out, lse) if call.return_lse else out
+
+    def _paged(self, attn, q, k_cache, v_cache, out, lse, o_part, l_part, sinks, alibi_slopes, k_descale, v_descale,
+               per_head, total_q, hq, dummy):
+        step, call = self.step, self.call
         attn(
             q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
             sinks if sinks is not None else dummy, alibi_slopes if alibi_slopes is not None else dummy,
@@ -260,7 +303,3 @@ class TritonLaunch(PagedLaunch):
             total_q, hq,
             call.softmax_scale, call.softcap,
         )
-        if merge is not None:
-            merge(o_part, l_part, out, lse if lse is not None else dummy, sinks if sinks is not None else dummy,
-                  out.stride(0), out.stride(1), total_q, hq)
-        return (out, lse) if call.return_lse else out
