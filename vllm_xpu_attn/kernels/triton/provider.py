@@ -182,6 +182,12 @@ class TritonLaunch(PagedLaunch):
         max_q = int(step.max_seqlen_q)
         self.invariant = invariant = call.batch_invariant
         self.phase = phase = "decode" if max_q <= 1 and not invariant else "prefill"
+        # batch-invariant mode: no split-K (each row's keys reduced in one fixed order)
+        if invariant and num_splits not in (None, 1):
+            raise ValueError(f"batch-invariant mode runs without split-K; got num_splits={num_splits}")
+        if num_splits is not None and (num_splits < 1 or num_splits & (num_splits - 1)):
+            raise ValueError(f"num_splits must be a power of two >= 1 (the merge reduces them as one block), "
+                             f"got {num_splits}")
         block_m, self.block_n, self.warps, self.stages = TUNING[device_family(device)][phase]
         self.block_m = block_m = max(block_m, _pow2(group)) if phase == "decode" else block_m
         # absorbed MLA decode: its own kernel (latent rows loaded once for scores and values); other MLA
@@ -202,12 +208,6 @@ class TritonLaunch(PagedLaunch):
                                NUM_SPLITS=self.num_splits, WRITE_LSE=call.return_lse)
             self._fast = {}
             return
-        # batch-invariant mode: no split-K (each row's keys reduced in one fixed order)
-        if invariant and num_splits not in (None, 1):
-            raise ValueError(f"batch-invariant mode runs without split-K; got num_splits={num_splits}")
-        if num_splits is not None and (num_splits < 1 or num_splits & (num_splits - 1)):
-            raise ValueError(f"num_splits must be a power of two >= 1 (the merge reduces them as one block), "
-                             f"got {num_splits}")
         self.num_splits = 1 if invariant else num_splits or TritonProvider._num_splits(
             device, batch, hkv, max_q, step.page_table.shape[1] * step.page_size)
         # aligned tiles (batch-invariant mode) may start up to block_m - 1 rows before the first query
