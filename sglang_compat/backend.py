@@ -234,6 +234,10 @@ class XpuAttnSGLangBackend(AttentionBackend):
                 "xpu_attn: graph capture for encoder-decoder (cross-attention) models is not supported; "
                 "run with --disable-cuda-graph"
             )
+        unsafe = sorted({why for r in self._runners.values() if (why := r.graph_capture_reason())})
+        if unsafe:
+            raise ValueError("xpu_attn: graph capture needs kernel providers that launch without host syncs; "
+                             f"{'; '.join(unsafe)}. Run with --disable-cuda-graph")
         width = int(self.req_to_token_pool.req_to_token.shape[1])
         extra = max(self.num_draft, self.speculative_num_steps + 1) if (self.num_draft or self.speculative_num_steps) else 0
         if width - extra < 1:

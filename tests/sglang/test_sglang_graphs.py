@@ -271,3 +271,13 @@ def test_hybrid_swa_pool_extend_and_decode_match_oracle():
             q = torch.randn(2, H * D, generator=world.g)
             out = backend.forward_decode(q, world.keys[fb.out_cache_loc], world.vals[fb.out_cache_loc], layer, fb)
             assert_close_to(out.view(-1, H, D), world.oracle(q, [1, 2], [1, 1], i), torch.float32)
+
+
+def test_graph_capture_refused_when_a_layer_provider_syncs():
+    """A layer served by the reference (it reads lengths on the host) cannot be captured: refused at
+    init_cuda_graph_state with the provider's reason, not an obscure capture error later."""
+    req_pool, kv_pool = _pools()
+    backend = _backend(_runner(req_pool, kv_pool))
+    backend._runner(_layers()[0], has_sinks=False)  # a configured layer (the CPU picks the reference)
+    with pytest.raises(ValueError, match="reference: the reference reads lengths on the host"):
+        backend.init_cuda_graph_state(max_bs=4, max_num_tokens=4)

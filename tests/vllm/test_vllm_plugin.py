@@ -138,10 +138,21 @@ def test_builder_declares_full_graphs_for_uniform_batches():
     from vllm.config import VllmConfig
     from vllm.v1.attention.backend import AttentionCGSupport
 
+    from vllm_xpu_attn.vllm import backend
+
     b = _builder()
-    assert type(b).get_cudagraph_support(VllmConfig(), b.kv_cache_spec) is AttentionCGSupport.UNIFORM_BATCH
-    c = _builder(cross=True)
-    assert type(c).get_cudagraph_support(VllmConfig(), c.kv_cache_spec) is AttentionCGSupport.NEVER
+    saved = set(backend._GRAPH_UNSAFE)
+    try:
+        backend._GRAPH_UNSAFE.clear()  # every layer's providers capturable (Triton on a GPU)
+        assert type(b).get_cudagraph_support(VllmConfig(), b.kv_cache_spec) is AttentionCGSupport.UNIFORM_BATCH
+        c = _builder(cross=True)
+        assert type(c).get_cudagraph_support(VllmConfig(), c.kv_cache_spec) is AttentionCGSupport.NEVER
+        # a layer served by a provider that syncs (the reference): vLLM must run attention outside graphs
+        backend._GRAPH_UNSAFE.add("reference: reads lengths on the host")
+        assert type(b).get_cudagraph_support(VllmConfig(), b.kv_cache_spec) is AttentionCGSupport.NEVER
+    finally:
+        backend._GRAPH_UNSAFE.clear()
+        backend._GRAPH_UNSAFE.update(saved)
 
 
 def _runner_buffers(max_reqs=8, max_blocks=4):

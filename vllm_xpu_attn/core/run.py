@@ -73,6 +73,13 @@ class LayerRunner:
         # MLA layers: the un-absorbed prefill (engines run new tokens as plain MHA over decompressed K/V)
         self.mha_provider = select_provider(mha_request(spec, dev), override) if spec.mla is not None else None
 
+    def graph_capture_reason(self) -> Optional[str]:
+        """None when every provider this layer may run can be captured in a graph, else why not."""
+        provs = {self.prefill_provider, self.decode_provider, self.spec_provider, self.mha_provider} - {None}
+        why = [f"{p.name}: {p.graph_capture_reason}" for p in sorted(provs, key=lambda p: p.name)
+               if p.graph_capture_reason]
+        return "; ".join(why) or None
+
     def providers_used(self) -> dict[str, str]:
         used = {"prefill": self.prefill_provider.name, "decode": self.decode_provider.name}
         if self.mha_provider is not None:
@@ -196,7 +203,8 @@ class LayerRunner:
         if out is None:
             out = torch.empty(q.shape[0], self.spec.num_q_heads, self._call.v_head_dim, dtype=q.dtype,
                               device=q.device)
-        q_real, out_real = q[:n], out[:n]
+        # rows past num_tokens are the engine's padding (graphs): slice only when there are some
+        q_real, out_real = (q, out) if q.shape[0] == n and out.shape[0] == n else (q[:n], out[:n])
         provider = self.decode_provider if plan.mode.is_decode else self.prefill_provider
         which = self._which(plan)
 

@@ -130,6 +130,9 @@ class KernelProvider:
     max_head_dim: ClassVar[Optional[int]] = None
     max_gqa_group: ClassVar[Optional[int]] = None
     features: ClassVar[frozenset[Feature]] = frozenset()
+    # None: its per-layer run launches kernels only (no host sync, no host-made tensors), so it may be
+    # captured in a CUDA/XPU graph; else why not
+    graph_capture_reason: ClassVar[Optional[str]] = "not verified under graph capture"
 
     # ---- availability ---------------------------------------------------------------
     def unavailable_reason(self) -> Optional[str]:
@@ -247,18 +250,24 @@ class PagedLaunch:
     every layer of the same configuration shares it).
     """
 
-    __slots__ = ("provider", "step", "call")
+    __slots__ = ("provider", "step", "call", "_seen")
 
     def __init__(self, provider: KernelProvider, step: AttnPlan, call: PagedCall):
         self.provider = provider
         self.step = step
         self.call = call
+        self._seen: Optional[tuple] = None  # the last layer signature that passed the checks
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: Optional[torch.Tensor] = None,
             sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
             k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None):
         """q [total_q, Hq, D], caches [P, page, Hkv, D|Dv] -> out [total_q, Hq, Dv] (, lse [Hq, total_q])."""
-        check_paged_layer(self.step, self.call, q, k_cache, v_cache, out)
+        # layers of a step mostly repeat one signature: check it fully once, then compare one tuple
+        sig = (q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, v_cache.dtype, q.device,
+               k_cache.device, v_cache.device, None if out is None else (out.shape, out.dtype, out.device))
+        if sig != self._seen:
+            check_paged_layer(self.step, self.call, q, k_cache, v_cache, out)
+            self._seen = sig
         if sinks is not None:
             check_per_head("sinks", sinks, self.call.num_q_heads, q.device)
         if alibi_slopes is not None:

@@ -185,6 +185,8 @@ def check_paged_layer(step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache:
     if kv != v_cache.dtype or (kv != q.dtype and not is_fp8(kv)) or q.dtype not in FLOAT_DTYPES:
         _fail(TypeError, f"q {q.dtype} with caches {k_cache.dtype}/{v_cache.dtype}: the cache must be q's dtype "
                          "(float32/float16/bfloat16) or FP8")
+    if out is not None and out.device != q.device:
+        _fail(ValueError, f"out is on {out.device} but q is on {q.device}")
     if out is not None and (out.shape != (q.shape[0], call.num_q_heads, call.v_head_dim) or out.dtype != q.dtype):
         _fail(ValueError, f"out must be [{q.shape[0]}, {call.num_q_heads}, {call.v_head_dim}] {q.dtype}, "
                           f"got {list(out.shape)} {out.dtype}")

@@ -173,6 +173,7 @@ class ReferenceProvider(KernelProvider):
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
     features = frozenset(Feature)  # every one
+    graph_capture_reason = "the reference reads lengths on the host (.tolist()) every call"
 
     def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
         return run_paged(step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale)

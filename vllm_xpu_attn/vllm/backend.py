@@ -29,6 +29,9 @@ from .compat import (
 
 logger = logging.getLogger("vllm_xpu_attn")
 
+# why some layer of this process cannot be captured in a graph (its providers), filled as layers are built
+_GRAPH_UNSAFE: set[str] = set()
+
 BACKEND_NAME = "CUSTOM"  # vLLM resolves get_name() through AttentionBackendEnum; CUSTOM is the slot for out-of-tree backends
 
 
@@ -121,6 +124,9 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         # capture's host bounds and replayed on any lengths up to them; mixed prefill batches are not
         # (their grid depends on max_query_len). Cross-attention: vLLM does not capture encoder-decoders.
         if isinstance(kv_cache_spec, CrossAttentionSpec):
+            return AttentionCGSupport.NEVER
+        if _GRAPH_UNSAFE:  # a layer's provider cannot be captured: vLLM then runs attention eagerly (piecewise)
+            logger.warning("vllm-xpu-attn: no FULL graphs: %s", "; ".join(sorted(_GRAPH_UNSAFE)))
             return AttentionCGSupport.NEVER
         return cls._cudagraph_support
 
@@ -235,6 +241,9 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         page_size = compat.get_current_vllm_config().cache_config.block_size
         # Providers are chosen now, so an unservable layer fails at start-up with every reason.
         self.runner = LayerRunner(self.spec, current_platform.device_type, page_size)
+        why = self.runner.graph_capture_reason()
+        if why:  # the builders (made after the layers) then declare NEVER
+            _GRAPH_UNSAFE.add(why)
         logger.info("vllm-xpu-attn: layer Hq=%d Hkv=%d D=%d window=%s kind=%s -> providers %s", num_heads,
                     self.num_kv_heads, head_size, self.spec.window, self.spec.kind.value, self.runner.providers_used())
 

@@ -185,14 +185,16 @@ def _paged_attn_kernel(
 
 @triton.jit
 def _merge_splits(
-    OP, LP, O, LSE, SINKS,
+    OP, LP, O, LSE, SINKS, CUQ,
     stride_ot, stride_oh,
-    total_q, num_q_heads,
+    total_q, num_q_heads, batch,
     DV: tl.constexpr, BLOCK_DV: tl.constexpr, NUM_SPLITS: tl.constexpr,
     HAS_SINKS: tl.constexpr, WRITE_LSE: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
+    if tok >= tl.load(CUQ + batch):  # a padded token row (graph replays): no split wrote it, leave it alone
+        return
     offs = tl.arange(0, BLOCK_DV)
     splits = tl.arange(0, NUM_SPLITS)
     idx = splits.to(tl.int64) * total_q * num_q_heads + tok * num_q_heads + h

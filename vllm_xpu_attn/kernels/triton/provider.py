@@ -50,6 +50,7 @@ class TritonProvider(KernelProvider):
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
     max_head_dim = 256
     features = frozenset(Feature)  # every one
+    graph_capture_reason = None  # tests/gpu/gpu_vllm_graphs.py, tests/sglang/test_sglang_graphs.py
 
     def unavailable_reason(self) -> Optional[str]:
         try:
@@ -88,6 +89,32 @@ class TritonProvider(KernelProvider):
     def __init__(self) -> None:
         self._workspace: dict[torch.device, torch.Tensor] = {}
         self._retired: list[torch.Tensor] = []
+        self._scales: dict[tuple, torch.Tensor] = {}
+        self._launchers: dict[tuple, object] = {}
+
+    def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, total_q: int):
+        """The FastLaunch for one kernel specialisation and grid, kept across steps (a decode batch of the
+        same size binds through Triton's JIT once, not once per step). Its guard sends any call whose
+        arguments changed specialisation through the binder, so reuse is always correct."""
+        from .launch import FastLaunch
+
+        key = (fn, tuple(grid), tuple(sorted(consts.items())), warps, stages, total_q)
+        fl = self._launchers.get(key)
+        if fl is None:
+            if len(self._launchers) >= 512:  # bounded: drop the oldest specialisation
+                self._launchers.pop(next(iter(self._launchers)))
+            fl = self._launchers[key] = FastLaunch(fn, grid, consts, warps, stages)
+        return fl
+
+    def _const_scale(self, device: torch.device, value: float) -> torch.Tensor:
+        """A float32 [1] scale tensor, made once per (device, value) outside any graph capture."""
+        t = self._scales.get((device, value))
+        if t is None:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("vllm-xpu-attn: an FP8 KV write without a scale tensor was first seen inside a "
+                                   "CUDA graph capture; pass k_scale/v_scale tensors (the engines do) or warm up first")
+            t = self._scales[(device, value)] = torch.full((1,), value, dtype=torch.float32, device=device)
+        return t
 
     @staticmethod
     def _num_splits(device: torch.device, batch: int, hkv: int, max_seqlen_q: int, max_keys: int) -> int:
@@ -153,12 +180,16 @@ class TritonProvider(KernelProvider):
             quant = is_fp8(cache.dtype)
             if x.stride(-1) != 1 or cache.stride(-1) != 1:
                 raise ValueError("write_kv: the head_dim dimension must be contiguous")
-            if scale is None or not isinstance(scale, torch.Tensor):
-                scale = torch.tensor([1.0 if scale is None else float(scale)], dtype=torch.float32, device=x.device)
+            if not quant:
+                scale = x  # unread: an unquantised write needs no scale (and no host-made tensor: graph-safe)
+            elif scale is None or not isinstance(scale, torch.Tensor):
+                scale = self._const_scale(x.device, 1.0 if scale is None else float(scale))
+            elif scale.dtype != torch.float32:
+                scale = scale.float()
             if x.shape[0] == 0:
                 continue
             _write_kv_kernel[(x.shape[0], x.shape[1])](
-                x, cache, slot_mapping, scale.float().reshape(-1), x.stride(0), x.stride(1),
+                x, cache, slot_mapping, scale.reshape(-1), x.stride(0), x.stride(1),
                 cache.stride(0), cache.stride(1), cache.stride(2), H=x.shape[1], D=x.shape[2], PAGE=cache.shape[1],
                 BLOCK_D=_pow2(x.shape[2], 1), QUANT=quant, FMAX=float(torch.finfo(cache.dtype).max) if quant else 0.0)
 
@@ -226,23 +257,21 @@ class TritonLaunch(PagedLaunch):
 
     def _launchers(self, key: tuple, q: torch.Tensor, total_q: int):
         from .kernels import _merge_splits, _mla_decode_kernel, _paged_attn_kernel
-        from .launch import FastLaunch
-
         has_sinks, has_alibi, has_descale, per_head = key
         # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
         fp32_dot = q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16)
         if self.mla_decode:
             consts = dict(self.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
-            attn = FastLaunch(_mla_decode_kernel, self.grid, consts, self.warps, self.stages)
+            attn = self.provider.launcher(_mla_decode_kernel, self.grid, consts, self.warps, self.stages, total_q)
         else:
             consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
                           DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot)
-            attn = FastLaunch(_paged_attn_kernel, self.grid, consts, self.warps, self.stages)
+            attn = self.provider.launcher(_paged_attn_kernel, self.grid, consts, self.warps, self.stages, total_q)
         merge = None
         if self.num_splits > 1:
-            merge = FastLaunch(_merge_splits, (total_q, self.call.num_q_heads, 1),
-                               dict(DV=self.call.v_head_dim, BLOCK_DV=self.bdv, NUM_SPLITS=self.num_splits,
-                                    HAS_SINKS=has_sinks, WRITE_LSE=self.call.return_lse), 4, 1)
+            merge = self.provider.launcher(_merge_splits, (total_q, self.call.num_q_heads, 1),
+                                           dict(DV=self.call.v_head_dim, BLOCK_DV=self.bdv, NUM_SPLITS=self.num_splits,
+                                                HAS_SINKS=has_sinks, WRITE_LSE=self.call.return_lse), 4, 1, total_q)
         return attn, merge
 
     def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
@@ -283,21 +312,19 @@ class TritonLaunch(PagedLaunch):
                         v_descale, per_head, total_q, hq, dummy)
         if merge is not None:
             merge(o_part, l_part, out, lse if lse is not None else dummy, sinks if sinks is not None else dummy,
-                  out.stride(0), out.stride(1), total_q, hq)
+                  step.cu_seqlens_q, out.stride(0), out.stride(1), total_q, hq, step.page_table.shape[0])
         return (out, lse) if call.return_lse else out
 
     def _paged(self, attn, q, k_cache, v_cache, out, lse, o_part, l_part, sinks, alibi_slopes, k_descale, v_descale,
                per_head, total_q, hq, dummy):
         step, call = self.step, self.call
+        qs, ks, vs, os_ = q.stride(), k_cache.stride(), v_cache.stride(), out.stride()
         attn(
             q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
             sinks if sinks is not None else dummy, alibi_slopes if alibi_slopes is not None else dummy,
             k_descale if k_descale is not None else dummy, v_descale if v_descale is not None else dummy,
             out, lse if lse is not None else dummy, o_part, l_part,
-            q.stride(0), q.stride(1),
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            out.stride(0), out.stride(1),
+            qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
             step.page_table.stride(0),
             k_descale.stride(0) if per_head else 0,
             total_q, hq,

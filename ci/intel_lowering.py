@@ -1,0 +1,448 @@
+"""Intel lowering check (issue #12): every Triton kernel specialisation the provider launches, compiled
+ahead of time for Intel GPUs, without an Intel GPU.
+
+Runs in the ``intel`` venv (``ci/venvs.sh intel``: triton-xpu 3.3.0b1 + Debian sid's ocloc/IGC in a
+private sysroot). Per case: Intel's Triton lowers the kernel to SPIR-V with the target's own device
+properties (a child process with a timeout: some lowerings abort the process), then ``ocloc compile``
+turns it into native code with the GRF mode the provider requests, and ``ocloc disasm`` gives IGC's
+own figures (``.ze_info``: spill size, GRF count, SIMD width) and the ISA (``dpas.`` count, fp64).
+
+Rules (a failed rule fails the job): compile error or timeout; fp64 on dg2/mtl; no DPAS in the paged
+kernel in bf16/fp16 on bmg/pvc/lnl; SLM over the device limit; work-group over the device limit;
+spill > 0 in paged decode/prefill D=128 bf16 on bmg/pvc/lnl. Spills elsewhere are reported only.
+
+The launched specialisations are derived here the way ``TritonLaunch`` derives them (provider.py):
+tiles, warps, stages (and the xpu GRF mode) from ``TUNING[family][phase]``, BLOCK_M raised to the GQA
+group in decode, BLOCK_D/BLOCK_DV powers of two (>= 16), HAS_* flags, FP32_DOT for fp32 queries,
+ALIGN_ROWS with prefill tiles in batch-invariant mode, NUM_SPLITS > 1 for split-K decode. TUNING is
+read from provider.py's source (provider.py imports torch; this venv has none), the kernels are loaded
+from kernels.py's file.
+
+Usage: python ci/intel_lowering.py --sysroot DIR [--jobs 2] [--targets bmg,pvc,lnl,dg2,mtl]
+       [--only REGEX] [--json FILE] [--md FILE] [--tile PHASE=M,N,WARPS,STAGES[,GRF]] [--timeout S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures as cf
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# VXA_INTEL_KERNELS: lower another copy of kernels.py (experiments); the job itself uses the package's
+KERNELS = Path(os.environ.get("VXA_INTEL_KERNELS") or ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "kernels.py")
+PROVIDER = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "provider.py"
+
+# Device properties as torch.xpu.get_device_capability() reports them (what Intel's Triton is given on a
+# real device). architecture: the SYCL enum value (architectures.def, intel-sycl-rt wheel). The DPAS /
+# 2D-block / bf16-conversion flags are the ocloc device's OpenCL extensions (filled in at start-up).
+# slm: shared local memory per work-group (pvc, dg2, mtl documented; bmg/lnl believed 128 KB).
+TARGETS = {
+    "bmg": dict(ocloc="bmg-g21", arch=0x0500400400, sub_group_sizes=[16, 32], has_fp64=True, slm=128 << 10,
+                max_wg=1024, max_sg=64, dpas=True),
+    "pvc": dict(ocloc="pvc", arch=0x030F000700, sub_group_sizes=[16, 32], has_fp64=True, slm=128 << 10,
+                max_wg=1024, max_sg=64, dpas=True),
+    "lnl": dict(ocloc="lnl-m", arch=0x0501000400, sub_group_sizes=[16, 32], has_fp64=True, slm=128 << 10,
+                max_wg=1024, max_sg=64, dpas=True),
+    "dg2": dict(ocloc="acm-g10", arch=0x030DC00800, sub_group_sizes=[8, 16, 32], has_fp64=False, slm=64 << 10,
+                max_wg=1024, max_sg=128, dpas=False),
+    "mtl": dict(ocloc="mtl-h", arch=0x0311C00400, sub_group_sizes=[8, 16, 32], has_fp64=False, slm=64 << 10,
+                max_wg=1024, max_sg=128, dpas=False),
+}
+# What Intel's arch_parser.c returns per enum value (the backend's device_arch)
+ARCH_NAMES = {0x030F000700: "pvc", 0x0500400400: "bmg", 0x0501000400: "lnl", 0x030DC00800: "dg2",
+              0x0311C00400: "mtl"}
+GRF_FLAGS = {"small": "-cl-intel-128-GRF-per-thread", "large": "-cl-intel-256-GRF-per-thread",
+             "auto": "-cl-intel-enable-auto-large-GRF-mode"}
+# intel driver.c: with no GRF mode requested, a kernel spilling more than this is rebuilt at 256 GRF
+DRIVER_SPILL_RETRY = 1000
+TORCH_TO_TRITON = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "e4m3": "fp8e4nv", "e5m2": "fp8e5"}
+FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the provider's tile table, read from its source
+def read_tuning() -> dict:
+    tree = ast.parse(PROVIDER.read_text())
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id == "TUNING" and node.value is not None:
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"TUNING not found in {PROVIDER}")
+
+
+def pow2(n: int, lo: int = 16) -> int:
+    return max(lo, 1 << (max(n, 1) - 1).bit_length())
+
+
+def xpu_tiles(tuning: dict, phase: str) -> tuple[int, int, int, int, str]:
+    t = tuple(tuning["xpu"][phase])
+    return (*t[:4], t[4] if len(t) > 4 else "default")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the case matrix
+def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page=64, softcap=False,
+               sinks=False, window=None, alibi=False, splits=1, invariant=False, lse=False, per_head=False,
+               tag=None) -> dict:
+    kv = kv or q
+    fp8 = kv in ("e4m3", "e5m2")
+    phase = "prefill" if invariant else phase
+    bm, bn, warps, stages, grf = xpu_tiles(tuning, phase)
+    bm = max(bm, pow2(group)) if phase == "decode" else bm
+    qt, kt = TORCH_TO_TRITON[q], TORCH_TO_TRITON[kv]
+    left, right = window if window else (-1, -1)
+    ptr = lambda t: f"*{t}"  # noqa: E731
+    sig = dict(Q=ptr(qt), K=ptr(kt), V=ptr(kt), PT="*i32", SEQ="*i32", CUQ="*i32",
+               SINKS=ptr("fp32" if sinks else qt), ALIBI=ptr("fp32" if alibi else qt),
+               KDS=ptr("fp32" if fp8 else qt), VDS=ptr("fp32" if fp8 else qt), O=ptr(qt),
+               LSE=ptr("fp32" if lse else qt), OP=ptr("fp32" if splits > 1 else qt),
+               LP=ptr("fp32" if splits > 1 else qt))
+    aligned = [k for k in sig]  # caching-allocator tensors: 16-byte aligned
+    for s in ("stride_qt", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp", "stride_vs",
+              "stride_vh", "stride_ot", "stride_oh"):
+        sig[s] = "i32"
+        aligned.append(s)  # multiples of head_dim (>= 64)
+    sig.update(stride_ptb="i32", stride_ds_b="i32", total_q="i32", num_q_heads="i32", scale="fp32",
+               softcap="fp32")
+    if not per_head:
+        aligned.append("stride_ds_b")  # 0
+    consts = dict(WIN_LEFT=left, WIN_RIGHT=right, PAGE=page, GROUP=group, D=d, DV=d, BLOCK_D=pow2(d),
+                  BLOCK_DV=pow2(d), BLOCK_M=bm, BLOCK_N=bn, NUM_SPLITS=splits, CAUSAL=True, HAS_SOFTCAP=softcap,
+                  WRITE_LSE=lse, ALIGN_ROWS=invariant, HAS_SINKS=sinks, HAS_ALIBI=alibi, HAS_DESCALE=fp8,
+                  DESCALE_PER_HEAD=fp8 and per_head, FP32_DOT=q == "fp32")
+    feats = [f for f, on in (("softcap", softcap), ("sinks", sinks), (f"window{left}", window), ("alibi", alibi),
+                             (f"kv-{kv}", kv != q), (f"splits{splits}", splits > 1), ("invariant", invariant),
+                             ("lse", lse), ("per-head-descale", fp8 and per_head), (f"page{page}", page != 64))
+             if on]
+    name = f"paged/{tag or phase}/d{d}/{q}" + ("/" + "+".join(feats) if feats else "")
+    gate = target in ("bmg", "pvc", "lnl") and phase in ("decode", "prefill") and d == 128 and q == "bf16" \
+        and kv == "bf16" and not (softcap or sinks or window or alibi or splits > 1 or invariant or page != 64)
+    return dict(name=name, target=target, kernel="_paged_attn_kernel", signature=sig, aligned=aligned,
+                constexprs=consts, num_warps=warps, num_stages=stages, grf_mode=grf, phase=phase, head_dim=d,
+                dtype=q, kv_dtype=kv, features=feats, need_dpas=TARGETS[target]["dpas"] and q in ("bf16", "fp16"),
+                zero_spill=gate)
+
+
+def merge_splits_case(target, d=128, splits=4, q="bf16") -> dict:
+    qt = TORCH_TO_TRITON[q]
+    sig = dict(OP="*fp32", LP="*fp32", O=f"*{qt}", LSE="*fp32", SINKS="*fp32", stride_ot="i32", stride_oh="i32",
+               total_q="i32", num_q_heads="i32")
+    return dict(name=f"merge_splits/d{d}/{q}/splits{splits}+sinks+lse", target=target, kernel="_merge_splits",
+                signature=sig, aligned=["OP", "LP", "O", "LSE", "SINKS", "stride_ot", "stride_oh"],
+                constexprs=dict(DV=d, BLOCK_DV=pow2(d), NUM_SPLITS=splits, HAS_SINKS=True, WRITE_LSE=True),
+                num_warps=4, num_stages=1, grf_mode="default", phase="merge", head_dim=d, dtype=q, kv_dtype=q,
+                features=["sinks", "lse"], need_dpas=False, zero_spill=False)
+
+
+def merge_state_case(target, d=128, q="bf16") -> dict:
+    qt = TORCH_TO_TRITON[q]
+    sig = dict(OA=f"*{qt}", LA="*fp32", OB=f"*{qt}", LB="*fp32", SINKS="*fp32", O=f"*{qt}", L="*fp32",
+               stride_t="i32", stride_h="i32", total="i32")
+    return dict(name=f"merge_state/d{d}/{q}/sinks", target=target, kernel="_merge_state_kernel", signature=sig,
+                aligned=["OA", "LA", "OB", "LB", "SINKS", "O", "L", "stride_t", "stride_h"],
+                constexprs=dict(D=d, BLOCK_D=pow2(d), HAS_SINKS=True), num_warps=4, num_stages=2,
+                grf_mode="default", phase="merge", head_dim=d, dtype=q, kv_dtype=q, features=["sinks"],
+                need_dpas=False, zero_spill=False)
+
+
+def write_kv_case(target, d=128, x="bf16", cache="bf16", page=64) -> dict:
+    quant = cache in ("e4m3", "e5m2")
+    sig = dict(X=f"*{TORCH_TO_TRITON[x]}", C=f"*{TORCH_TO_TRITON[cache]}", SLOT="*i64", SCALE="*fp32",
+               stride_xt="i32", stride_xh="i32", stride_cp="i32", stride_cs="i32", stride_ch="i32")
+    return dict(name=f"write_kv/d{d}/{x}->{cache}", target=target, kernel="_write_kv_kernel", signature=sig,
+                aligned=list(sig), constexprs=dict(H=8, D=d, PAGE=page, BLOCK_D=pow2(d, 1), QUANT=quant,
+                                                   FMAX=FMAX.get(cache, 0.0)),
+                num_warps=4, num_stages=2, grf_mode="default", phase="write_kv", head_dim=d, dtype=x, kv_dtype=cache,
+                features=["quant"] if quant else [], need_dpas=False, zero_spill=False)
+
+
+def cases(tuning: dict, targets: list[str]) -> list[dict]:
+    out = []
+    for tg in targets:
+        P = lambda **kw: paged_case(tuning, tg, **kw)  # noqa: E731
+        for phase in ("decode", "prefill"):
+            for d in (64, 128, 256):
+                out.append(P(phase=phase, d=d))
+            out += [P(phase=phase, softcap=True, sinks=True), P(phase=phase, window=(127, 0)),
+                    P(phase=phase, kv="e4m3"), P(phase=phase, kv="e5m2"), P(phase=phase, q="fp16"),
+                    P(phase=phase, q="fp32"), P(phase=phase, alibi=True), P(phase=phase, page=16)]
+        out += [P(phase="decode", splits=4, lse=True), P(phase="decode", kv="e4m3", per_head=True, splits=4),
+                P(phase="prefill", invariant=True, tag="invariant"), P(phase="prefill", page=1, tag="varlen")]
+        out += [merge_splits_case(tg), merge_state_case(tg), write_kv_case(tg), write_kv_case(tg, cache="e4m3"),
+                write_kv_case(tg, cache="e5m2")]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# one case, in a child process: Triton -> SPIR-V (+ llir, ttgir, metadata)
+def lower(case: dict, workdir: Path) -> dict:
+    """Runs in the child (``--lower``). Writes k.spv, k.llir, k.ttgir; returns the metadata."""
+    import importlib.util
+
+    import triton
+    import triton.runtime.build as tbuild
+
+    tbuild.is_xpu = lambda: False  # it imports torch; only used to build C modules, which are not built here
+    from triton.backends import backends
+
+    class _ArchUtils:  # arch_parser.c needs SYCL headers; it only maps the enum to a name
+        @staticmethod
+        def parse_device_arch(v):
+            return ARCH_NAMES.get(v, "")
+
+    # the backend's compiler module is loaded by file (triton.backends._load_module): patch its globals
+    backends["intel"].compiler.__init__.__globals__["compile_module_from_src"] = lambda *a, **k: _ArchUtils()
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    spec = importlib.util.spec_from_file_location("vxa_triton_kernels", KERNELS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fn = getattr(mod, case["kernel"])
+    t = TARGETS[case["target"]]
+    props = dict(case["props"], architecture=t["arch"], sub_group_sizes=t["sub_group_sizes"],
+                 has_fp64=t["has_fp64"], max_work_group_size=t["max_wg"], max_num_sub_groups=t["max_sg"],
+                 name=case["target"])
+    sig, consts = {}, {}
+    for name in fn.arg_names:
+        if name in case["constexprs"]:
+            sig[name], consts[name] = "constexpr", case["constexprs"][name]
+        else:
+            sig[name] = case["signature"][name]
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in case["aligned"]}
+    opts = dict(num_warps=case["num_warps"], num_stages=case["num_stages"])
+    if case["grf_mode"] != "default":
+        opts["grf_mode"] = case["grf_mode"]
+    # the real driver's target: GPUTarget("xpu", props, 32); the launch passes no threads_per_warp
+    k = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("xpu", props, 32), options=opts)
+    (workdir / "k.spv").write_bytes(k.asm["spv"])
+    (workdir / "k.llir").write_text(k.asm["llir"])
+    (workdir / "k.ttgir").write_text(k.asm["ttgir"])
+    md = k.metadata
+    return dict(shared=int(md.shared or 0), threads_per_warp=int(md.threads_per_warp), num_warps=int(md.num_warps),
+                build_flags=md.build_flags, kernel_name=md.name,
+                dpas_layout="triton_intel_gpu.dpas" in k.asm["ttgir"] or "#ttig.dpas" in k.asm["ttgir"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# ocloc
+class Ocloc:
+    def __init__(self, sysroot: Path):
+        self.exe = str(sysroot / "bin" / "ocloc")
+        self.version = (sysroot / "OCL_DRIVER_VERSION").read_text().strip() \
+            if (sysroot / "OCL_DRIVER_VERSION").exists() else self.query("OCL_DRIVER_VERSION")
+
+    def query(self, what: str, device: str | None = None) -> str:
+        with tempfile.TemporaryDirectory() as d:  # `ocloc query X` writes a file X into the cwd
+            cmd = [self.exe, "query", what] + (["-device", device] if device else [])
+            subprocess.run(cmd, cwd=d, check=True, capture_output=True, timeout=60)
+            return (Path(d) / what).read_text(errors="replace").replace("\0", "").strip()
+
+    def extensions(self, device: str) -> dict:
+        ext = set(self.query("CL_DEVICE_EXTENSIONS", device).split())
+        return dict(has_subgroup_matrix_multiply_accumulate="cl_intel_subgroup_matrix_multiply_accumulate" in ext,
+                    has_subgroup_matrix_multiply_accumulate_tensor_float32=
+                    "cl_intel_subgroup_matrix_multiply_accumulate_tensor_float32" in ext
+                    or "cl_intel_subgroup_matrix_multiply_accumulate_tf32" in ext,
+                    has_subgroup_2d_block_io="cl_intel_subgroup_2d_block_io" in ext,
+                    has_bfloat16_conversions="cl_intel_bfloat16_conversions" in ext)
+
+    def build(self, spv: Path, device: str, flags: str, timeout: float) -> dict:
+        """ocloc compile + disasm: spill/GRF/SIMD from .ze_info, dpas and fp64 counts from the ISA."""
+        wd = spv.parent
+        tag = {"": "default"}.get(flags, str(abs(hash(flags)) % 10**8))
+        cmd = [self.exe, "compile", "-file", spv.name, "-spirv_input", "-device", device, "-output_no_suffix",
+               "-output", f"k_{tag}"] + (["-options", flags] if flags else [])
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=wd)
+        log = (r.stdout + r.stderr).strip()
+        binf = next((p for p in (wd / f"k_{tag}", wd / f"k_{tag}.bin") if p.is_file()), None)
+        if r.returncode != 0 or binf is None:
+            return dict(ok=False, error=f"ocloc compile rc={r.returncode}: {log[-3000:]}")
+        dump = wd / f"dump_{tag}"
+        r2 = subprocess.run([self.exe, "disasm", "-file", str(binf), "-dump", str(dump), "-device", device],
+                            capture_output=True, text=True, timeout=timeout, cwd=wd)
+        info = dump / ".ze_info"
+        if r2.returncode != 0 or not info.exists():
+            return dict(ok=False, error=f"ocloc disasm rc={r2.returncode}: {(r2.stdout + r2.stderr)[-2000:]}")
+        zi = info.read_text()
+        get = lambda key: [int(v) for v in re.findall(rf"^\s*{key}:\s*(\d+)", zi, re.M)]  # noqa: E731
+        asm = "".join(p.read_text(errors="replace") for p in dump.glob("*.asm"))
+        res = dict(ok=True, spill=max(get("spill_size") or [0]), grf=max(get("grf_count") or [0]),
+                   simd=max(get("simd_size") or [0]), slm_native=max(get("slm_size") or [0]),
+                   private=max(get("private_size") or [0]), dpas=len(re.findall(r"\bdpas\.", asm)),
+                   fp64_isa=len(re.findall(r":df\b", asm)), isa_lines=asm.count("\n"),
+                   warnings=[ln for ln in log.splitlines() if "warning" in ln.lower()][:5])
+        return res
+
+
+# ---------------------------------------------------------------------------------------------------
+def run_case(case: dict, ocloc: Ocloc, timeout: float) -> dict:
+    t0 = time.time()
+    res = dict(case, status="ok", problems=[], notes=[])
+    res.pop("signature"), res.pop("aligned"), res.pop("props")
+    wd = Path(tempfile.mkdtemp(prefix="vxa-intel-"))
+    try:
+        env = dict(os.environ, TRITON_CACHE_DIR=str(wd / "cache"), PATH=f"{Path(ocloc.exe).parent}:{os.environ['PATH']}")
+        env.pop("TRITON_INTERPRET", None)
+        try:
+            r = subprocess.run([sys.executable, __file__, "--lower", str(wd)], input=json.dumps(case), text=True,
+                               capture_output=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            res.update(status="fail", problems=[f"Triton lowering timed out after {timeout:.0f}s"])
+            return res
+        if r.returncode != 0:
+            tail = (r.stderr or r.stdout).strip().splitlines()[-12:]
+            res.update(status="fail", problems=[f"Triton lowering failed (rc={r.returncode}): " + " | ".join(tail)])
+            return res
+        meta = json.loads(r.stdout.strip().splitlines()[-1])
+        res.update(meta)
+        t = TARGETS[case["target"]]
+        flags = meta["build_flags"] or ""
+        try:
+            nat = ocloc.build(wd / "k.spv", t["ocloc"], flags, timeout)
+            if nat["ok"] and not flags and nat["spill"] > DRIVER_SPILL_RETRY:
+                # what Intel's driver does with no GRF mode requested: rebuild at 256 GRF
+                res["notes"].append(f"default GRF spilled {nat['spill']} B: the driver rebuilds at 256 GRF")
+                res["spill_default_grf"] = nat["spill"]
+                flags = GRF_FLAGS["large"]
+                nat = ocloc.build(wd / "k.spv", t["ocloc"], flags, timeout)
+        except subprocess.TimeoutExpired:
+            res.update(status="fail", problems=[f"ocloc timed out after {timeout:.0f}s"])
+            return res
+        res["effective_flags"] = flags
+        if not nat["ok"]:
+            res.update(status="fail", problems=[nat["error"]])
+            return res
+        res.update({k: v for k, v in nat.items() if k != "ok"})
+        llir = (wd / "k.llir").read_text()
+        res["fp64_ir"] = len(re.findall(r"\bdouble\b", llir))
+        res["wg_size"] = meta["num_warps"] * meta["threads_per_warp"]
+        p = res["problems"]
+        if not t["has_fp64"] and (res["fp64_ir"] or res["fp64_isa"]):
+            p.append(f"fp64 on {case['target']} (llir 'double' x{res['fp64_ir']}, ISA :df x{res['fp64_isa']})")
+        if case["need_dpas"] and res["dpas"] == 0:
+            p.append("no DPAS instruction in the paged kernel (bf16/fp16 dot fell back to FMA)")
+        if res["shared"] > t["slm"]:
+            p.append(f"SLM {res['shared']} B over the {t['slm']} B limit")
+        if res["wg_size"] > t["max_wg"]:
+            p.append(f"work-group {res['wg_size']} over the {t['max_wg']} limit")
+        if case["zero_spill"] and res["spill"] > 0:
+            p.append(f"spill {res['spill']} B (target: zero for decode/prefill D=128 bf16)")
+        if res["spill"] > 0 and not case["zero_spill"]:
+            res["notes"].append(f"spill {res['spill']} B (reported, not a failure)")
+        if p:
+            res["status"] = "fail"
+        return res
+    finally:
+        res["seconds"] = round(time.time() - t0, 1)
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def grf_label(res: dict) -> str:
+    f = res.get("effective_flags", "")
+    return "256" if "256-GRF" in f else "128" if "128-GRF" in f else "auto" if "auto" in f else "default"
+
+
+def markdown(results: list[dict], header: dict) -> str:
+    lines = [f"ocloc {header['ocloc_driver_version']} ({header['ocloc_packages']}), triton-xpu "
+             f"{header['triton']}; xpu tiles {header['xpu_tuning']}; {len(results)} cases, wall "
+             f"{header['wall_s']} s, jobs {header['jobs']}", ""]
+    for tg in header["targets"]:
+        rs = [r for r in results if r["target"] == tg]
+        lim = TARGETS[tg]["slm"]
+        lines += [f"### {tg} (ocloc -device {TARGETS[tg]['ocloc']}; SLM limit {lim // 1024} KB)", "",
+                  "| kernel / phase / D / dtype / features | tiles M,N / warps / stages | GRF mode -> GRF | spill B "
+                  "| DPAS | SLM B | WG (SIMD) | status |", "|---|---|---|---|---|---|---|---|"]
+        for r in rs:
+            c = r["constexprs"]
+            tiles = f"{c.get('BLOCK_M', '-')},{c.get('BLOCK_N', '-')} / {r['num_warps']} / {r['num_stages']}" \
+                if r["kernel"] == "_paged_attn_kernel" else f"- / {r['num_warps']} / {r['num_stages']}"
+            st = r["status"] if r["status"] == "ok" else "**FAIL**: " + "; ".join(r["problems"])[:200]
+            if r["status"] == "ok" and r.get("spill"):
+                st = "ok (spill reported)"
+            lines.append(f"| {r['name']} | {tiles} | {r['grf_mode']} -> {r.get('grf', '?')} | {r.get('spill', '?')} "
+                         f"| {r.get('dpas', '?')} | {r.get('shared', '?')} | {r.get('wg_size', '?')} "
+                         f"({r.get('simd', '?')}) | {st} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sysroot", type=Path, help="the ocloc sysroot (ci/intel_lowering.sh sysroot)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=300.0, help="per step of a case, seconds")
+    ap.add_argument("--targets", default="bmg,pvc,lnl,dg2,mtl")
+    ap.add_argument("--only", default=None, help="regex on case names")
+    ap.add_argument("--tile", action="append", default=[], help="override: PHASE=M,N,WARPS,STAGES[,GRF]")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--lower", type=Path, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.lower:  # child: one case's Triton lowering
+        case = json.loads(sys.stdin.read())
+        meta = lower(case, a.lower)
+        print(json.dumps(meta))
+        return 0
+    if a.sysroot is None:
+        ap.error("--sysroot is required")
+    t0 = time.time()
+    ocloc = Ocloc(a.sysroot.resolve())
+    tuning = read_tuning()
+    for o in a.tile:
+        phase, vals = o.split("=")
+        v = vals.split(",")
+        tuning["xpu"][phase] = tuple(int(x) for x in v[:4]) + tuple(v[4:])
+    targets = [t for t in a.targets.split(",") if t]
+    props = {t: ocloc.extensions(TARGETS[t]["ocloc"]) for t in targets}
+    todo = [dict(c, props=props[c["target"]]) for c in cases(tuning, targets)
+            if a.only is None or re.search(a.only, f"{c['target']}:{c['name']}")]
+    # slowest first (large paged kernels), so two workers finish together
+    todo.sort(key=lambda c: (c["kernel"] != "_paged_attn_kernel", -c["head_dim"], c["dtype"] != "fp32"))
+    import triton
+
+    print(f"[intel] ocloc {ocloc.version}, triton {triton.__version__}, xpu tiles {tuning['xpu']}, "
+          f"{len(todo)} cases, {a.jobs} at a time", flush=True)
+    results = []
+    with cf.ThreadPoolExecutor(a.jobs) as ex:
+        futs = [ex.submit(run_case, c, ocloc, a.timeout) for c in todo]
+        for f in cf.as_completed(futs):
+            r = f.result()
+            results.append(r)
+            extra = "; ".join(r["problems"] + r["notes"])
+            print(f"[intel] {r['status']:4} {r['target']}:{r['name']} grf={r.get('grf', '?')} spill={r.get('spill', '?')}"
+                  f" dpas={r.get('dpas', '?')} slm={r.get('shared', '?')} wg={r.get('wg_size', '?')} "
+                  f"simd={r.get('simd', '?')} {r['seconds']}s {extra}", flush=True)
+    order = {id(c): i for i, c in enumerate(cases(tuning, targets))}
+    key_of = lambda r: (targets.index(r["target"]), r["kernel"] != "_paged_attn_kernel", r["name"])  # noqa: E731
+    results.sort(key=key_of)
+    del order
+    pkgs = (a.sysroot / "PACKAGES").read_text().split("\n") if (a.sysroot / "PACKAGES").exists() else []
+    header = dict(ocloc_driver_version=ocloc.version,
+                  ocloc_packages=", ".join(p for p in pkgs if p.startswith(("intel-ocloc", "libigc2"))),
+                  triton=triton.__version__, xpu_tuning={k: list(v) for k, v in tuning["xpu"].items()},
+                  targets=targets, jobs=a.jobs, wall_s=round(time.time() - t0, 1),
+                  failed=sum(r["status"] != "ok" for r in results), cases=len(results))
+    if a.json:
+        a.json.write_text(json.dumps(dict(header, results=results), indent=1, default=str) + "\n")
+    if a.md:
+        a.md.write_text(markdown(results, header) + "\n")
+    bad = [r for r in results if r["status"] != "ok"]
+    print(f"[intel] {len(results) - len(bad)}/{len(results)} ok, {len(bad)} failed, wall {header['wall_s']} s")
+    for r in bad:
+        print(f"[intel] FAIL {r['target']}:{r['name']}: {'; '.join(r['problems'])}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
