@@ -1,0 +1,134 @@
+"""Absorbed-MLA decode on the GPU: ours (Triton MLA kernel) next to SGLang's Triton MLA decode, one run.
+
+    python3 benchmarks/extract_peers.py            # once, where the sglang wheel is installed
+    PYTHONPATH=. python benchmarks/bench_mla.py    # carry benchmarks/.peers to the GPU machine
+
+DeepSeek-V2/V3 sizes: kv_lora_rank 512, rope 64 (latent rows of 576 bf16), page 64, shuffled pages.
+Correctness first: each shape's output vs an fp32 MQA over the gathered latent rows. Then decode bandwidth =
+latent bytes read (sum of lengths x 576 x 2) / time, as % of the device copy bandwidth measured in the
+same run; throughput of back-to-back calls (CUDA events over a batch) and latency per call (one call +
+synchronize) reported separately. Writes $OUT/mla_decode.json (or benchmarks/out/) and a plot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vllm_xpu_attn import core  # noqa: E402
+
+D_C, D_R, PAGE = 512, 64, 64
+SHAPES = [(128, 64, 4096), (16, 64, 4096), (128, 8, 32768), (128, 256, 1024), (16, 1, 8192)]  # (heads, batch, ctx)
+
+
+def events(fn, n=20):
+    fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(n):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / 1e3 / n
+
+
+def latency(fn, n=10):
+    ts = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def copy_bw():
+    x = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * x.numel() / events(lambda: y.copy_(x)) / 1e12
+
+
+def main():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    bw = copy_bw()
+    rows = []
+    for h, b, ctx in SHAPES:
+        pages = b * (ctx // PAGE)
+        cache = (torch.randn(pages, PAGE, 1, D_C + D_R, device="cuda", generator=g) * 0.3).bfloat16()
+        table = torch.randperm(pages, device="cuda", generator=g).to(torch.int32).reshape(b, -1)
+        lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+        q = (torch.randn(b, h, D_C + D_R, device="cuda", generator=g) * 0.3).bfloat16()
+        scale = 192 ** -0.5
+        dims = core.MLADims(D_C, D_R, 128, 128)
+        spec = core.LayerSpec.for_mla(h, dims, scale, dtype=torch.bfloat16, kv_dtype=torch.bfloat16)
+        runner = core.LayerRunner(spec, "cuda", PAGE, override="triton")
+        plan = core.plan_step(core.StepInputs(core.Mode.DECODE, lens, ctx, b, PAGE, page_table=table))
+        out = torch.empty(b, h, D_C, dtype=torch.bfloat16, device="cuda")
+        ours = lambda: runner.forward_mla(plan, q, cache, out)  # noqa: E731
+        ours()
+        launch = next(iter(plan.launches.values()))
+        ref = torch.empty(b, h, D_C, dtype=torch.float32, device="cuda")
+        for i in range(b):  # fp32 MQA over the gathered latent rows (MLA's absorbed decode, written plainly)
+            rows_i = cache[table[i].long()].reshape(-1, D_C + D_R)[:ctx].float()
+            p = torch.softmax(q[i].float() @ rows_i.T * scale, dim=-1)
+            ref[i] = p @ rows_i[:, :D_C]
+        err = (out.float() - ref).abs().max().item()
+        row = dict(heads=h, batch=b, ctx=ctx, mla_kernel=bool(getattr(launch, "mla_decode", False)),
+                   splits=getattr(launch, "num_splits", None), max_err_vs_fp32=err)
+        nbytes = b * ctx * (D_C + D_R) * 2
+        t = events(ours)
+        row.update(ours_us=t * 1e6, ours_tbps=nbytes / t / 1e12, ours_pct_copy=100 * nbytes / t / 1e12 / bw,
+                   ours_latency_us=latency(ours) * 1e6)
+        try:
+            import peers
+
+            meta = peers.sglang_decode_metadata(table, lens, PAGE, h, 1, D_C, mla=True)
+            out2 = torch.empty_like(out)
+            sgl = lambda: peers.sglang_mla_decode(q, cache, meta, scale, out2, D_C)  # noqa: E731
+            sgl()
+            t2 = events(sgl)
+            row.update(sglang_us=t2 * 1e6, sglang_tbps=nbytes / t2 / 1e12, sglang_pct_copy=100 * nbytes / t2 / 1e12 / bw,
+                       sglang_latency_us=latency(sgl) * 1e6,
+                       sglang_max_err_vs_fp32=(out2.float() - ref).abs().max().item())
+        except Exception as e:  # noqa: BLE001 - report, do not hide
+            row["sglang_error"] = f"{type(e).__name__}: {e}"
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        del cache
+        torch.cuda.empty_cache()
+    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_tbps=bw, rows=rows,
+               note="bf16, kv_lora_rank 512 + rope 64, page 64, shuffled pages, decode (one query per sequence)")
+    out_dir = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "out")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "mla_decode.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        labels = [f"H{r['heads']} {r['batch']}x{r['ctx']}" for r in rows]
+        x = range(len(rows))
+        plt.figure(figsize=(8, 4))
+        plt.bar([i - 0.2 for i in x], [r["ours_pct_copy"] for r in rows], 0.4, label="vllm-xpu-attn Triton MLA")
+        plt.bar([i + 0.2 for i in x], [r.get("sglang_pct_copy", 0) for r in rows], 0.4, label="SGLang Triton MLA")
+        plt.xticks(list(x), labels, rotation=20)
+        plt.ylabel("% of copy bandwidth (back-to-back)")
+        plt.legend()
+        plt.tight_layout()
+        plt.savefig(os.path.join(out_dir, "mla_decode.png"), dpi=120)
+    except ImportError:
+        print("plot skipped: no matplotlib")
+
+
+if __name__ == "__main__":
+    main()
