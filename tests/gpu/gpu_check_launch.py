@@ -150,7 +150,9 @@ def _check_hook(fl, n, x, y, spare, errors):
     seen = []
 
     def hook(metadata):
-        seen.append(None if metadata is None else metadata.get("name"))
+        # Triton 3.6 hands a LazyDict whose get() materialises the dict; older ones a dict
+        d = metadata.get() if type(metadata).__name__ == "LazyDict" else metadata
+        seen.append(d.get("name") if isinstance(d, dict) else (None if d is None else str(d)))
 
     try:
         from triton import knobs

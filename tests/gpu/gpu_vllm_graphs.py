@@ -252,7 +252,15 @@ def counted_syncs(fn):
             res = fn()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return res, sum("synchroniz" in str(x.message) for x in w)
+    msgs = [str(x.message) for x in w if "synchroniz" in str(x.message)]
+    if msgs:
+        import traceback
+
+        SYNC_SITES.extend(f"{m[:200]} @ {x.filename}:{x.lineno}" for m, x in zip(msgs, w))
+    return res, len(msgs)
+
+
+SYNC_SITES: list[str] = []  # where build() synchronised (reported)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -520,7 +528,7 @@ def main() -> int:
         if not CPU:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
-            report.setdefault("peak_mem_gib", 0.0)
+            report.setdefault("sync_sites": SYNC_SITES[:5], "peak_mem_gib", 0.0)
             report["peak_mem_gib"] = max(report["peak_mem_gib"], round(torch.cuda.max_memory_allocated() / 2 ** 30, 2))
     report["elapsed_s"] = round(time.time() - t0, 1)
     report["ok"] = bool(report["shapes"]) and all(sh["ok"] for sh in report["shapes"])

@@ -49,7 +49,13 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
         )
     n_pages = cdiv(max_seqlen_k, page_size)
     firsts = token_table[:, : n_pages * page_size : page_size]  # strided: first token of each page
-    return torch.div(firsts, page_size, rounding_mode="floor").to(torch.int32)
+    if page_size == 1:
+        pages = firsts  # slots are pages: no kernel at all
+    elif page_size & (page_size - 1) == 0:
+        pages = firsts >> (page_size.bit_length() - 1)  # one plain elementwise kernel (slots are >= 0)
+    else:
+        pages = torch.div(firsts, page_size, rounding_mode="floor")
+    return pages if pages.dtype == torch.int32 else pages.to(torch.int32)
 
 
 def slot_mapping_from_page_table(

@@ -234,7 +234,7 @@ class FastLaunch:
     """
 
     __slots__ = ("fn", "grid", "constexprs", "num_warps", "num_stages", "check", "reason", "slow_calls",
-                 "_names", "_params", "_launch", "_disabled", "kernel")
+                 "_names", "_params", "_launch", "_disabled", "kernel", "_misses")
 
     def __init__(self, fn, grid: tuple[int, int, int], constexprs: dict[str, object], num_warps: int,
                  num_stages: int, *, check: bool = True):
@@ -262,6 +262,7 @@ class FastLaunch:
         self.kernel = None
         self._launch: Optional[Callable] = None
         self._disabled = False
+        self._misses = 0
 
     # -- the normal path ----------------------------------------------------------------------------
     def _slow(self, args: tuple):
@@ -271,6 +272,21 @@ class FastLaunch:
         self.slow_calls += 1
         return self.fn[self.grid](**dict(zip(self._names, args)), **self.constexprs,
                                   num_warps=self.num_warps, num_stages=self.num_stages)
+
+    def _miss(self, args: tuple):
+        """The guard refused a call (its arguments' specialisation differs from the armed one): run it
+        through the binder, and after a second such call re-arm on the new specialisation, so a launcher
+        kept across steps follows a changed layout instead of staying on the slow path."""
+        kernel = self._slow(args)
+        self._misses += 1
+        if self._misses >= 2 and not self._disabled:
+            self._misses = 0
+            try:
+                self._arm(args, kernel)
+            except Exception as e:  # noqa: BLE001 - an API surprise must never break the launch
+                self._launch, self._disabled = None, True
+                self.reason = f"fast path off: {type(e).__name__}: {e}"
+        return kernel
 
     def __call__(self, *args) -> None:
         launch = self._launch
@@ -360,7 +376,7 @@ class FastLaunch:
             return
         factory = _make_factory(tuple(kinds), tuple(layout), self.check, style)
         self._launch = factory(run, function, meta, self.grid, get_device, device, drv.get_current_stream,
-                               hooks_owner, hook_chain, self._slow, kernel.launch_metadata, tuple(expected),
+                               hooks_owner, hook_chain, self._miss, kernel.launch_metadata, tuple(expected),
                                tuple(consts))
         self.kernel = kernel
         self.reason = None

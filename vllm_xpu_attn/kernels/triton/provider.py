@@ -92,13 +92,13 @@ class TritonProvider(KernelProvider):
         self._scales: dict[tuple, torch.Tensor] = {}
         self._launchers: dict[tuple, object] = {}
 
-    def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, total_q: int):
+    def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, total_q: int, table_stride: int = 0):
         """The FastLaunch for one kernel specialisation and grid, kept across steps (a decode batch of the
         same size binds through Triton's JIT once, not once per step). Its guard sends any call whose
         arguments changed specialisation through the binder, so reuse is always correct."""
         from .launch import FastLaunch
 
-        key = (fn, tuple(grid), tuple(sorted(consts.items())), warps, stages, total_q)
+        key = (fn, tuple(grid), tuple(sorted(consts.items())), warps, stages, total_q, table_stride)
         fl = self._launchers.get(key)
         if fl is None:
             if len(self._launchers) >= 512:  # bounded: drop the oldest specialisation
@@ -262,11 +262,13 @@ class TritonLaunch(PagedLaunch):
         fp32_dot = q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16)
         if self.mla_decode:
             consts = dict(self.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_mla_decode_kernel, self.grid, consts, self.warps, self.stages, total_q)
+            attn = self.provider.launcher(_mla_decode_kernel, self.grid, consts, self.warps, self.stages, total_q,
+                                          self.step.page_table.stride(0))
         else:
             consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
                           DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_paged_attn_kernel, self.grid, consts, self.warps, self.stages, total_q)
+            attn = self.provider.launcher(_paged_attn_kernel, self.grid, consts, self.warps, self.stages, total_q,
+                                          self.step.page_table.stride(0))
         merge = None
         if self.num_splits > 1:
             merge = self.provider.launcher(_merge_splits, (total_q, self.call.num_q_heads, 1),
