@@ -104,7 +104,35 @@ def main():
         rows.append(row)
         del cache
         torch.cuda.empty_cache()
-    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_tbps=bw, rows=rows,
+    # absorbed extend (chunked prefill / verify shapes) at real sizes: correctness only
+    ext = []
+    for h, b, prefix, ql in [(128, 4, 2048, 64), (16, 3, 700, 5), (128, 2, 0, 33)]:
+        ctx = prefix + ql
+        per = -(-ctx // PAGE)
+        cache = (torch.randn(b * per, PAGE, 1, D_C + D_R, device="cuda", generator=g) * 0.3).bfloat16()
+        table = torch.randperm(b * per, device="cuda", generator=g).to(torch.int32).reshape(b, per)
+        q = (torch.randn(b * ql, h, D_C + D_R, device="cuda", generator=g) * 0.3).bfloat16()
+        spec = core.LayerSpec.for_mla(h, core.MLADims(D_C, D_R, 128, 128), 192 ** -0.5, dtype=torch.bfloat16,
+                                      kv_dtype=torch.bfloat16)
+        runner = core.LayerRunner(spec, "cuda", PAGE, override="triton")
+        inp = core.StepInputs(core.Mode.EXTEND, torch.full((b,), ctx, dtype=torch.int32, device="cuda"), ctx, b * ql,
+                              PAGE, page_table=table, query_lens=torch.full((b,), ql, dtype=torch.int32, device="cuda"),
+                              max_seqlen_q=ql)
+        plan = core.plan_step(inp)
+        out = runner.forward_mla(plan, q, cache)
+        err = 0.0
+        for i in range(b):
+            rows_i = cache[table[i].long()].reshape(-1, D_C + D_R)[:ctx].float()
+            qi = q[i * ql:(i + 1) * ql].float()  # [ql, H, 576]
+            s_ = torch.einsum("thd,kd->thk", qi, rows_i) * 192 ** -0.5
+            pos = torch.arange(ql, device="cuda") + prefix
+            s_ = s_.masked_fill(torch.arange(ctx, device="cuda")[None, None, :] > pos[:, None, None], float("-inf"))
+            want = torch.einsum("thk,kc->thc", torch.softmax(s_, -1), rows_i[:, :D_C])
+            err = max(err, (out[i * ql:(i + 1) * ql].float() - want).abs().max().item())
+        launch = next(iter(plan.launches.values()))
+        ext.append(dict(heads=h, batch=b, prefix=prefix, q_len=ql, mla_kernel=bool(launch.mla_decode), max_err_vs_fp32=err))
+        print(json.dumps(ext[-1]), flush=True)
+    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_tbps=bw, rows=rows, extend=ext,
                note="bf16, kv_lora_rank 512 + rope 64, page 64, shuffled pages, decode (one query per sequence)")
     out_dir = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "out")
     os.makedirs(out_dir, exist_ok=True)

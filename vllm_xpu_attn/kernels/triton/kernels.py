@@ -266,44 +266,52 @@ def _write_kv_kernel(X, C, SLOT, SCALE, stride_xt, stride_xh, stride_cp, stride_
 
 
 @triton.jit
-def _mla_decode_kernel(
+def _mla_attn_kernel(
     Q, KV, PT, SEQ, CUQ, KDS, O, LSE, OP, LP,
     stride_qt, stride_qh, stride_kp, stride_ks, stride_ot, stride_oh, stride_ptb,
     total_q, num_q_heads, scale,
     PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, HAS_DESCALE: tl.constexpr, WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr,
 ):
-    """Absorbed MLA decode: one query token per sequence, BLOCK_H of its heads per program, over the
-    latent rows [c_KV (D_C) | k_R (D_R)] of one cache. The value of a key is its c_KV part, so each key
-    block is loaded once and used for the scores and the output (what makes MLA decode cheap).
-    Split-K over the keys like the paged kernel; partials in the layout ``_merge_splits`` reads."""
+    """Absorbed MLA over the latent rows [c_KV (D_C) | k_R (D_R)] of one cache, any step.
+
+    A program owns BLOCK_H rows of one sequence, a row being (query token, head) in token-major
+    order, so decode (one token) takes BLOCK_H heads and extend/verify rows take consecutive
+    tokens' heads; causal, queries aligned to the end of the keys. The value of a key is its c_KV
+    part, so each key block is loaded once for the scores and the output (what makes MLA cheap).
+    Split-K over the keys for decode; partials in the layout ``_merge_splits`` reads."""
     b = tl.program_id(0)
-    hb = tl.program_id(1)
+    tile = tl.program_id(1)
     split = tl.program_id(2)
     q_start = tl.load(CUQ + b)
     q_len = tl.load(CUQ + b + 1) - q_start
-    if q_len <= 0:  # a padded request (graph replays): nothing to do
+    if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
         return
     k_len = tl.load(SEQ + b)
-    heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = heads < num_q_heads
+    rows = tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    t = rows // num_q_heads
+    heads = rows % num_q_heads
+    r_ok = t < q_len
+    pos = k_len - q_len + t  # bottom-right aligned position of each row's query
     offs_c = tl.arange(0, D_C)
     offs_r = tl.arange(0, D_R)
-    q_row = Q + q_start.to(tl.int64) * stride_qt + heads[:, None].to(tl.int64) * stride_qh
-    q_c = tl.load(q_row + offs_c[None, :], mask=h_ok[:, None], other=0.0)
-    q_r = tl.load(q_row + D_C + offs_r[None, :], mask=h_ok[:, None], other=0.0)
+    q_rows = (q_start + t).to(tl.int64)
+    q_row = Q + q_rows[:, None] * stride_qt + heads[:, None].to(tl.int64) * stride_qh
+    q_c = tl.load(q_row + offs_c[None, :], mask=r_ok[:, None], other=0.0)
+    q_r = tl.load(q_row + D_C + offs_r[None, :], mask=r_ok[:, None], other=0.0)
     qk_scale = scale * LOG2E
     kv_scale = 1.0
     if HAS_DESCALE:
         kv_scale = tl.load(KDS).to(tl.float32)
         qk_scale = qk_scale * kv_scale
 
+    last = tl.minimum(q_len - 1, (tile * BLOCK_H + BLOCK_H - 1) // num_q_heads)
+    hi = tl.minimum(k_len, k_len - q_len + last + 1)  # causal: no key after this tile's last query
     lo = 0
-    hi = k_len
     if NUM_SPLITS > 1:
-        per = tl.cdiv(tl.cdiv(k_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        per = tl.cdiv(tl.cdiv(hi, NUM_SPLITS), BLOCK_N) * BLOCK_N
         lo = split * per
-        hi = tl.minimum(k_len, lo + per)
+        hi = tl.minimum(hi, lo + per)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, D_C], tl.float32)
@@ -322,7 +330,8 @@ def _mla_decode_kernel(
             kc = kc.to(q_c.dtype)
             s = tl.dot(q_c, tl.trans(kc))
             s += tl.dot(q_r, tl.trans(kr.to(q_r.dtype)))
-        s = tl.where(j_ok[None, :], s * qk_scale, float("-inf"))
+        ok = r_ok[:, None] & j_ok[None, :] & (j[None, :] <= pos[:, None])
+        s = tl.where(ok, s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
@@ -338,13 +347,12 @@ def _mla_decode_kernel(
     has = l_i > 0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
-    row_o = q_start.to(tl.int64)
     if NUM_SPLITS == 1:
-        tl.store(O + row_o * stride_ot + heads[:, None].to(tl.int64) * stride_oh + offs_c[None, :],
-                 o.to(O.dtype.element_ty), mask=h_ok[:, None])
+        tl.store(O + q_rows[:, None] * stride_ot + heads[:, None].to(tl.int64) * stride_oh + offs_c[None, :],
+                 o.to(O.dtype.element_ty), mask=r_ok[:, None])
         if WRITE_LSE:
-            tl.store(LSE + heads.to(tl.int64) * total_q + row_o, lse, mask=h_ok)
+            tl.store(LSE + heads.to(tl.int64) * total_q + q_rows, lse, mask=r_ok)
     else:
-        idx = split.to(tl.int64) * total_q * num_q_heads + row_o * num_q_heads + heads
-        tl.store(OP + idx[:, None] * D_C + offs_c[None, :], o, mask=h_ok[:, None])
-        tl.store(LP + idx, lse, mask=h_ok)
+        idx = split.to(tl.int64) * total_q * num_q_heads + q_rows * num_q_heads + heads
+        tl.store(OP + idx[:, None] * D_C + offs_c[None, :], o, mask=r_ok[:, None])
+        tl.store(LP + idx, lse, mask=r_ok)

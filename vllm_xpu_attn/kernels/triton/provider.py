@@ -22,7 +22,10 @@ TUNING: dict[str, dict[str, tuple[int, int, int, int]]] = {
     # "mla_decode": (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA decode kernel
     "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 4, 3), "mla_decode": (16, 32, 4, 2)},
     "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2)},
-    "xpu": {"prefill": (64, 32, 8, 2), "decode": (16, 32, 4, 2), "mla_decode": (16, 16, 4, 2)},
+    # xpu: + the GRF mode Intel's backend is asked for (launch kwarg grf_mode); 256 GRF ("large"), 8 rows
+    # per warp in prefill, N=32: the least spill of today's kernel (ci/intel_lowering.py, docs/intel_lowering.md)
+    "xpu": {"prefill": (64, 32, 8, 2, "large"), "decode": (16, 32, 8, 2, "large"),
+            "mla_decode": (16, 16, 4, 2, "large")},
     "cpu": {"prefill": (16, 16, 1, 1), "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1)},
 }
 
@@ -48,7 +51,6 @@ class TritonProvider(KernelProvider):
     devices = frozenset({"cuda", "xpu", "cpu"})
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
-    max_head_dim = 256
     features = frozenset(Feature)  # every one
     graph_capture_reason = None  # tests/gpu/gpu_vllm_graphs.py, tests/sglang/test_sglang_graphs.py
 
@@ -59,10 +61,19 @@ class TritonProvider(KernelProvider):
             return "triton is not installed (pip install 'vllm-xpu-attn[triton]')"
         return None
 
+    max_head_dim = None  # 256 for the general kernel, checked below; MLA latent rows (576) have their own
+
     def extra_reasons(self, req: KernelRequest) -> list[str]:
+        r = []
         if req.device_type == "cpu" and not _interpreting():
-            return ["on the CPU Triton runs only through its interpreter (TRITON_INTERPRET=1; tests only)"]
-        return []
+            r.append("on the CPU Triton runs only through its interpreter (TRITON_INTERPRET=1; tests only)")
+        mla_ok = req.mla and mla_kernel_fits(PagedCall(req.num_q_heads, req.num_kv_heads, req.head_dim,
+                                                        req.v_head_dim or req.head_dim, 1.0, req.causal, req.window,
+                                                        req.softcap, mla=True))
+        if req.head_dim > 256 and not (mla_ok and not req.batch_invariant):
+            r.append(f"head dim {req.head_dim} > 256 (beyond 256 only MLA latent attention: power-of-two latent "
+                     "and RoPE widths, causal, no window/softcap/batch-invariance)")
+        return r
 
     # ---- paged attention: plan per step, run per layer ------------------------------------
     def _launch(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None) -> "TritonLaunch":
@@ -194,6 +205,15 @@ class TritonProvider(KernelProvider):
                 BLOCK_D=_pow2(x.shape[2], 1), QUANT=quant, FMAX=float(torch.finfo(cache.dtype).max) if quant else 0.0)
 
 
+def mla_kernel_fits(call) -> bool:
+    """Absorbed MLA the dedicated kernel serves: one latent cache (Hkv 1), power-of-two latent and RoPE
+    widths (512 + 64 for DeepSeek), causal, no window or softcap."""
+    d_rope = call.head_dim - call.v_head_dim
+    return (call.mla and call.num_kv_heads == 1 and call.causal and call.window == (-1, -1) and call.softcap == 0
+            and call.v_head_dim >= 16 and _pow2(call.v_head_dim, 1) == call.v_head_dim and d_rope >= 16
+            and _pow2(d_rope, 1) == d_rope)
+
+
 def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -224,16 +244,14 @@ class TritonLaunch(PagedLaunch):
         # absorbed MLA decode: its own kernel (latent rows loaded once for scores and values); other MLA
         # steps (extend, verify, batch-invariant) run the general kernel over the same views
         d_rope = d - dv
-        self.mla_decode = (call.mla and phase == "decode" and hkv == 1 and call.window == (-1, -1)
-                           and call.softcap == 0 and _pow2(dv, 1) == dv and _pow2(d_rope, 1) == d_rope >= 16
-                           and dv >= 16)
-        if self.mla_decode:
+        self.mla_decode = mla_kernel_fits(call) and not invariant
+        if self.mla_decode:  # every absorbed-MLA step (decode, extend, verify) runs the MLA kernel
             block_m, self.block_n, self.warps, self.stages = TUNING[device_family(device)]["mla_decode"]
             self.block_m = block_m
-            hblocks = triton_cdiv(call.num_q_heads, block_m)
+            tiles = triton_cdiv(max(max_q, 1) * call.num_q_heads, block_m)
             self.num_splits = num_splits or TritonProvider._num_splits(
-                device, batch, hblocks, max_q, step.page_table.shape[1] * step.page_size)
-            self.grid = (batch, hblocks, self.num_splits)
+                device, batch, tiles, max_q, step.page_table.shape[1] * step.page_size)
+            self.grid = (batch, tiles, self.num_splits)
             self.bd, self.bdv = d, dv
             self.static = dict(PAGE=step.page_size, D_C=dv, D_R=d_rope, BLOCK_H=block_m, BLOCK_N=self.block_n,
                                NUM_SPLITS=self.num_splits, WRITE_LSE=call.return_lse)
@@ -256,13 +274,13 @@ class TritonLaunch(PagedLaunch):
         self._fast: dict[tuple, tuple] = {}
 
     def _launchers(self, key: tuple, q: torch.Tensor, total_q: int):
-        from .kernels import _merge_splits, _mla_decode_kernel, _paged_attn_kernel
+        from .kernels import _merge_splits, _mla_attn_kernel, _paged_attn_kernel
         has_sinks, has_alibi, has_descale, per_head = key
         # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
         fp32_dot = q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16)
         if self.mla_decode:
             consts = dict(self.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_mla_decode_kernel, self.grid, consts, self.warps, self.stages, total_q,
+            attn = self.provider.launcher(_mla_attn_kernel, self.grid, consts, self.warps, self.stages, total_q,
                                           self.step.page_table.stride(0))
         else:
             consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
