@@ -30,6 +30,8 @@ PROMPTS = _tiny_model.PROMPTS + [
 ]
 
 FAMILIES = ("qwen3", "gemma3", "gpt-oss", "llama4")
+MLA_FAMILIES = ("deepseek-v2",)  # multi-head latent attention (kv_lora_rank 512 + rope 64: the engines' MLA paths
+#                                  accept only DeepSeek's latent width; nope/v heads tiny)
 
 
 def config(family: str, vocab: int):
@@ -61,8 +63,17 @@ def config(family: str, vocab: int):
                                   attention_chunk_size=CHUNK, interleave_moe_layer_step=2,
                                   no_rope_layers=[1, 1, 1, 0], **common)
         cfg.architectures = ["Llama4ForCausalLM"]
+    elif family == "deepseek-v2":
+        # MLA on both layers (dense MLPs: first_k_dense_replace covers them), no q LoRA; latent 512 + rope 64
+        cfg = tf.DeepseekV2Config(num_hidden_layers=2, intermediate_size=256, moe_intermediate_size=32,
+                                  n_routed_experts=2, n_shared_experts=1, num_experts_per_tok=1,
+                                  first_k_dense_replace=2, moe_layer_freq=1, n_group=1, topk_group=1,
+                                  topk_method="greedy", q_lora_rank=None, kv_lora_rank=512, qk_rope_head_dim=64,
+                                  qk_nope_head_dim=16, v_head_dim=16,
+                                  **{**common, "num_key_value_heads": HEADS, "initializer_range": 0.2})
+        cfg.architectures = ["DeepseekV2ForCausalLM"]
     else:
-        raise ValueError(f"unknown family {family!r}; choose from {FAMILIES}")
+        raise ValueError(f"unknown family {family!r}; choose from {FAMILIES + MLA_FAMILIES}")
     cfg.torch_dtype = "float32"
     return cfg
 
@@ -135,14 +146,14 @@ def agreement(ref: list[list[int]], got: list[list[int]]) -> int:
     return sum(a == b for a, b in zip(ref, got))
 
 
-def build_all(root: Path, python: str) -> dict:
+def build_all(root: Path, python: str, families=FAMILIES) -> dict:
     """Each family's model (seed 0) and transformers' greedy tokens with and without its feature, made
     in a subprocess of ``python`` (the engine venv's, whose transformers the engine uses too)."""
     import subprocess
 
     here = str(Path(__file__).parent)
     res = {}
-    for fam in FAMILIES:
+    for fam in families:
         path = root / fam
         ref, abl = root / f"{fam}.hf.json", root / f"{fam}.hf-ablated.json"
         cmds = [["make", str(path), fam, "0"], ["greedy", str(path), str(ref), "32"]]
