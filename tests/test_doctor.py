@@ -57,3 +57,14 @@ def test_doctor_reports_vendor_versions_and_probed_capabilities():
     assert "softcap: no" in out and "PR #491" in out, out
     assert "page_size_1: no" in out, out
     assert "decode (xpu" in out and "-> triton" in out, out
+
+
+def test_doctor_reports_mla_layers():
+    """doctor says which provider serves an MLA layer's absorbed decode / extend and its MHA prefill."""
+    p = run("--mla", "--device", "cuda")
+    assert p.returncode == 0, p.stderr
+    out = " ".join(p.stdout.split())
+    assert "MLA layers (latent 512 + rope 64" in out
+    for what in ("MLA absorbed decode", "MLA absorbed extend", "MLA un-absorbed prefill (MHA)"):
+        assert what in out
+    assert "D=576 Hq/Hkv=32/1" in out and "mla" in out and "triton" in out

@@ -112,6 +112,36 @@ def doctor(a: argparse.Namespace) -> int:
                [[n, "SERVES" if n == chosen else ("fits (lower priority)" if not r else "; ".join(r))] for n, r in rows_])
         if chosen is None:
             status = 1
+    if a.mla or a.kv_lora_rank:
+        status = max(status, _doctor_mla(a, dev))
+    return status
+
+
+def _doctor_mla(a: argparse.Namespace, dev: str) -> int:
+    """Which providers serve an MLA layer (DeepSeek-V2/V3, Kimi-K2): absorbed decode / extend over the
+    latent cache, and the un-absorbed prefill."""
+    from .core import LayerSpec, MLADims
+    from .core.run import kernel_request, mha_request
+    from .kernels import Phase
+    from .kernels.registry import explain
+
+    dims = MLADims(kv_lora_rank=a.kv_lora_rank or 512, qk_rope_head_dim=a.rope_dim, qk_nope_head_dim=a.nope_dim,
+                   v_head_dim=a.v_dim)
+    kv = a.dtype if a.kv_dtype == "auto" else a.kv_dtype
+    spec = LayerSpec.for_mla(a.q_heads, dims, dims.qk_head_dim ** -0.5, dtype=DTYPES[a.dtype], kv_dtype=DTYPES[kv])
+    reqs = [("MLA absorbed decode", kernel_request(spec, dev, a.page_size, Phase.DECODE)),
+            ("MLA absorbed extend", kernel_request(spec, dev, a.page_size, Phase.PREFILL)),
+            ("MLA un-absorbed prefill (MHA)", mha_request(spec, dev))]
+    status = 0
+    rows = []
+    for what, req in reqs:
+        verdicts = explain(req)
+        chosen = next((n for n, r in verdicts if not r), None)
+        status = status if chosen else 1
+        refused = "; ".join(f"{n}: {' / '.join(r)}" for n, r in verdicts if r and n != chosen)
+        rows.append([what, req.describe(), chosen or "NO PROVIDER", refused or "-"])
+    _table(f"MLA layers (latent {dims.kv_lora_rank} + rope {dims.qk_rope_head_dim}, {a.q_heads} heads)",
+           ["attention", "request", "served by", "refused"], rows)
     return status
 
 
@@ -131,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--softcap", type=float, default=0.0, help="logit softcap value (0 = off)")
     d.add_argument("--sinks", action="store_true")
     d.add_argument("--alibi", action="store_true")
+    d.add_argument("--mla", action="store_true", help="also report an MLA layer (DeepSeek-V2/V3 dims by default)")
+    d.add_argument("--kv-lora-rank", type=int, default=0, help="MLA latent width (default 512 with --mla)")
+    d.add_argument("--rope-dim", type=int, default=64, help="MLA decoupled RoPE key width")
+    d.add_argument("--nope-dim", type=int, default=128, help="MLA per-head no-RoPE q/k width")
+    d.add_argument("--v-dim", type=int, default=128, help="MLA per-head value width")
     a = ap.parse_args(argv)
     if a.q_heads % a.kv_heads:
         ap.error(f"--q-heads ({a.q_heads}) must be a multiple of --kv-heads ({a.kv_heads})")
