@@ -45,6 +45,58 @@ def bench(fn, iters: int = 20, warmup: int = 3) -> float:
     return times[len(times) // 2]
 
 
+def bench_tp(fn, n: int = 50) -> float:
+    """Seconds per call of n back-to-back calls (throughput: what a graph-captured engine sees)."""
+    fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(n):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / 1e3 / n
+
+
+def _peers():
+    """benchmarks/peers.py (vLLM's and SGLang's Triton kernels from their wheels), or None with why."""
+    try:
+        import sys as _sys
+
+        _sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import peers
+
+        return peers, None
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {e}"
+
+
+def peer_rows(row: dict, unit: str, work: float, ours_out, q, kc, vc, pt, seq, cu, max_q: int, max_k: int) -> None:
+    """vLLM unified attention (decode and prefill) and SGLang decode (decode only), side by side:
+    throughput (back-to-back) and latency (per call with a sync), plus max |diff| from ours."""
+    peers, why = _peers()
+    if peers is None:
+        row["peers_error"] = why
+        return
+    scale = D ** -0.5
+    runs = {}
+    out_v = torch.empty_like(q)
+    runs["vllm_unified"] = lambda: peers.vllm_unified_decode(q, kc, vc, pt, seq, cu, max_q, max_k, scale, out_v)
+    if max_q == 1:
+        meta = peers.sglang_decode_metadata(pt, seq, PAGE, HQ, HKV, D)
+        out_s = torch.empty_like(q)
+        runs["sglang_decode"] = lambda: peers.sglang_decode(q, kc, vc, meta, scale, out_s)
+    for name, fn in runs.items():
+        try:
+            fn()
+            out = out_v if name == "vllm_unified" else out_s
+            row[f"{name}_max_abs_diff"] = float((out.float() - ours_out.float()).abs().max())
+            row[f"{name}_{unit}"] = work / bench_tp(fn) / 1e12
+            row[f"{name}_{unit}_latency"] = work / bench(fn) / 1e12
+        except Exception as e:  # noqa: BLE001 - record, never hide
+            row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+
+
 def copy_bandwidth() -> float:
     x = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda")  # 1 GiB
     y = torch.empty_like(x)
@@ -158,8 +210,16 @@ def main():
         row = {"batch": batch, "context": ctx, "kv_gb": kv_bytes / 1e9}
         t = bench(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1))
         row["triton_us"] = t * 1e6
-        row["triton_tbps"] = kv_bytes / t / 1e12
+        row["triton_tbps_latency"] = kv_bytes / t / 1e12  # one call + sync: includes the host launch
+        row["triton_pct_copy_latency"] = 100 * row["triton_tbps_latency"] / res["copy_tbps"]
+        t = bench_tp(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1))
+        row["triton_tbps"] = kv_bytes / t / 1e12  # back-to-back
         row["triton_pct_copy"] = 100 * row["triton_tbps"] / res["copy_tbps"]
+        peer_rows(row, "tbps", kv_bytes, tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1), q, kc, vc, pt, seq,
+                  cu, 1, ctx)
+        for name in ("vllm_unified", "sglang_decode"):
+            if f"{name}_tbps" in row:
+                row[f"{name}_pct_copy"] = 100 * row[f"{name}_tbps"] / res["copy_tbps"]
         if a.reference:
             t = bench(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1), iters=3, warmup=1)
             row["reference_tbps"] = kv_bytes / t / 1e12
@@ -186,7 +246,10 @@ def main():
         flops = 4 * macs
         row = {"case": label, "batch": batch, "new": new, "prefix": prefix}
         t = bench(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=10)
-        row["triton_tflops"] = flops / t / 1e12
+        row["triton_tflops_latency"] = flops / t / 1e12
+        row["triton_tflops"] = flops / bench_tp(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), 10) / 1e12
+        peer_rows(row, "tflops", flops, tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), q, kc, vc, pt, seq,
+                  cu, new, k_len)
         if a.reference:
             t = bench(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=2, warmup=1)
             row["reference_tflops"] = flops / t / 1e12
