@@ -8,8 +8,10 @@ turns it into native code with the GRF mode the provider requests, and ``ocloc d
 own figures (``.ze_info``: spill size, GRF count, SIMD width) and the ISA (``dpas.`` count, fp64).
 
 Rules (a failed rule fails the job): compile error or timeout; fp64 on dg2/mtl; no DPAS in the paged
-kernel in bf16/fp16 on bmg/pvc/lnl; SLM over the device limit; work-group over the device limit;
-spill > 0 in paged decode/prefill D=128 bf16 on bmg/pvc/lnl. Spills elsewhere are reported only.
+or MLA kernel in bf16/fp16 on bmg/pvc/lnl; SLM over the device limit; work-group over the device limit;
+a launched kernel without cases, or a kernel parameter without a type here; spill > 0 in paged
+decode/prefill D=128 bf16 on bmg/pvc/lnl - except, until the kernel reaches zero, up to the recorded
+residual (KNOWN_SPILL, status "spill-known"; --strict fails it too). Spills elsewhere are reported only.
 
 The launched specialisations are derived here the way ``TritonLaunch`` derives them (provider.py):
 tiles, warps, stages (and the xpu GRF mode) from ``TUNING[family][phase]``, BLOCK_M raised to the GQA
@@ -20,6 +22,7 @@ from kernels.py's file.
 
 Usage: python ci/intel_lowering.py --sysroot DIR [--jobs 2] [--targets bmg,pvc,lnl,dg2,mtl]
        [--only REGEX] [--json FILE] [--md FILE] [--tile PHASE=M,N,WARPS,STAGES[,GRF]] [--timeout S]
+       [--strict] [--sweep]      (or: bash ci/intel_lowering.sh run ...; docs/intel_lowering.md)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures as cf
+import hashlib
 import json
 import os
 import re
@@ -235,6 +239,28 @@ def launched_kernels() -> list[str]:
     return sorted(names)
 
 
+# --sweep: the tile / warp / GRF candidates tried for the zero-spill cases (docs/intel_lowering.md)
+SWEEP = {
+    "decode": [(16, 16, w, 2, "large") for w in (2, 4, 8, 16)] + [(16, 32, w, 2, "large") for w in (2, 4, 8, 16, 32)]
+    + [(16, 64, w, 2, "large") for w in (4, 8, 16)] + [(16, 32, 4, 2, "small"), (16, 32, 8, 2, "small")],
+    "prefill": [(8 * w, 32, w, 2, "large") for w in (2, 4, 8, 16, 32)]
+    + [(32, 32, 8, 2, "large"), (64, 32, 16, 2, "large")]
+    + [(64, 32, 4, 2, "large"), (128, 32, 8, 2, "large"), (64, 16, 8, 2, "large"), (128, 16, 16, 2, "large"),
+       (64, 64, 8, 2, "large"), (128, 64, 16, 2, "large"), (64, 32, 8, 2, "small")],
+}
+
+
+def sweep_cases(tuning: dict, targets: list[str]) -> list[dict]:
+    out = []
+    for tg in targets:
+        for phase, grid in SWEEP.items():
+            for tiles in grid:
+                c = paged_case(dict(tuning, xpu=dict(tuning["xpu"], **{phase: tiles})), tg, phase=phase)
+                out.append(dict(c, name=c["name"] + f" @ {tiles[0]},{tiles[1]}/w{tiles[2]}/{tiles[4]}",
+                                zero_spill=False, sweep=True))
+    return out
+
+
 def kernel_params() -> dict:
     """{kernel: (runtime params, constexpr params)} of every launched kernel, read from kernels.py."""
     import importlib.util
@@ -327,6 +353,14 @@ def lower(case: dict, workdir: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------------------
 # ocloc
+def _uniq(lines) -> list[str]:
+    out = []
+    for ln in lines:
+        if ln.strip() and ln not in out:
+            out.append(ln)
+    return out
+
+
 class Ocloc:
     def __init__(self, sysroot: Path):
         self.exe = str(sysroot / "bin" / "ocloc")
@@ -358,7 +392,8 @@ class Ocloc:
         log = (r.stdout + r.stderr).strip()
         binf = next((p for p in (wd / f"k_{tag}", wd / f"k_{tag}.bin") if p.is_file()), None)
         if r.returncode != 0 or binf is None:
-            return dict(ok=False, error=f"ocloc compile rc={r.returncode}: {log[-3000:]}")
+            msg = " | ".join(_uniq(log.splitlines()))
+            return dict(ok=False, error=f"ocloc compile rc={r.returncode}: {msg[-3000:]}")
         dump = wd / f"dump_{tag}"
         r2 = subprocess.run([self.exe, "disasm", "-file", str(binf), "-dump", str(dump), "-device", device],
                             capture_output=True, text=True, timeout=timeout, cwd=wd)
@@ -395,7 +430,9 @@ def run_case(case: dict, ocloc: Ocloc, timeout: float, strict: bool = False) -> 
         if res["problems"]:
             res["status"] = "fail"
             return res
-        env = dict(os.environ, TRITON_CACHE_DIR=str(wd / "cache"), PATH=f"{Path(ocloc.exe).parent}:{os.environ['PATH']}")
+        # ocloc on PATH: Intel's backend queries the device's extensions with it
+        env = dict(os.environ, TRITON_CACHE_DIR=str(wd / "cache"),
+                   PATH=f"{Path(ocloc.exe).parent}:{os.environ['PATH']}")
         env.pop("TRITON_INTERPRET", None)
         try:
             r = subprocess.run([sys.executable, __file__, "--lower", str(wd)], input=json.dumps(case), text=True,
@@ -404,8 +441,10 @@ def run_case(case: dict, ocloc: Ocloc, timeout: float, strict: bool = False) -> 
             res.update(status="fail", problems=[f"Triton lowering timed out after {timeout:.0f}s"])
             return res
         if r.returncode != 0:
-            tail = (r.stderr or r.stdout).strip().splitlines()[-12:]
-            res.update(status="fail", problems=[f"Triton lowering failed (rc={r.returncode}): " + " | ".join(tail)])
+            lines = (r.stderr or r.stdout).strip().splitlines()
+            errs = _uniq(ln.strip() for ln in lines if "error" in ln.lower() or "Error" in ln)[:6]
+            res.update(status="fail", problems=[f"Triton lowering failed (rc={r.returncode}): "
+                                                + " | ".join(errs + lines[-3:])])
             return res
         meta = json.loads(r.stdout.strip().splitlines()[-1])
         res.update(meta)
@@ -493,6 +532,28 @@ def markdown(results: list[dict], header: dict) -> str:
     return "\n".join(lines)
 
 
+def sweep_markdown(sweep: list[dict]) -> str:
+    rows, tg = {}, []
+    for r in sweep:
+        cfg = r["name"].split(" @ ")[1]
+        rows.setdefault((r["phase"], cfg), {})[r["target"]] = r
+        tg += [r["target"]] if r["target"] not in tg else []
+    lines = ["| phase | BLOCK_M,BLOCK_N / warps / GRF | BLOCK_M / warps (< 8: warps repeat rows) | "
+             + " | ".join(f"{t} spill B" for t in tg)
+             + " | DPAS | SLM B | WG |", "|---|---|---|" + "---|" * len(tg) + "---|---|---|"]
+    def order(key):
+        m, n, w, g = re.match(r"(\d+),(\d+)/w(\d+)/(\w+)", key[1]).groups()
+        return key[0], g != "large", int(m) // int(w) < 8, int(n), int(m), int(w)
+
+    for (phase, cfg), by in sorted(rows.items(), key=lambda kv: order(kv[0])):
+        r = next(iter(by.values()))
+        c = r["constexprs"]
+        lines.append(f"| {phase} | {cfg} | {c['BLOCK_M'] / r['num_warps']:g} | "
+                     + " | ".join(str(by[t].get("spill", by[t]["status"])) if t in by else "-" for t in tg)
+                     + f" | {r.get('dpas', '?')} | {r.get('shared', '?')} | {r.get('wg_size', '?')} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sysroot", type=Path, help="the ocloc sysroot (ci/intel_lowering.sh sysroot)")
@@ -503,6 +564,8 @@ def main() -> int:
     ap.add_argument("--tile", action="append", default=[], help="override: PHASE=M,N,WARPS,STAGES[,GRF]")
     ap.add_argument("--strict", action="store_true", default=os.environ.get("VXA_INTEL_STRICT") == "1",
                     help="any spill in a zero-spill case fails (ignore KNOWN_SPILL)")
+    ap.add_argument("--sweep", action="store_true", help="also the SWEEP tile candidates for paged decode/prefill "
+                    "D=128 bf16 on bmg/pvc/lnl (reported under 'sweep', never failing): the data behind the docs")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     ap.add_argument("--lower", type=Path, help=argparse.SUPPRESS)
@@ -523,9 +586,12 @@ def main() -> int:
     targets = [t for t in a.targets.split(",") if t]
     props = {t: ocloc.extensions(TARGETS[t]["ocloc"]) for t in targets}
     params = kernel_params()
-    todo = [complete(dict(c, props=props[c["target"]]), params) for c in cases(tuning, targets)
+    matrix = cases(tuning, targets)
+    missing = sorted(set(params) - {c["kernel"] for c in matrix})
+    if a.sweep:
+        matrix += sweep_cases(tuning, [t for t in targets if TARGETS[t]["dpas"]])
+    todo = [complete(dict(c, props=props[c["target"]]), params) for c in matrix
             if a.only is None or re.search(a.only, f"{c['target']}:{c['name']}")]
-    missing = sorted(set(params) - {c["kernel"] for c in cases(tuning, targets)})
     # slowest first (big paged / MLA kernels, fp32 FMA paths), so the workers finish together
     todo.sort(key=lambda c: (c["kernel"] != "_paged_attn_kernel" and "mla" not in c["kernel"], -c["head_dim"],
                              c["dtype"] != "fp32"))
@@ -543,7 +609,12 @@ def main() -> int:
             print(f"[intel] {r['status']:11} {r['target']}:{r['name']} tiles={tiles_of(r)} grf={r.get('grf', '?')} "
                   f"spill={r.get('spill', '?')} dpas={r.get('dpas', '?')} slm={r.get('shared', '?')} "
                   f"wg={r.get('wg_size', '?')} simd={r.get('simd', '?')} {r['seconds']}s {extra}", flush=True)
+    for r in results:
+        for k in ("warnings", "isa_lines", "kernel_name", "build_flags", "dpas_layout"):
+            r.pop(k, None)
     results.sort(key=lambda r: (targets.index(r["target"]), r["kernel"], r["name"]))
+    sweep = [r for r in results if r.get("sweep")]
+    results = [r for r in results if not r.get("sweep")]
     pkgs = (a.sysroot / "PACKAGES").read_text().splitlines() if (a.sysroot / "PACKAGES").exists() else []
     header = dict(ocloc_driver_version=ocloc.version,
                   ocloc_packages=", ".join(p for p in pkgs if p.startswith(("intel-ocloc", "libigc2"))),
@@ -552,12 +623,19 @@ def main() -> int:
                   cases=len(results), failed=sum(r["status"] == "fail" for r in results),
                   spill_known=sum(r["status"] == "spill-known" for r in results),
                   known_spill={f"{t}/{p}": v for (t, p), v in KNOWN_SPILL.items()},
-                  kernels_not_covered=missing)
+                  kernels_not_covered=missing, kernels_sha256=hashlib.sha256(KERNELS.read_bytes()).hexdigest()[:16],
+                  provider_sha256=hashlib.sha256(PROVIDER.read_bytes()).hexdigest()[:16])
     if a.json:
-        a.json.write_text(json.dumps(dict(header, results=results), indent=1, default=str) + "\n")
+        # the header pretty, one line per case (diffs stay readable)
+        body = {k: "@" + k for k in (("results", "sweep") if a.sweep else ("results",))}
+        text = json.dumps(dict(header, **body), indent=1, default=str)
+        for k in body:
+            rows = [r for r in (sweep if k == "sweep" else results)]
+            text = text.replace(f'"@{k}"', "[\n" + ",\n".join("  " + json.dumps(r, default=str) for r in rows) + "\n ]")
+        a.json.write_text(text + "\n")
     if a.md:
-        a.md.write_text(markdown(results, header) + "\n")
-    bad = [r for r in results if r["status"] == "fail"]
+        a.md.write_text(markdown(results, header) + ("\n" + sweep_markdown(sweep) if sweep else "") + "\n")
+    bad = [r for r in results + sweep if r["status"] == "fail" and not r.get("sweep")]
     if missing and a.only is None:
         print(f"[intel] FAIL kernels in kernels.py with no case here: {missing}")
     print(f"[intel] {len(results) - len(bad)}/{len(results)} passed ({header['spill_known']} spill-known), "

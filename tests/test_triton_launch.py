@@ -243,3 +243,14 @@ def test_arming_with_fake_compiled_kernel(monkeypatch):
     assert launches == [(3, 2, 1, 77, "FUNC", (4, 1, 0), None, None, None, x2, 64, 48, 0.75, out2, False)]
     fl(x2, 1, 0.75, out2)  # n == 1 is another specialisation: the binder again
     assert len(launches) == 1 and len(binder_calls) == 2 and fl.slow_calls == 2
+
+
+def test_xpu_tiles_ask_for_the_grf_mode_the_intel_lowering_job_checked():
+    """The xpu tile table carries Intel's grf_mode (ci/intel_lowering.py compiles these exact tiles); the
+    launch passes it as a compile option on xpu only (CUDA's backend rejects the key)."""
+    from vllm_xpu_attn.kernels.triton.provider import tile_config
+
+    for phase in ("prefill", "decode", "mla_decode"):
+        *_, opts = tile_config("xpu", phase)
+        assert opts == {"grf_mode": "large"}
+        assert tile_config("cuda_sm90", phase)[4] == {} and tile_config("cpu", phase)[4] == {}

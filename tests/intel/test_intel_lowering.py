@@ -83,7 +83,7 @@ def test_slm_and_work_group_within_device_limits(job):
     _, data = job
     for x in data["results"]:
         t = il.TARGETS[x["target"]]
-        assert x["shared"] <= t["slm"] and x["wg_size"] <= t["max_wg"], x["name"]
+        assert x.get("shared", 0) <= t["slm"] and x.get("wg_size", 0) <= t["max_wg"], x["name"]
 
 
 def test_spill_not_above_known_residual(job):
@@ -92,7 +92,6 @@ def test_spill_not_above_known_residual(job):
     _, data = job
     gated = [x for x in data["results"] if x["zero_spill"]]
     assert len(gated) == 2 * len(DPAS_TARGETS)
-    assert all(x["grf_mode"] != "default" or x.get("spill_default_grf") is None for x in gated)
     bad = [(x["target"], x["phase"], x["spill"]) for x in gated
            if x["spill"] > il.KNOWN_SPILL.get((x["target"], x["phase"]), 0)]
     assert not bad, bad
@@ -114,14 +113,17 @@ def test_rules_catch_fp64_and_signature_drift(tmp_path):
     store = "        tl.store(dst, x.to(C.dtype.element_ty), mask=msk)"
     assert store in src
     bad = tmp_path / "kernels_fp64.py"
-    bad.write_text(src.replace(store, "        tl.store(dst, (x.to(tl.float64) * 1.0000001).to(C.dtype.element_ty), "
-                                      "mask=msk)"))
+    fp64 = ("        tl.store(dst, (x.to(tl.float32).to(tl.float64) * 1.0000001).to(tl.float32)"
+            ".to(C.dtype.element_ty), mask=msk)")
+    bad.write_text(src.replace(store, fp64))
     r, data = _run(tmp_path, "--only", r"dg2:write_kv/d128/bf16->bf16$", env={"VXA_INTEL_KERNELS": str(bad)},
                    timeout=600)
     assert r.returncode == 1 and data["failed"] == 1, r.stdout + r.stderr
-    assert "fp64" in _fails(data) or "Double" in _fails(data), _fails(data)
+    assert "fp64 on dg2" in _fails(data) or "Double type is not supported" in _fails(data), _fails(data)
     drift = tmp_path / "kernels_drift.py"
-    drift.write_text(src.replace("def _write_kv_kernel(X, C, SLOT, SCALE,", "def _write_kv_kernel(X, C, SLOT, SCALE, NEW,"))
+    head = "def _write_kv_kernel(X, C, SLOT, SCALE,"
+    assert head in src
+    drift.write_text(src.replace(head, head[:-1] + ", NEW,"))
     r, data = _run(tmp_path, "--only", r"bmg:write_kv/d128/bf16->bf16$", env={"VXA_INTEL_KERNELS": str(drift)},
                    timeout=600)
     assert r.returncode == 1 and "without a type" in _fails(data), r.stdout + r.stderr

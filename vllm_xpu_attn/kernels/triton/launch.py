@@ -234,10 +234,10 @@ class FastLaunch:
     """
 
     __slots__ = ("fn", "grid", "constexprs", "num_warps", "num_stages", "check", "reason", "slow_calls",
-                 "_names", "_params", "_launch", "_disabled", "kernel", "_misses")
+                 "_names", "_params", "_launch", "_disabled", "kernel", "_misses", "options")
 
     def __init__(self, fn, grid: tuple[int, int, int], constexprs: dict[str, object], num_warps: int,
-                 num_stages: int, *, check: bool = True):
+                 num_stages: int, *, check: bool = True, options: Optional[dict] = None):
         grid = tuple(int(g) for g in grid)
         if not 1 <= len(grid) <= 3:
             raise ValueError(f"grid must have 1 to 3 dimensions, got {grid}")
@@ -245,6 +245,8 @@ class FastLaunch:
         self.fn = fn
         self.constexprs = dict(constexprs)
         self.num_warps, self.num_stages = int(num_warps), int(num_stages)
+        # other compile options, e.g. Intel's grf_mode; the compiled kernel carries them on the fast path
+        self.options = dict(options or {})
         self.check = bool(check)
         self._params = _kernel_params(fn)
         names = [p[0] for p in self._params]
@@ -271,7 +273,7 @@ class FastLaunch:
                             f"got {len(args)}")
         self.slow_calls += 1
         return self.fn[self.grid](**dict(zip(self._names, args)), **self.constexprs,
-                                  num_warps=self.num_warps, num_stages=self.num_stages)
+                                  num_warps=self.num_warps, num_stages=self.num_stages, **self.options)
 
     def _miss(self, args: tuple):
         """The guard refused a call (its arguments' specialisation differs from the armed one): run it

@@ -15,10 +15,10 @@ import torch
 from ..base import Feature, KernelProvider, KernelRequest, PagedLaunch
 from ..contract import FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, check_per_head, check_write_kv, is_fp8
 
-# Tile sizes per device family and phase: (BLOCK_M, BLOCK_N, num_warps, num_stages).
+# Tile sizes per device family and phase: (BLOCK_M, BLOCK_N, num_warps, num_stages[, grf_mode]).
 # Measured on an H200 (docs/benchmarks.md); Intel entries are conservative starting points
 # (smaller tiles: less register file / SLM on Xe), not measured here.
-TUNING: dict[str, dict[str, tuple[int, int, int, int]]] = {
+TUNING: dict[str, dict[str, tuple]] = {
     # "mla_decode": (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA decode kernel
     "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 4, 3), "mla_decode": (16, 32, 4, 2)},
     "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2)},
@@ -28,6 +28,12 @@ TUNING: dict[str, dict[str, tuple[int, int, int, int]]] = {
             "mla_decode": (16, 16, 4, 2, "large")},
     "cpu": {"prefill": (16, 16, 1, 1), "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1)},
 }
+
+
+def tile_config(family: str, phase: str) -> tuple[int, int, int, int, dict]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, compile options) of a family's phase (xpu: grf_mode)."""
+    cfg = TUNING[family][phase]
+    return (*cfg[:4], {"grf_mode": cfg[4]} if len(cfg) > 4 else {})
 
 
 def device_family(device: torch.device) -> str:
@@ -103,7 +109,8 @@ class TritonProvider(KernelProvider):
         self._scales: dict[tuple, torch.Tensor] = {}
         self._launchers: dict[tuple, object] = {}
 
-    def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, spec_key: tuple):
+    def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, spec_key: tuple,
+                 options: Optional[dict] = None):
         """The FastLaunch of one compiled specialisation, kept across steps and layers.
 
         ``spec_key`` holds everything Triton specialises a compiled kernel on besides the constexprs
@@ -113,12 +120,13 @@ class TritonProvider(KernelProvider):
         """
         from .launch import FastLaunch
 
-        key = (fn, tuple(grid), tuple(sorted(consts.items())), warps, stages, spec_key)
+        key = (fn, tuple(grid), tuple(sorted(consts.items())), warps, stages, spec_key,
+               tuple(sorted((options or {}).items())))
         fl = self._launchers.get(key)
         if fl is None:
             if len(self._launchers) >= 1024:  # bounded: drop the oldest specialisation
                 self._launchers.pop(next(iter(self._launchers)))
-            fl = self._launchers[key] = FastLaunch(fn, grid, consts, warps, stages, check=False)
+            fl = self._launchers[key] = FastLaunch(fn, grid, consts, warps, stages, check=False, options=options)
         return fl
 
     def _const_scale(self, device: torch.device, value: float) -> torch.Tensor:
@@ -226,7 +234,7 @@ class TritonLaunch(PagedLaunch):
     """One step's sub-plan x one layer configuration: tiles, split count, grid fixed once per step."""
 
     __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
-                 "group", "invariant", "_fast", "mla_decode")
+                 "group", "invariant", "_fast", "mla_decode", "options")
 
     def __init__(self, provider: "TritonProvider", step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None):
         super().__init__(provider, step, call)
@@ -243,14 +251,14 @@ class TritonLaunch(PagedLaunch):
         if num_splits is not None and (num_splits < 1 or num_splits & (num_splits - 1)):
             raise ValueError(f"num_splits must be a power of two >= 1 (the merge reduces them as one block), "
                              f"got {num_splits}")
-        block_m, self.block_n, self.warps, self.stages = TUNING[device_family(device)][phase]
+        block_m, self.block_n, self.warps, self.stages, self.options = tile_config(device_family(device), phase)
         self.block_m = block_m = max(block_m, _pow2(group)) if phase == "decode" else block_m
         # absorbed MLA decode: its own kernel (latent rows loaded once for scores and values); other MLA
         # steps (extend, verify, batch-invariant) run the general kernel over the same views
         d_rope = d - dv
         self.mla_decode = mla_kernel_fits(call) and not invariant
         if self.mla_decode:  # every absorbed-MLA step (decode, extend, verify) runs the MLA kernel
-            block_m, self.block_n, self.warps, self.stages = TUNING[device_family(device)]["mla_decode"]
+            block_m, self.block_n, self.warps, self.stages, self.options = tile_config(device_family(device), "mla_decode")
             self.block_m = block_m
             tiles = triton_cdiv(max(max_q, 1) * call.num_q_heads, block_m)
             self.num_splits = num_splits or TritonProvider._num_splits(
@@ -345,11 +353,13 @@ class TritonLaunch(PagedLaunch):
         fp32_dot = q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16)
         if self.mla_decode:
             consts = dict(self.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_mla_attn_kernel, self.grid, consts, self.warps, self.stages, spec_key)
+            attn = self.provider.launcher(_mla_attn_kernel, self.grid, consts, self.warps, self.stages, spec_key,
+                                          self.options)
         else:
             consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
                           DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_paged_attn_kernel, self.grid, consts, self.warps, self.stages, spec_key)
+            attn = self.provider.launcher(_paged_attn_kernel, self.grid, consts, self.warps, self.stages, spec_key,
+                                          self.options)
         merge = None
         if self.num_splits > 1:
             merge = self.provider.launcher(_merge_splits, (total_q, self.call.num_q_heads, 1),
