@@ -102,7 +102,7 @@ def xpu_tiles(tuning: dict, phase: str) -> tuple[int, int, int, int, str]:
 
 # ---------------------------------------------------------------------------------------------------
 # the case matrix. Argument types: what the provider passes (q bf16/fp16/fp32; caches of q's dtype or
-# fp8; int32 tables; fp32 scales, sinks, LSE and split-K workspace; q itself for an absent optional
+# fp8; int32 tables; fp32 scales, sinks, LSE and split-K workspace; None for an absent optional
 # pointer). Strides and caching-allocator pointers are 16-divisible (Triton's "D" specialisation).
 def _ptr(t):
     return f"*{t}"
@@ -111,7 +111,7 @@ def _ptr(t):
 def _runtime_types(kernel: str, *, q: str, kv: str, sinks=False, alibi=False, fp8=False, lse=False,
                    splits=1) -> dict:
     qt, kt = TORCH_TO_TRITON[q], TORCH_TO_TRITON[kv]
-    opt = lambda on: _ptr("fp32" if on else qt)  # noqa: E731 - absent optional pointer: q
+    opt = lambda on: "*fp32" if on else "none"  # noqa: E731 - an absent optional pointer is passed as None
     if kernel == "_paged_attn_kernel":
         return dict(Q=_ptr(qt), K=_ptr(kt), V=_ptr(kt), PT="*i32", SEQ="*i32", CUQ="*i32", SINKS=opt(sinks),
                     ALIBI=opt(alibi), KDS=opt(fp8), VDS=opt(fp8), O=_ptr(qt), LSE=opt(lse), OP=opt(splits > 1),
@@ -334,6 +334,8 @@ def lower(case: dict, workdir: Path) -> dict:
     for name in fn.arg_names:
         if name in case["constexprs"]:
             sig[name], consts[name] = "constexpr", case["constexprs"][name]
+        elif case["signature"][name] == "none":  # the provider passes None: Triton makes it constexpr None
+            sig[name], consts[name] = "constexpr", None
         else:
             sig[name] = case["signature"][name]
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in case["aligned"]}

@@ -1,7 +1,7 @@
 """Run vLLM once (in its own process: the platform is chosen per process) and dump JSON.
 
 Usage: python run_vllm.py MODEL_DIR OUT_JSON [--max-tokens N] [--max-num-batched-tokens N]
-       [--prefix-caching] [--num-gpu-blocks N] [--prompts-json FILE] [--block-size N]
+       [--prefix-caching] [--num-gpu-blocks N] [--prompts-json FILE] [--block-size N] [--native-rope] [--stagger N]
 Prints nothing but vLLM's logs; writes {"backend": ..., "outputs": [{"token_ids", "logprobs"}...]}.
 """
 
@@ -24,6 +24,10 @@ def main():
     ap.add_argument("--prompts-json", default=None)
     ap.add_argument("--max-num-seqs", type=int, default=None)
     ap.add_argument("--max-model-len", type=int, default=512)
+    ap.add_argument("--native-rope", action="store_true",
+                    help="rotary embedding in torch (custom_ops -rotary_embedding): vLLM's CPU rotary op garbles MLA's 3-D q")
+    ap.add_argument("--stagger", type=int, default=0,
+                    help="prompt i generates max_tokens - stagger * (i %% 3) tokens (requests finish apart: mixed steps)")
     ap.add_argument("--repeat", type=int, default=1, help="generate the prompts this many times (prefix-cache hits)")
     a = ap.parse_args()
 
@@ -43,8 +47,13 @@ def main():
         kw["block_size"] = a.block_size
     if a.max_num_seqs:
         kw["max_num_seqs"] = a.max_num_seqs
+    if a.native_rope:
+        kw["compilation_config"] = {"custom_ops": ["all", "-rotary_embedding"]}
     llm = LLM(**kw)
     sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, logprobs=5, ignore_eos=True)
+    if a.stagger:
+        sp = [SamplingParams(temperature=0.0, max_tokens=a.max_tokens - a.stagger * (i % 3), logprobs=5,
+                             ignore_eos=True) for i in range(len(prompts))]
     outs = []
     for _ in range(a.repeat):
         outs += llm.generate(prompts, sp)

@@ -76,3 +76,50 @@ def max_graph_requests(vllm_config) -> int:
     n = int(getattr(sched, "max_num_seqs", 0) or 0)
     n = max(n, int(getattr(comp, "max_cudagraph_capture_size", 0) or 0))
     return max(n, 1)
+
+
+# ---- MLA (DeepSeek-V2/V3) -------------------------------------------------------------
+# vLLM 0.32 keeps the common MLA layer, backend, metadata and builder in one module (older
+# releases: v1/attention/backends/mla/common.py). Imported on first use only: the platform
+# plugin loads this module before vLLM's model layers are importable.
+_MLA_NAMES = {
+    "MLACommonBackend": "vllm.model_executor.layers.attention.mla_attention",
+    "MLACommonImpl": "vllm.model_executor.layers.attention.mla_attention",
+    "MLACommonMetadata": "vllm.model_executor.layers.attention.mla_attention",
+    "MLACommonMetadataBuilder": "vllm.model_executor.layers.attention.mla_attention",
+    "MLACommonDecodeMetadata": "vllm.model_executor.layers.attention.mla_attention",
+    "MLACommonPrefillMetadata": "vllm.model_executor.layers.attention.mla_attention",
+    "QueryLenSupport": "vllm.model_executor.layers.attention.mla_attention",
+}
+
+# MLA caches we serve: the model dtype ("float16"/"bfloat16" only when that is the model dtype: the
+# impl refuses others at start-up) and FP8 E4M3 with one per-layer scale (the layer's _k_scale, shared
+# by the latent and the rope key, as vLLM's MLA layer defines it). No E5M2: vLLM's MLA layer views
+# every FP8 MLA cache as the platform's E4M3 type.
+MLA_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3")
+
+
+def __getattr__(name: str):
+    if name in _MLA_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(_MLA_NAMES[name]), name)
+    raise AttributeError(name)
+
+
+def mla_cache_view(kv_cache: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
+    """vLLM's per-layer MLA cache [blocks, block_size, kv_lora_rank + rope] (FP8: allocated as bytes)
+    -> the core's latent cache [blocks, block_size, 1, latent_dim] (a view)."""
+    if kv_cache_dtype.startswith("fp8") and kv_cache.dtype == torch.uint8:
+        from vllm.platforms import current_platform
+
+        kv_cache = kv_cache.view(current_platform.fp8_dtype())
+    return kv_cache.unsqueeze(2)
+
+
+def mla_kv_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    if kv_cache_dtype.startswith("fp8"):
+        from vllm.platforms import current_platform
+
+        return current_platform.fp8_dtype()
+    return KV_CACHE_DTYPES[kv_cache_dtype] or model_dtype

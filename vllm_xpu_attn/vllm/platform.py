@@ -23,14 +23,19 @@ def _route(base: type, name: str) -> type:
 
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
         cfg = attn_selector_config
-        if cfg.use_mla or cfg.use_sparse:
-            feature = "MLA" if cfg.use_mla else "sparse attention"
-            logger.warning("vllm-xpu-attn: %s is not supported yet; routing this layer to %s's own backend",
-                           feature, base.__name__)
-            return base.get_attn_backend_cls.__func__(cls, selected_backend, attn_selector_config, num_heads)
-        from .backend import XpuAttnBackend
+        if cfg.use_sparse:
+            raise NotImplementedError(
+                f"vllm-xpu-attn cannot serve sparse attention ({cfg!r}: DeepSeek-V3.2-style sparse MLA with an "
+                "indexer); run this model without the plugin (XPU_ATTN_ENABLE=0) to use vLLM's own backends")
+        if cfg.use_mla:
+            from .mla import BACKEND_PATH as MLA_PATH, XpuAttnMLABackend as Backend
 
-        reasons = XpuAttnBackend.validate_configuration(
+            path = MLA_PATH
+        else:
+            from .backend import XpuAttnBackend as Backend
+
+            path = BACKEND_PATH
+        reasons = Backend.validate_configuration(
             head_size=cfg.head_size, dtype=cfg.dtype, kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size,
             use_mla=cfg.use_mla, has_sink=cfg.has_sink, use_sparse=cfg.use_sparse, use_mm_prefix=cfg.use_mm_prefix,
             use_per_head_quant_scales=cfg.use_per_head_quant_scales, device_capability=None,
@@ -39,12 +44,41 @@ def _route(base: type, name: str) -> type:
             use_adaptive_verification=cfg.use_adaptive_verification, use_dcp=cfg.use_dcp, use_rswa=cfg.use_rswa,
         )
         if reasons:
-            raise ValueError(f"vllm-xpu-attn cannot serve this model's attention ({cfg!r}): {'; '.join(reasons)}")
-        logger.info("vllm-xpu-attn: %s routes attention to %s", name, BACKEND_PATH)
-        return BACKEND_PATH
+            raise ValueError(f"vllm-xpu-attn cannot serve this model's {'MLA ' if cfg.use_mla else ''}attention "
+                             f"({cfg!r}): {'; '.join(reasons)}")
+        logger.info("vllm-xpu-attn: %s routes %sattention to %s", name, "MLA " if cfg.use_mla else "", path)
+        return path
 
-    return type(name, (base,), {"get_attn_backend_cls": classmethod(get_attn_backend_cls),
-                                "__module__": __name__, "__doc__": f"{base.__name__} with vllm-xpu-attn attention."})
+    attrs = {"get_attn_backend_cls": classmethod(get_attn_backend_cls), "__module__": __name__,
+             "__doc__": f"{base.__name__} with vllm-xpu-attn attention."}
+    if base.__name__ == "CpuPlatform":
+        attrs["check_and_update_config"] = classmethod(_cpu_check_and_update_config(base))
+    return type(name, (base,), attrs)
+
+
+def _cpu_check_and_update_config(base: type):
+    """CpuPlatform's checks, plus: an MLA model keeps the CPU reference-MLA constraints even on an AMX host.
+
+    CpuPlatform relaxes them (no forced block size 16, chunked prefill and prefix caching left on) only when
+    it will pick AMX_MLA; this platform routes MLA layers to vllm-xpu-attn instead, so it applies what
+    CpuPlatform applies for its other MLA backend: block size 16, no chunked prefill, no prefix caching.
+    """
+
+    def check_and_update_config(cls, vllm_config) -> None:
+        base.check_and_update_config.__func__(cls, vllm_config)
+        model = vllm_config.model_config
+        if model is None or not getattr(model, "use_mla", False):
+            return
+        sched, cache = vllm_config.scheduler_config, vllm_config.cache_config
+        if cache.block_size != 16 or sched.enable_chunked_prefill or cache.enable_prefix_caching:
+            logger.info("vllm-xpu-attn: MLA on the CPU: block size 16, chunked prefill and prefix caching off "
+                        "(as vLLM's CPU MLA path)")
+            cache.block_size = 16
+            sched.enable_chunked_prefill = False
+            cache.enable_prefix_caching = False
+            sched.max_num_batched_tokens = max(model.max_model_len, sched.DEFAULT_MAX_NUM_BATCHED_TOKENS)
+
+    return check_and_update_config
 
 
 def __getattr__(name: str):

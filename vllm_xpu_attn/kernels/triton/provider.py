@@ -6,6 +6,7 @@ interpreter (TRITON_INTERPRET=1), which is how CI checks it.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Optional, Sequence
@@ -37,10 +38,24 @@ def tile_config(family: str, phase: str) -> tuple[int, int, int, int, dict]:
 
 
 def device_family(device: torch.device) -> str:
-    if device.type == "cuda":
-        major, _ = torch.cuda.get_device_capability(device)
+    return _family(device.type, device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _family(dev_type: str, index) -> str:  # cached: a device query per step is host time
+    if dev_type == "cuda":
+        major, _ = torch.cuda.get_device_capability(index)
         return "cuda_sm90" if major >= 9 else "cuda"
-    return device.type if device.type in TUNING else "cuda"
+    return dev_type if dev_type in TUNING else "cuda"
+
+
+@functools.lru_cache(maxsize=None)
+def _compute_units(dev_type: str, index) -> int:
+    """SMs (CUDA) or sub-slices (XPU) of a device, queried once."""
+    if dev_type == "cuda":
+        return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                                ).multi_processor_count
+    return getattr(torch.xpu.get_device_properties(index), "gpu_subslice_count", 64)
 
 
 def _interpreting() -> bool:
@@ -144,10 +159,8 @@ class TritonProvider(KernelProvider):
         """Flash-decoding: split long contexts when batch x heads cannot fill the device. Host-only math."""
         if max_seqlen_q > 1 or max_keys < 1024:
             return 1
-        if device.type == "cuda":
-            sms = torch.cuda.get_device_properties(device).multi_processor_count
-        elif device.type == "xpu":
-            sms = getattr(torch.xpu.get_device_properties(device), "gpu_subslice_count", 64)
+        if device.type in ("cuda", "xpu"):
+            sms = _compute_units(device.type, device.index)
         else:
             return 2 if max_keys >= 2048 else 1
         splits = 1
@@ -298,22 +311,23 @@ class TritonLaunch(PagedLaunch):
             return (out, lse) if call.return_lse else out
         splits = self.num_splits
         per_head = k_descale is not None and k_descale.numel() != 1
-        dummy = q  # any tensor for absent optional pointers
+        # absent optional pointers go as None: Triton specialises them away (constexpr None; the kernel
+        # reads them only under their HAS_* flag), and the launcher has fewer pointers to convert
         if splits > 1:
             part = total_q * hq
             ws = self.provider.workspace(q.device, splits * part * (self.bdv + 1))
             o_part, l_part = ws[: splits * part * self.bdv], ws[splits * part * self.bdv: splits * part * (self.bdv + 1)]
         else:
-            o_part = l_part = dummy
+            o_part = l_part = None
         os_ = out.stride()
-        sinks_ = sinks if sinks is not None else dummy
-        lse_ = lse if lse is not None else dummy
+        sinks_, lse_ = sinks, lse
         # the compiled specialisation these arguments need (beyond the step's, fixed at plan time)
-        sig = (qs, ks, vs, os_, q.dtype, k_cache.dtype, _al(q), _al(k_cache), _al(v_cache), _al(out), _al(lse_),
-               _al(o_part), _al(l_part), None if sinks is None else (sinks.dtype, _al(sinks)),
+        sig = (qs, ks, vs, os_, q.dtype, k_cache.dtype, _al(q), _al(k_cache), _al(v_cache), _al(out),
+               None if lse is None else _al(lse), None if o_part is None else (_al(o_part), _al(l_part)),
+               None if sinks is None else (sinks.dtype, _al(sinks)),
                None if alibi_slopes is None else (alibi_slopes.dtype, _al(alibi_slopes)),
                None if k_descale is None else (per_head, k_descale.stride(0) if per_head else 0, _al(k_descale),
-                                               _al(v_descale)))
+                                               None if v_descale is None else _al(v_descale)))
         fast = self._fast.get(sig)
         if fast is None:
             fast = self._fast[sig] = self._launchers(sig, q, total_q, sinks is not None, alibi_slopes is not None,
@@ -324,14 +338,12 @@ class TritonLaunch(PagedLaunch):
                 raise ValueError("triton MLA decode: v_cache must be the first v_head_dim columns of k_cache (one "
                                  "latent cache) and the descale one per-tensor value")
             attn(q, k_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
-                 k_descale if k_descale is not None else dummy, out, lse_, o_part, l_part,
+                 k_descale, out, lse_, o_part, l_part,
                  qs[0], qs[1], ks[0], ks[1], os_[0], os_[1], step.page_table.stride(0), total_q, hq,
                  call.softmax_scale)
         else:
             attn(q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
-                 sinks_, alibi_slopes if alibi_slopes is not None else dummy,
-                 k_descale if k_descale is not None else dummy, v_descale if v_descale is not None else dummy,
-                 out, lse_, o_part, l_part,
+                 sinks_, alibi_slopes, k_descale, v_descale, out, lse_, o_part, l_part,
                  qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
                  step.page_table.stride(0), k_descale.stride(0) if per_head else 0, total_q, hq,
                  call.softmax_scale, call.softcap)
