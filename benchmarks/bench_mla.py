@@ -56,8 +56,46 @@ def copy_bw():
     return 2 * x.numel() / events(lambda: y.copy_(x)) / 1e12
 
 
+SWEEP = [(16, 32, 4, 2), (32, 32, 4, 2), (32, 32, 8, 2), (64, 32, 8, 2), (64, 16, 4, 2), (64, 64, 8, 2),
+         (32, 64, 4, 3), (64, 32, 4, 2)]
+
+
+def sweep(g) -> dict:
+    """Time the MLA kernel's tile candidates (BLOCK_H, BLOCK_N, warps, stages) on two decode shapes and
+    install the fastest in the tile table for the rest of the run (reported in the JSON)."""
+    from vllm_xpu_attn.kernels.triton import provider as tp
+
+    fam = tp.device_family(torch.device("cuda"))
+    res = {}
+    for h, b, ctx in [(128, 64, 4096), (16, 64, 4096)]:
+        pages = b * (ctx // PAGE)
+        cache = (torch.randn(pages, PAGE, 1, D_C + D_R, device="cuda", generator=g) * 0.3).bfloat16()
+        table = torch.randperm(pages, device="cuda", generator=g).to(torch.int32).reshape(b, -1)
+        lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+        q = (torch.randn(b, h, D_C + D_R, device="cuda", generator=g) * 0.3).bfloat16()
+        spec = core.LayerSpec.for_mla(h, core.MLADims(D_C, D_R, 128, 128), 192 ** -0.5, dtype=torch.bfloat16,
+                                      kv_dtype=torch.bfloat16)
+        runner = core.LayerRunner(spec, "cuda", PAGE, override="triton")
+        out = torch.empty(b, h, D_C, dtype=torch.bfloat16, device="cuda")
+        for cfg in SWEEP:
+            tp.TUNING[fam]["mla_decode"] = cfg
+            plan = core.plan_step(core.StepInputs(core.Mode.DECODE, lens, ctx, b, PAGE, page_table=table))
+            try:
+                t = events(lambda: runner.forward_mla(plan, q, cache, out))
+                res.setdefault(str(cfg), {})[f"H{h}"] = t * 1e6
+            except Exception as e:  # noqa: BLE001 - a tile that does not compile (resources) is reported
+                res.setdefault(str(cfg), {})[f"H{h}"] = f"{type(e).__name__}: {str(e)[:120]}"
+        del cache
+    ok = {c: v for c, v in res.items() if all(isinstance(x, float) for x in v.values())}
+    best = min(ok, key=lambda c: sum(ok[c].values())) if ok else str(SWEEP[0])
+    tp.TUNING[fam]["mla_decode"] = tuple(int(x) for x in best.strip("()").split(","))
+    print(json.dumps({"sweep_us": res, "best": best}), flush=True)
+    return {"sweep_us": res, "best": best}
+
+
 def main():
     g = torch.Generator(device="cuda").manual_seed(0)
+    tuned = sweep(g) if os.environ.get("VXA_MLA_SWEEP", "1") == "1" else None
     bw = copy_bw()
     rows = []
     for h, b, ctx in SHAPES:
@@ -132,7 +170,7 @@ def main():
         launch = next(iter(plan.launches.values()))
         ext.append(dict(heads=h, batch=b, prefix=prefix, q_len=ql, mla_kernel=bool(launch.mla_decode), max_err_vs_fp32=err))
         print(json.dumps(ext[-1]), flush=True)
-    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_tbps=bw, rows=rows, extend=ext,
+    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_tbps=bw, rows=rows, extend=ext, tile_sweep=tuned,
                note="bf16, kv_lora_rank 512 + rope 64, page 64, shuffled pages, decode (one query per sequence)")
     out_dir = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "out")
     os.makedirs(out_dir, exist_ok=True)
