@@ -58,8 +58,11 @@ def test_fp8_write_kv_byte_exact(fp8):
     g = torch.Generator().manual_seed(0)
     kc = torch.zeros(64, 16, 8, 128, dtype=fp8, device=DEV)
     kr = kc.clone()
-    x = (torch.randn(500, 8, 128, generator=g) * 50).to(torch.bfloat16).to(DEV)
+    x = (torch.randn(500, 8, 128, generator=g) * 50).to(torch.bfloat16)
+    x[0, 0, :4] = torch.tensor([float("inf"), float("-inf"), float("nan"), 1e30])  # saturate, keep NaN
+    x = x.to(DEV)
     slots = torch.randperm(64 * 16, generator=g)[:500].to(DEV)
+    slots[0] = 3  # the special values are written
     slots[::7] = -1
     s = torch.tensor([0.37], device=DEV)
     TRITON.write_kv(x, x, kc, kc.clone(), slots, s, s)

@@ -258,8 +258,10 @@ def _write_kv_kernel(X, C, SLOT, SCALE, stride_xt, stride_xh, stride_cp, stride_
     x = tl.load(X + t * stride_xt + h * stride_xh + offs, mask=msk, other=0.0)
     dst = C + (slot // PAGE) * stride_cp + (slot % PAGE) * stride_cs + h * stride_ch + offs
     if QUANT:
-        y = x.to(tl.float32) / tl.load(SCALE)
-        y = tl.minimum(tl.maximum(y, -FMAX), FMAX)
+        # the documented FP8 semantics: IEEE x / s (div_rn: Triton's "/" is approximate), saturated to
+        # the format's finite range, then round-to-nearest-even by the cast; NaN stays NaN
+        y = tl.div_rn(x.to(tl.float32), tl.load(SCALE))
+        y = tl.where(y != y, y, tl.minimum(tl.maximum(y, -FMAX), FMAX))
         tl.store(dst, y.to(C.dtype.element_ty), mask=msk)
     else:
         tl.store(dst, x.to(C.dtype.element_ty), mask=msk)
