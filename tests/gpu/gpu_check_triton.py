@@ -62,8 +62,8 @@ def test_fp8_write_kv_byte_exact(fp8):
     x[0, 0, :4] = torch.tensor([float("inf"), float("-inf"), float("nan"), 1e30])  # saturate, keep NaN
     x = x.to(DEV)
     slots = torch.randperm(64 * 16, generator=g)[:500].to(DEV)
-    slots[0] = 3  # the special values are written
     slots[::7] = -1
+    slots[0] = 3  # the row with the special values is written
     s = torch.tensor([0.37], device=DEV)
     TRITON.write_kv(x, x, kc, kc.clone(), slots, s, s)
     REF.write_kv(x, x, kr, kr.clone(), slots, s, s)
