@@ -21,13 +21,17 @@ from ..contract import FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, check_per_
 # (smaller tiles: less register file / SLM on Xe), not measured here.
 TUNING: dict[str, dict[str, tuple]] = {
     # "mla_decode": (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA decode kernel
-    "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 4, 3), "mla_decode": (16, 32, 4, 2)},
-    "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2)},
+    # "mla_wide": the same for >= 64 heads per rank (compute-bound: big head tiles; benchmarks/bench_mla.py sweep)
+    "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 4, 3), "mla_decode": (16, 32, 4, 2),
+                  "mla_wide": (64, 64, 8, 2)},
+    "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
+             "mla_wide": (64, 32, 8, 2)},
     # xpu: + the GRF mode Intel's backend is asked for (launch kwarg grf_mode); 256 GRF ("large"), 8 rows
     # per warp in prefill, N=32: the least spill of today's kernel (ci/intel_lowering.py, docs/intel_lowering.md)
     "xpu": {"prefill": (64, 32, 8, 2, "large"), "decode": (16, 32, 8, 2, "large"),
-            "mla_decode": (16, 16, 4, 2, "large")},
-    "cpu": {"prefill": (16, 16, 1, 1), "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1)},
+            "mla_decode": (16, 16, 4, 2, "large"), "mla_wide": (16, 16, 4, 2, "large")},
+    "cpu": {"prefill": (16, 16, 1, 1), "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1),
+            "mla_wide": (16, 16, 1, 1)},
 }
 
 
@@ -271,7 +275,8 @@ class TritonLaunch(PagedLaunch):
         d_rope = d - dv
         self.mla_decode = mla_kernel_fits(call) and not invariant
         if self.mla_decode:  # every absorbed-MLA step (decode, extend, verify) runs the MLA kernel
-            block_m, self.block_n, self.warps, self.stages, self.options = tile_config(device_family(device), "mla_decode")
+            which = "mla_wide" if call.num_q_heads >= 64 else "mla_decode"
+            block_m, self.block_n, self.warps, self.stages, self.options = tile_config(device_family(device), which)
             self.block_m = block_m
             tiles = triton_cdiv(max(max_q, 1) * call.num_q_heads, block_m)
             self.num_splits = num_splits or TritonProvider._num_splits(
