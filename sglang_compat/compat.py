@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
+import torch
+
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend  # noqa: F401
 from sglang.srt.layers.radix_attention import AttentionType  # noqa: F401
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc  # noqa: F401
@@ -134,3 +138,48 @@ def install_deterministic_choice(name: str) -> bool:
         if lst is not None and name not in lst:
             lst.append(name)
     return True
+
+
+# ---- MLA (DeepSeek-V2/V3): release-dependent attribute access ----------------------------
+_MLA_DIM_NAMES = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+
+
+def mla_dims(model_runner) -> dict:
+    """The MLA dimensions {kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim} of a model.
+
+    SGLang 0.5.23's ModelConfig copies them from the HF text config for the DeepSeek family; for
+    other MLA architectures it copies only some (MiniCPM3: kv_lora_rank and qk_rope_head_dim, and its
+    ``v_head_dim`` is the generic head_dim). The HF text config is the model's own truth, so it is
+    read first, then the ModelConfig. Missing values come back as None (the caller refuses them).
+    """
+    mc = model_runner.model_config
+    hf = getattr(mc, "hf_text_config", None) or getattr(mc, "hf_config", None)
+    dims = {}
+    for name in _MLA_DIM_NAMES:
+        v = getattr(hf, name, None) if hf is not None else None
+        if v is None:
+            v = getattr(mc, name, None)
+        dims[name] = int(v) if v is not None else None
+    return dims
+
+
+def mla_pool_dims(pool) -> tuple[Optional[int], Optional[int]]:
+    """(kv_lora_rank, qk_rope_head_dim) as the MLA token-to-KV pool laid out its rows (None if unknown)."""
+    return getattr(pool, "kv_lora_rank", None), getattr(pool, "qk_rope_head_dim", None)
+
+
+def mla_pool_stores_fp8(pool) -> bool:
+    """Whether an MLA pool keeps its latent rows as FP8 bytes (SGLang: ``store_dtype`` uint8)."""
+    return getattr(pool, "store_dtype", None) == torch.uint8 or getattr(pool, "dtype", None) in (
+        torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def mla_fb_attends_prefix(fb) -> bool:
+    """Whether SGLang asks this MHA call for cached-prefix chunks or an LSE (its MHA_CHUNKED_KV path)."""
+    return bool(getattr(fb, "attn_attend_prefix_cache", None)) or bool(getattr(fb, "mha_return_lse", None))
+
+
+def batch_write_loc(fb):
+    """The batch's out_cache_loc as a pool write loc, with its physical mark where this release has one."""
+    for_batch = getattr(KVWriteLoc, "for_batch", None)
+    return for_batch(fb) if for_batch is not None else KVWriteLoc(fb.out_cache_loc)

@@ -2,6 +2,7 @@
 
 Usage: python run_sglang.py MODEL_DIR OUT_JSON --backend xpu_attn|torch_native [--max-tokens N]
        [--chunked-prefill-size N] [--prompts-json FILE] [--repeat N] [--page-size N]
+       [--then-prompts-json FILE ...]   (more rounds on the same engine, after the repeats: radix-cache hits)
 """
 
 import argparse
@@ -23,6 +24,7 @@ def main():
     ap.add_argument("--disable-radix-cache", action="store_true")
     ap.add_argument("--moe-runner-backend", default=None)
     ap.add_argument("--context-length", type=int, default=256)
+    ap.add_argument("--then-prompts-json", action="append", default=[])
     a = ap.parse_args()
 
     import sglang
@@ -45,8 +47,9 @@ def main():
     outs = []
     cached = []
     try:
-        for _ in range(a.repeat):
-            res = engine.generate(prompt=prompts, sampling_params=sp, return_logprob=True, top_logprobs_num=5)
+        rounds = [prompts] * a.repeat + [json.load(open(f)) for f in a.then_prompts_json]
+        for round_prompts in rounds:
+            res = engine.generate(prompt=round_prompts, sampling_params=sp, return_logprob=True, top_logprobs_num=5)
             for r in res:
                 mi = r["meta_info"]
                 cached.append(mi.get("cached_tokens", 0))
