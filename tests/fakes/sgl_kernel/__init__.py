@@ -1,10 +1,13 @@
-"""Strict fake of sgl-kernel-xpu's ``sgl_kernel`` package: ``merge_state_v2`` and ``__version__``.
+"""Strict fake of sgl-kernel-xpu's ``sgl_kernel`` package: ``merge_state_v2``, ``__version__`` and the MLA
+decode entry points ``flash_mla_decode`` / ``flash_mla_get_workspace_size`` (attention.py, common_ops.py).
 
 Cites python/sgl_kernel/attention.py (``att:L``) and src/sycl/merge_states.cpp (``ms:L``) at main 9cf16bf9.
 """
 import torch
 
 from _common import check, record, reference
+from sgl_kernel import common_ops  # noqa: F401  __init__.py:14: the native extension registers torch.ops.sgl_kernel
+from sgl_kernel.attention import flash_mla_decode, flash_mla_get_workspace_size  # noqa: F401  __init__.py:16-22
 
 __version__ = "0.1.8"  # python/sgl_kernel/version.py:1@9cf16bf9
 
