@@ -3,6 +3,7 @@
 Usage: python run_sglang.py MODEL_DIR OUT_JSON --backend xpu_attn|torch_native [--max-tokens N]
        [--chunked-prefill-size N] [--prompts-json FILE] [--repeat N] [--page-size N]
        [--then-prompts-json FILE ...]   (more rounds on the same engine, after the repeats: radix-cache hits)
+       [--kv-cache-dtype auto|fp8_e4m3] [--teacher-force-json FILE]
 """
 
 import argparse
@@ -25,6 +26,11 @@ def main():
     ap.add_argument("--moe-runner-backend", default=None)
     ap.add_argument("--context-length", type=int, default=256)
     ap.add_argument("--then-prompts-json", action="append", default=[])
+    ap.add_argument("--kv-cache-dtype", default=None, help="SGLang's kv_cache_dtype (default: SGLang's own, auto)")
+    ap.add_argument("--teacher-force-json", default=None,
+                    help="JSON list of token-id sequences: after generating, score each (input logprobs from "
+                         "position 0, top-5 and the given token at every position after the first) into "
+                         "'teacher_forced'")
     a = ap.parse_args()
 
     import sglang
@@ -42,10 +48,13 @@ def main():
         kw["page_size"] = a.page_size
     if a.moe_runner_backend:
         kw["moe_runner_backend"] = a.moe_runner_backend
+    if a.kv_cache_dtype:
+        kw["kv_cache_dtype"] = a.kv_cache_dtype
     engine = sglang.Engine(**kw)
     sp = {"temperature": 0.0, "max_new_tokens": a.max_tokens, "ignore_eos": True}
     outs = []
     cached = []
+    teacher_forced = None
     try:
         rounds = [prompts] * a.repeat + [json.load(open(f)) for f in a.then_prompts_json]
         for round_prompts in rounds:
@@ -58,9 +67,29 @@ def main():
                     "token_ids": [t[1] for t in mi["output_token_logprobs"]],
                     "logprobs": [{str(t[1]): t[0] for t in step} for step in mi["output_top_logprobs"]],
                 })
+        if a.teacher_force_json:
+            seqs = json.load(open(a.teacher_force_json))
+            tf_res = engine.generate(input_ids=seqs, sampling_params={"temperature": 0.0, "max_new_tokens": 1},
+                                     return_logprob=True, logprob_start_len=0, top_logprobs_num=5)
+            teacher_forced = []
+            for seq, r in zip(seqs, tf_res):
+                mi = r["meta_info"]
+                given = mi["input_token_logprobs"]  # (logprob, id, text) per position, from position 0
+                # SGLang reports ids >= vocab_size - 1 as 0 (its image-hash clipping); the logprob is the given token's
+                assert len(given) == len(seq) and all(g[1] in (t, 0) for g, t in zip(given, seq)), \
+                    "input logprobs not from position 0"
+                rows = []
+                for pos in range(1, len(seq)):  # nothing predicts the first token
+                    row = {str(t[1]): t[0] for t in (mi["input_top_logprobs"][pos] or [])}
+                    row[str(seq[pos])] = given[pos][0]
+                    rows.append(row)
+                teacher_forced.append(rows)
     finally:
         engine.shutdown()
-    json.dump({"backend": a.backend, "outputs": outs, "cached_tokens": cached}, open(a.out, "w"))
+    res = {"backend": a.backend, "outputs": outs, "cached_tokens": cached}
+    if teacher_forced is not None:
+        res["teacher_forced"] = teacher_forced
+    json.dump(res, open(a.out, "w"))
 
 
 if __name__ == "__main__":

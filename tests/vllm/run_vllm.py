@@ -2,6 +2,7 @@
 
 Usage: python run_vllm.py MODEL_DIR OUT_JSON [--max-tokens N] [--max-num-batched-tokens N]
        [--prefix-caching] [--num-gpu-blocks N] [--prompts-json FILE] [--block-size N] [--native-rope] [--stagger N]
+       [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--teacher-force-json FILE]
 Prints nothing but vLLM's logs; writes {"backend": ..., "outputs": [{"token_ids", "logprobs"}...]}.
 """
 
@@ -29,6 +30,10 @@ def main():
     ap.add_argument("--stagger", type=int, default=0,
                     help="prompt i generates max_tokens - stagger * (i %% 3) tokens (requests finish apart: mixed steps)")
     ap.add_argument("--repeat", type=int, default=1, help="generate the prompts this many times (prefix-cache hits)")
+    ap.add_argument("--kv-cache-dtype", default=None, help="vLLM's kv_cache_dtype (default: vLLM's own, auto)")
+    ap.add_argument("--teacher-force-json", default=None,
+                    help="JSON list of token-id sequences: after generating, score each with prompt_logprobs=5 "
+                         "(top-5 and the given token at every position after the first) into 'teacher_forced'")
     a = ap.parse_args()
 
     from vllm import LLM, SamplingParams
@@ -47,6 +52,8 @@ def main():
         kw["block_size"] = a.block_size
     if a.max_num_seqs:
         kw["max_num_seqs"] = a.max_num_seqs
+    if a.kv_cache_dtype:
+        kw["kv_cache_dtype"] = a.kv_cache_dtype
     if a.native_rope:
         kw["compilation_config"] = {"custom_ops": ["all", "-rotary_embedding"]}
     llm = LLM(**kw)
@@ -57,6 +64,20 @@ def main():
     outs = []
     for _ in range(a.repeat):
         outs += llm.generate(prompts, sp)
+    teacher_forced = None
+    if a.teacher_force_json:
+        seqs = json.load(open(a.teacher_force_json))
+        tf = llm.generate([{"prompt_token_ids": list(s)} for s in seqs],
+                          SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=5))
+        teacher_forced = [[{str(k): v.logprob for k, v in lp.items()} for lp in o.prompt_logprobs[1:]] for o in tf]
+    kv_scales = None
+    if a.kv_cache_dtype:  # the (k_scale, v_scale) pairs the attention layers hold (1.0 without checkpoint scales)
+        try:
+            kv_scales = llm.apply_model(lambda model: sorted(
+                {(float(m._k_scale), float(m._v_scale)) for m in model.modules()
+                 if hasattr(m, "_k_scale") and hasattr(m, "_v_scale")}))
+        except Exception as e:  # record why (e.g. a multi-process engine core that cannot pickle the lambda)
+            kv_scales = repr(e)
     metrics = {}
     try:
         for m in llm.get_metrics():
@@ -77,11 +98,16 @@ def main():
         "providers": backend,
         "metrics": metrics,
         "outputs": [
-            {"prompt": o.prompt, "text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids),
+            {"prompt": o.prompt, "prompt_token_ids": list(o.prompt_token_ids), "text": o.outputs[0].text,
+             "token_ids": list(o.outputs[0].token_ids),
              "logprobs": [{str(k): v.logprob for k, v in lp.items()} for lp in o.outputs[0].logprobs]}
             for o in outs
         ],
     }
+    if teacher_forced is not None:
+        res["teacher_forced"] = teacher_forced
+    if kv_scales is not None:
+        res["kv_scales"] = kv_scales
     json.dump(res, open(a.out, "w"))
 
 
