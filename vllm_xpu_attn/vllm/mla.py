@@ -252,39 +252,51 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
         """Each prefill row's keys = its cached context (read from the latent cache, decompressed) then its new
         tokens (this step's, unquantized, as vLLM computes them). Host lengths only: no sync.
 
-        Decompresses every context at once (vLLM chunks it through a bounded workspace)."""
-        ctx_lens = [int(c) for c in pre.chunked_context.context_lens_list]
-        q_lens = [int(x) for x in pre.query_lens_cpu.tolist()]
-        dev = k_new.device
-        req, pos, ctx_dst, new_dst = [], [], [], []
-        at, cu_k, q_at = 0, [0], 0
-        for i, (c, ql) in enumerate(zip(ctx_lens, q_lens)):
-            req += [i] * c
-            pos += range(c)
-            ctx_dst += range(at, at + c)
-            new_dst += range(at + c, at + c + ql)
-            at += c + ql
-            cu_k.append(at)
-            q_at += ql
+        The gather/scatter indices depend on the step only: built by the first layer, kept on the step's
+        prefill metadata for the others. Decompresses every context at once (vLLM chunks it through a
+        bounded workspace)."""
+        layout = getattr(pre, "_vxa_context_layout", None)
+        if layout is None:
+            layout = _context_layout(pre, self.page_size, k_new.device)
+            try:
+                pre._vxa_context_layout = layout
+            except AttributeError:  # a frozen metadata class: rebuilt per layer (same values)
+                pass
+        slots, ctx_i, new_i, cu, total, max_k = layout
         flat = compat.mla_cache_view(cache, self.kv_cache_dtype).reshape(-1, self.dims.latent_dim)
-        page = self.page_size
-        req_t = torch.tensor(req, dtype=torch.long).to(dev, non_blocking=True)
-        pos_t = torch.tensor(pos, dtype=torch.long).to(dev, non_blocking=True)
-        slots = pre.block_table[req_t, pos_t // page].long() * page + pos_t % page
         if self.fp8:  # index FP8 storage as bytes (index kernels lack FP8 on some devices), then dequantize
             rows = flat.view(torch.uint8)[slots].view(flat.dtype).float() * k_scale.reshape(1).float()
         else:
             rows = flat[slots].float()
         rows = rows.to(k_new.dtype)
         k_ctx, v_ctx = self._up_project(rows[:, : self.kv_lora_rank], rows[:, self.kv_lora_rank:])
-        k = k_new.new_empty(at, self.num_heads, k_new.shape[-1])
-        v = v_new.new_empty(at, self.num_heads, v_new.shape[-1])
-        ctx_i = torch.tensor(ctx_dst, dtype=torch.long).to(dev, non_blocking=True)
-        new_i = torch.tensor(new_dst, dtype=torch.long).to(dev, non_blocking=True)
+        k = k_new.new_empty(total, self.num_heads, k_new.shape[-1])
+        v = v_new.new_empty(total, self.num_heads, v_new.shape[-1])
         k[ctx_i], v[ctx_i] = k_ctx, v_ctx
         k[new_i], v[new_i] = k_new, v_new
-        cu = torch.tensor(cu_k, dtype=torch.int32).to(dev, non_blocking=True)
-        return k, v, cu, max(c + ql for c, ql in zip(ctx_lens, q_lens))
+        return k, v, cu, max_k
 
+
+def _context_layout(pre, page: int, dev: torch.device):
+    """Per step: cache slots of every context token, where context and new tokens go in the joined
+    K/V rows, cu_seqlens of those rows, their count and the longest row (host lengths only)."""
+    ctx_lens = [int(c) for c in pre.chunked_context.context_lens_list]
+    q_lens = [int(x) for x in pre.query_lens_cpu.tolist()]
+    req, pos, ctx_dst, new_dst = [], [], [], []
+    at, cu_k = 0, [0]
+    for i, (c, ql) in enumerate(zip(ctx_lens, q_lens)):
+        req += [i] * c
+        pos += range(c)
+        ctx_dst += range(at, at + c)
+        new_dst += range(at + c, at + c + ql)
+        at += c + ql
+        cu_k.append(at)
+    req_t = torch.tensor(req, dtype=torch.long).to(dev, non_blocking=True)
+    pos_t = torch.tensor(pos, dtype=torch.long).to(dev, non_blocking=True)
+    slots = pre.block_table[req_t, pos_t // page].long() * page + pos_t % page
+    ctx_i = torch.tensor(ctx_dst, dtype=torch.long).to(dev, non_blocking=True)
+    new_i = torch.tensor(new_dst, dtype=torch.long).to(dev, non_blocking=True)
+    cu = torch.tensor(cu_k, dtype=torch.int32).to(dev, non_blocking=True)
+    return slots, ctx_i, new_i, cu, at, max(c + ql for c, ql in zip(ctx_lens, q_lens))
 
 BACKEND_PATH = f"{__name__}.XpuAttnMLABackend"
