@@ -254,3 +254,54 @@ def test_xpu_tiles_ask_for_the_grf_mode_the_intel_lowering_job_checked():
         *_, opts = tile_config("xpu", phase)
         assert opts == {"grf_mode": "large"}
         assert tile_config("cuda_sm90", phase)[4] == {} and tile_config("cpu", phase)[4] == {}
+
+
+def test_bind_bakes_fixed_arguments_as_addresses(monkeypatch):
+    """FastLaunch.bind (the provider's per-layer hot path): fixed runtime arguments become constants,
+    tensors among them their device addresses; the free ones stay in place; constexprs keep their
+    slots; a different current device raises instead of launching with stale addresses."""
+    ok, why, _ = L._static_support()
+    if not ok:
+        pytest.skip(f"installed triton not verified: {why}")
+    from triton.runtime.driver import driver as driver_cfg
+    from triton.runtime.jit import JITFunction
+
+    if not hasattr(driver_cfg, "_active"):
+        pytest.skip("this triton's DriverConfig has no _active to stand in for")
+    current = {"dev": 0}
+
+    class FakeDriver:
+        def get_current_device(self):
+            return current["dev"]
+
+        def get_current_stream(self, device):
+            return 77
+
+    launches = []
+    ck = _fake_compiled(lambda *a: launches.append(a))
+
+    class FakeJIT(JITFunction):
+        def __getitem__(self, grid):
+            return lambda **kw: ck
+
+    def py_kernel(X, BLOCK: tl.constexpr, n, T, scale, OUT, FLAG: tl.constexpr = False):
+        pass
+
+    monkeypatch.setattr(driver_cfg, "_active", FakeDriver())
+    monkeypatch.setattr(L, "_interpreting", lambda: False)
+    fl = FastLaunch(FakeJIT(py_kernel), (3, 2), dict(BLOCK=64), num_warps=4, num_stages=2, check=False)
+    x, t, out = torch.zeros(16), torch.zeros(8), torch.zeros(16)
+    with pytest.raises(RuntimeError, match="armed"):
+        fl.bind({1: 48})
+    fl(x, 48, t, 0.5, out)
+    assert fl.takes_addresses
+    bound = fl.bind({1: 48, 2: t, 3: 0.25})
+    bound(x, out)
+    assert launches == [(3, 2, 1, 77, "FUNC", (4, 1, 0), None, None, None, x, 64, 48, t.data_ptr(), 0.25, out, False)]
+    bound(1234, 5678)  # free arguments may be addresses too
+    assert launches[-1][9] == 1234 and launches[-1][14] == 5678
+    current["dev"] = 1
+    with pytest.raises(RuntimeError, match="planned on"):
+        bound(x, out)
+    with pytest.raises(IndexError):
+        fl.bind({9: 1})

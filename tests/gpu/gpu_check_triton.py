@@ -195,3 +195,49 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
             chunk_size=64 if spec.local_attention else None)
         assert_close_to(out[:real].float().cpu(), want, torch.bfloat16)
         assert torch.isfinite(out[real:].float()).all()
+
+
+@pytest.mark.parametrize("case", ["decode", "decode_split", "prefill", "strided_q"])
+def test_layer_hot_path_many_layers_and_steps(case):
+    """TritonLaunch.run's hot path (later layers of a step: one dict lookup, device addresses, no
+    per-layer checks) vs the reference provider, layer by layer, over fresh plans per step: 6 layers
+    each with its own caches and outputs, decode (with and without split-K), prefill, and a q that is a
+    strided view of a fused qkv projection as vLLM passes it."""
+    hq, hkv, d, ps, layers = 16, 4, 128, 16, 6
+    bs = 3
+    ctx = 2048 if case == "decode_split" else 300
+    nq = 40 if case == "prefill" else 1
+    g = torch.Generator().manual_seed(5)
+    n_pages = bs * (ctx // ps + 4) + 1
+    caches = [(torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).bfloat16(),
+               torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).bfloat16()) for _ in range(layers)]
+    spec = core.LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=torch.bfloat16,
+                          kv_dtype=torch.bfloat16)
+    runners = [core.LayerRunner(spec, DEV, ps, override="triton") for _ in range(layers)]
+    hot_hits = 0
+    for step_i in range(3):
+        lens = torch.randint(nq, ctx + 1, (bs,), generator=g)
+        per = (ctx + ps - 1) // ps
+        table = torch.randperm(n_pages, generator=g)[: bs * per].view(bs, per).int().to(DEV)
+        qlens = torch.full((bs,), nq)
+        cu = torch.cat([torch.zeros(1, dtype=torch.long), qlens.cumsum(0)]).int().to(DEV)
+        mode = core.Mode.DECODE if nq == 1 else core.Mode.EXTEND
+        plan = core.plan_step(core.StepInputs(mode=mode, seq_lens=lens.int().to(DEV), max_seqlen_k=int(lens.max()),
+                                              num_tokens=bs * nq, page_size=ps, page_table=table, cu_seqlens_q=cu,
+                                              max_seqlen_q=nq))
+        for li, (rn, (kc, vc)) in enumerate(zip(runners, caches)):
+            if case == "strided_q":
+                qkv = torch.randn(bs * nq, hq + 2 * hkv, d, generator=g).to(DEV).bfloat16()
+                q = qkv[:, :hq]
+            else:
+                q = torch.randn(bs * nq, hq, d, generator=g).to(DEV).bfloat16()
+            out = torch.full((bs * nq, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
+            rn.forward(plan, q, kc, vc, out)
+            want = REF.flash_attn_with_kvcache(q, kc, vc, table, plan.main.cache_seqlens, cu, nq,
+                                               softmax_scale=spec.scale, causal=True)
+            assert_close_to(out.float().cpu(), want.double().cpu(), torch.bfloat16)
+        launch = next(iter(plan.launches.values()))
+        hot_hits += len(launch._hot)
+        if case == "decode_split":
+            assert launch.num_splits > 1
+    assert hot_hits >= 3, "the hot path was never armed (fast launch off?)"

@@ -38,6 +38,18 @@ def mha_request(spec: LayerSpec, device_type: str) -> KernelRequest:
     )
 
 
+_CALL_IDS: dict[PagedCall, int] = {}
+
+
+def _call_id(call: PagedCall) -> int:
+    """A small int per distinct PagedCall (memoised on the instance: frozen dataclasses rehash per call)."""
+    cid = call.__dict__.get("_vxa_id")
+    if cid is None:
+        cid = _CALL_IDS.setdefault(call, len(_CALL_IDS))
+        object.__setattr__(call, "_vxa_id", cid)
+    return cid
+
+
 class LayerRunner:
     """Runs one layer's attention for any step. Providers are chosen per phase at construction."""
 
@@ -146,7 +158,8 @@ class LayerRunner:
 
     def _launch(self, plan: StepPlan, which: str, provider: KernelProvider, call: PagedCall) -> PagedLaunch:
         """The step's launch for sub-plan ``which`` and this layer's call, planned by the first layer asking."""
-        key = (which, provider.name, call)
+        # keyed by the call's interned id: hashing the dataclass per layer costs more than the lookup
+        key = (which, provider.name, _call_id(call))
         launch = plan.launches.get(key)
         if launch is None:
             launch = plan.launches[key] = provider.plan_paged(self._sub_plan(plan, which), call)
@@ -211,7 +224,7 @@ class LayerRunner:
         if plan.spec_expand is None or which == "encoder":
             res = self._launch(plan, which, provider, self._call).run(q_real, k_cache, v_cache, out_real, sinks,
                                                                        self._alibi, k_descale, v_descale)
-            if res.data_ptr() != out_real.data_ptr():
+            if res is not out_real and res.data_ptr() != out_real.data_ptr():
                 out_real.copy_(res)
             return out
 

@@ -67,6 +67,17 @@ pass ``check=False``. Not replicated on the fast path (the binder does these per
 ``used_global_vals`` "global changed since compile" check, ``JITFunction.pre_run_hooks`` (a kernel that
 has any stays on the binder path), and re-reading ``TRITON_DEBUG`` / instrumentation knobs.
 
+Device addresses for tensors (``takes_addresses``): once armed, an unchecked FastLaunch passes its
+arguments straight to the launcher, whose pointer extraction takes a Python int as the device address
+before trying ``data_ptr()``: Triton 3.9 ``backends/nvidia/driver.c`` ``extractPointer`` lines 1072-1075
+(then, for a tensor, a ``data_ptr()`` call and ``cuPointerGetAttribute``, lines 1076-1094, which an int
+skips); Triton 3.6 ``backends/nvidia/driver.py`` ``getPointer`` in the generated launcher (the same
+``PyLong_Check`` branch first); intel v3.3.0b1 ``third_party/intel/backend/driver.py`` lines 486-489 (an
+int is still checked by ``checkDevicePointer``). So a caller that has checked every tensor's device
+may pass ``t.data_ptr()`` in place of ``t`` on the armed path (the first call, which compiles, must get
+the tensors: the binder specialises on them). The provider does so with its per-step tensors, whose
+addresses it reads once per step.
+
 Under ``TRITON_INTERPRET=1`` (CPU CI) there is no compiled kernel: FastLaunch always uses the normal
 path. The same happens, visibly, when the installed Triton is not one whose API was read above
 (:func:`fast_launch_supported` gives the reason; ``VLLM_XPU_ATTN_FAST_LAUNCH=0`` turns the fast path off).
@@ -234,7 +245,7 @@ class FastLaunch:
     """
 
     __slots__ = ("fn", "grid", "constexprs", "num_warps", "num_stages", "check", "reason", "slow_calls",
-                 "_names", "_params", "_launch", "_disabled", "kernel", "_misses", "options")
+                 "_names", "_params", "_launch", "_disabled", "kernel", "_misses", "options", "_bound")
 
     def __init__(self, fn, grid: tuple[int, int, int], constexprs: dict[str, object], num_warps: int,
                  num_stages: int, *, check: bool = True, options: Optional[dict] = None):
@@ -265,6 +276,7 @@ class FastLaunch:
         self._launch: Optional[Callable] = None
         self._disabled = False
         self._misses = 0
+        self._bound: dict[str, Any] = {}  # what bind() needs from arming
 
     # -- the normal path ----------------------------------------------------------------------------
     def _slow(self, args: tuple):
@@ -306,6 +318,70 @@ class FastLaunch:
     @property
     def armed(self) -> bool:
         return self._launch is not None
+
+    @property
+    def takes_addresses(self) -> bool:
+        """Armed and unchecked: ``bind`` can fix arguments as device addresses (module doc)."""
+        return self._launch is not None and not self.check
+
+    def bind(self, fixed: dict[int, Any]) -> Callable:
+        """A launch closure with runtime arguments ``fixed`` {index: value} baked in (tensors as their device
+        addresses); it takes the other runtime arguments, in order, tensors or addresses.
+
+        For a per-step plan whose layers differ only in a few pointers: fewer Python arguments per call and
+        no per-pointer conversion in the launcher. Only on an armed, unchecked FastLaunch. A call made while
+        another device is current raises (the baked addresses belong to the armed device; the binder
+        cannot be used with addresses in place of tensors).
+        """
+        if not self.takes_addresses:
+            raise RuntimeError(f"FastLaunch.bind needs an armed, unchecked launch ({self.reason or 'checked'})")
+        n = len(self._names)
+        if any(not 0 <= i < n for i in fixed):
+            raise IndexError(f"FastLaunch.bind: indices {sorted(fixed)} out of range for {n} runtime arguments")
+        free = [i for i in range(n) if i not in fixed]
+        args = {i: (v.data_ptr() if hasattr(v, "data_ptr") else v) for i, v in fixed.items()}
+        b = self._bound
+        full, consts, pos = [], {}, 0
+        for name, _, default in self._params:  # the launcher's positional layout, constexprs included
+            if name in self._names:
+                i = self._names.index(name)
+                full.append(f"a{i}" if i not in args else f"k{i}")
+                if i in args:
+                    consts[f"k{i}"] = args[i]
+            else:
+                consts[f"k_{name}"] = self.constexprs[name] if name in self.constexprs else default
+                full.append(f"k_{name}")
+        names = tuple(consts)
+        key = ("bind", tuple(full), tuple(free), names, b["style"])
+        factory = _launcher_code_cache.get(key)
+        if factory is None:  # generated once per argument structure; per step only the factory call
+            argl = ", ".join(f"a{i}" for i in free)
+            hk = "_H.runtime" if b["style"] == "knobs" else "_H"
+            lines = [
+                "def factory(get_device, device, get_stream, _H, _HC, run, function, meta, lmeta, grid, "
+                + "".join(f"{c}, " for c in names) + "):",
+                "    gx, gy, gz = grid",
+                f"    def launch({argl}):",
+                "        dev = get_device()",
+                "        if dev != device:",
+                "            raise RuntimeError(f'vllm-xpu-attn: device {dev} is current but this step was planned on '",
+                "                               f'device {device}; keep that device current while its layers run')",
+                "        stream = get_stream(dev)",
+                f"        enter = {hk}.launch_enter_hook",
+                f"        leave = {hk}.launch_exit_hook",
+                "        if (enter is None or (enter.__class__ is _HC and not enter.calls)) and \\",
+                "                (leave is None or (leave.__class__ is _HC and not leave.calls)):",
+                f"            run(gx, gy, gz, stream, function, meta, None, None, None, {', '.join(full)})",
+                "        else:  # hooks installed (a profiler): exactly the binder's call",
+                f"            full = ({', '.join(full)},)",
+                "            run(gx, gy, gz, stream, function, meta, lmeta(grid, stream, *full), enter, leave, *full)",
+                "    return launch",
+            ]
+            ns: dict[str, Any] = {}
+            exec(compile("\n".join(lines), f"<FastLaunch.bind {len(free)} free>", "exec"), ns)  # noqa: S102
+            factory = _launcher_code_cache[key] = ns["factory"]
+        return factory(b["get_device"], b["device"], b["get_stream"], b["hooks"], b["hook_chain"], b["run"],
+                       b["function"], b["meta"], b["lmeta"], self.grid, *consts.values())
 
     # -- building the fast path from the first call -------------------------------------------------
     def _arm(self, args: tuple, kernel) -> None:
@@ -371,6 +447,13 @@ class FastLaunch:
         drv = driver.active
         get_device = drv.get_current_device
         device = get_device()  # the device the binder just launched on
+        # torch's own current-device query when it names the device Triton's query returned (a cheaper call)
+        fast_dev = getattr(torch._C, "_cuda_getDevice", None) if backend == "cuda" else None
+        try:
+            if fast_dev is not None and fast_dev() == device:
+                get_device = fast_dev
+        except Exception:  # noqa: BLE001 - e.g. a CPU-only torch: keep Triton's own query
+            pass
         run = kernel.run  # 3.3: materialised by __getattribute__ -> _init_handles(); 3.4+: a property
         function, meta = kernel.function, kernel.packed_metadata
         if function is None or meta is None:
@@ -380,5 +463,8 @@ class FastLaunch:
         self._launch = factory(run, function, meta, self.grid, get_device, device, drv.get_current_stream,
                                hooks_owner, hook_chain, self._miss, kernel.launch_metadata, tuple(expected),
                                tuple(consts))
+        self._bound = dict(run=run, function=function, meta=meta, get_device=get_device, device=device,
+                           get_stream=drv.get_current_stream, hooks=hooks_owner, hook_chain=hook_chain,
+                           lmeta=kernel.launch_metadata, style=style)
         self.kernel = kernel
         self.reason = None

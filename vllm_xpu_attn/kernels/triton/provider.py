@@ -251,10 +251,13 @@ class TritonLaunch(PagedLaunch):
     """One step's sub-plan x one layer configuration: tiles, split count, grid fixed once per step."""
 
     __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
-                 "group", "invariant", "_fast", "mla_decode", "options")
+                 "group", "invariant", "_fast", "mla_decode", "options", "_hot", "_last")
 
     def __init__(self, provider: "TritonProvider", step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None):
         super().__init__(provider, step, call)
+        # the per-layer hot path (run): layer signature -> armed launchers + every argument but q/k/v/out
+        self._hot: dict[tuple, tuple] = {}
+        self._last: Optional[tuple] = None
         device = step.cache_seqlens.device
         hkv, d, dv = call.num_kv_heads, call.head_dim, call.v_head_dim
         self.group = group = call.num_q_heads // hkv
@@ -303,6 +306,43 @@ class TritonLaunch(PagedLaunch):
         # the first layer of a variant binds through Triton's JIT, the rest launch directly
         self._fast: dict[tuple, tuple] = {}
 
+    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: Optional[torch.Tensor] = None,
+            sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
+            k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None):
+        """PagedLaunch.run with a per-layer hot path: the layers of a step repeat one signature (shapes,
+        strides, dtypes, devices, 16-byte alignment), so a signature that passed the checks and armed the
+        compiled launchers once is looked up in one dict and launched with device addresses. Everything
+        else (sinks, ALiBi, FP8 descales, LSE, no ``out``, MLA) takes the checked path every call."""
+        if out is None or sinks is not None or alibi_slopes is not None or k_descale is not None or \
+                v_descale is not None or self.call.return_lse or self.mla_decode:
+            return PagedLaunch.run(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale)
+        qa, ka, va, oa = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
+        key = (q.shape, k_cache.shape, v_cache.shape, out.shape, q.stride(), k_cache.stride(), v_cache.stride(),
+               out.stride(), q.dtype, k_cache.dtype, v_cache.dtype, out.dtype, q.get_device(), k_cache.get_device(),
+               v_cache.get_device(), out.get_device(), ((qa | ka | va | oa) & 15) == 0)
+        hot = self._hot.get(key)
+        if hot is None:
+            self._last = None
+            res = PagedLaunch.run(self, q, k_cache, v_cache, out)
+            last = self._last  # set by run_checked when it launched
+            if last is not None and key[-1] and last[0].takes_addresses and (last[1] is None or
+                                                                            last[1].takes_addresses):
+                attn, merge, args, margs = last
+                # every argument but q/k/v/out (attention: 0-2 and 10; merge: 2) fixed for the step
+                step = self.step
+                fixed = dict(enumerate((None, None, None, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
+                                        None, None, None, None, None) + args))
+                for i in (0, 1, 2, 10):
+                    del fixed[i]
+                mfixed = {i: a for i, a in enumerate(margs[:2] + (None,) + margs[2:]) if i != 2}
+                self._hot[key] = (attn.bind(fixed), merge.bind(mfixed) if merge is not None else None)
+            return res
+        attn, merge = hot
+        attn(qa, ka, va, oa)
+        if merge is not None:
+            merge(oa)
+        return out
+
     def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
         step, call = self.step, self.call
         total_q, hq = q.shape[0], call.num_q_heads
@@ -347,11 +387,20 @@ class TritonLaunch(PagedLaunch):
                  qs[0], qs[1], ks[0], ks[1], os_[0], os_[1], step.page_table.stride(0), total_q, hq,
                  call.softmax_scale)
         else:
+            # the arguments after ``out`` (the hot path in run() replays them for later layers)
+            args = (lse_, o_part, l_part, qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
+                    step.page_table.stride(0), k_descale.stride(0) if per_head else 0, total_q, hq,
+                    call.softmax_scale, call.softcap)
             attn(q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
-                 sinks_, alibi_slopes, k_descale, v_descale, out, lse_, o_part, l_part,
-                 qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
-                 step.page_table.stride(0), k_descale.stride(0) if per_head else 0, total_q, hq,
-                 call.softmax_scale, call.softcap)
+                 sinks_, alibi_slopes, k_descale, v_descale, out, *args)
+            margs = ()
+            if merge is not None:  # merge(o_part, l_part, out, *margs[2:])
+                margs = (o_part, l_part, lse_, sinks_, step.cu_seqlens_q, os_[0], os_[1], total_q, hq,
+                         step.page_table.shape[0])
+                merge(*margs[:2], out, *margs[2:])
+            if sinks is None and alibi_slopes is None and k_descale is None and v_descale is None:
+                self._last = (attn, merge, args, margs)
+            return (out, lse) if call.return_lse else out
         if merge is not None:
             merge(o_part, l_part, out, lse_, sinks_, step.cu_seqlens_q, os_[0], os_[1], total_q, hq,
                   step.page_table.shape[0])

@@ -1,0 +1,150 @@
+"""Where the host time of one decode layer goes (issue #11): each layer of the call stack timed alone.
+
+    PYTHONPATH=. python tests/gpu/gpu_host_breakdown.py      # prints one JSON object
+
+Run on a CUDA machine (not in CI). Tiny decode batch (B 1, 128 keys, bf16, Hq 32 / Hkv 8 / D 128,
+page 64) so the GPU time per call is far below the host time. Each figure is the median over repeats
+of host seconds per call for N back-to-back calls rotating over 32 layers' caches:
+
+  forward        LayerRunner.forward(plan, q, k, v, out)       (the engine-facing per-layer call)
+  launch_run     PagedLaunch.run(...)                           (the O(1) checks + run_checked)
+  run_checked    TritonLaunch.run_checked(...)                  (signature key + launcher call)
+  fastlaunch     the armed FastLaunch closure with the real arguments
+  kernel_run_tensors / kernel_run_ints   CompiledKernel.run directly: tensors vs data_ptr() ints
+  floor_*        an empty 1-pointer kernel through its launcher; torch's own empty kernel (x.zero_())
+  py_*           single Python/torch calls the per-layer path makes (current_device, stream, stride...)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from vllm_xpu_attn import core  # noqa: E402
+
+DEV = torch.device("cuda")
+N, REPEATS, LAYERS = 2000, 15, 32
+
+
+def host_us(calls, n=N, repeats=REPEATS):
+    k = len(calls)
+    for i in range(200):
+        calls[i % k]()
+    torch.cuda.synchronize()
+    vals = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(n):
+            calls[i % k]()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        vals.append((t1 - t0) / n * 1e6)
+    return {"median": round(statistics.median(vals), 3), "min": round(min(vals), 3)}
+
+
+@triton.jit
+def _empty(X):
+    pass
+
+
+def main():
+    hq, hkv, d, page, b, keys = 32, 8, 128, 64, 1, 128
+    dt = torch.bfloat16
+    per = keys // page
+    pt = torch.arange(b * per, dtype=torch.int32, device=DEV).reshape(b, per)
+    seq = torch.full((b,), keys, dtype=torch.int32, device=DEV)
+    caches = [(torch.randn(b * per + 1, page, hkv, d, device=DEV, dtype=dt),
+               torch.randn(b * per + 1, page, hkv, d, device=DEV, dtype=dt)) for _ in range(LAYERS)]
+    q = torch.randn(b, hq, d, device=DEV, dtype=dt)
+    outs = [torch.empty_like(q) for _ in range(LAYERS)]
+    spec = core.LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=dt, kv_dtype=dt)
+    runner = core.LayerRunner(spec, DEV, page, override="triton")
+    plan = core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=seq, max_seqlen_k=keys, num_tokens=b,
+                                          page_size=page, page_table=pt))
+    res = {}
+    res["forward"] = host_us([lambda i=i: runner.forward(plan, q, caches[i][0], caches[i][1], outs[i])
+                              for i in range(LAYERS)])
+    launch = next(iter(plan.launches.values()))
+    res["launch_run"] = host_us([lambda i=i: launch.run(q, caches[i][0], caches[i][1], outs[i])
+                                 for i in range(LAYERS)])
+    res["run_checked"] = host_us([lambda i=i: launch.run_checked(q, caches[i][0], caches[i][1], outs[i], None, None,
+                                                                 None, None) for i in range(LAYERS)])
+    attn, merge = next(iter(launch._fast.values()))
+    res["armed"] = attn.armed
+    res["num_splits"] = launch.num_splits
+    st = launch.step
+
+    def targs(i):
+        kc, vc, o = caches[i][0], caches[i][1], outs[i]
+        qs, ks, vs, os_ = q.stride(), kc.stride(), vc.stride(), o.stride()
+        return (q, kc, vc, st.page_table, st.cache_seqlens, st.cu_seqlens_q, None, None, None, None, o, None, None,
+                None, qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
+                st.page_table.stride(0), 0, b, hq, float(spec.scale), 0.0)
+
+    pre = [targs(i) for i in range(LAYERS)]
+    res["fastlaunch"] = host_us([lambda a=a: attn(*a) for a in pre])
+    kernel = attn.kernel
+    # the full positional layout of the launcher: runtime args + constexprs in declaration order
+    names = [p[0] for p in attn._params]
+    consts = dict(attn.constexprs)
+
+    def full(a):
+        it = iter(a)
+        out = []
+        for n_ in names:
+            out.append(consts[n_] if n_ in consts else next(it))
+        return tuple(out)
+
+    fulls = [full(a) for a in pre]
+    run = kernel.run
+    fn_, meta = kernel.function, kernel.packed_metadata
+    gx, gy, gz = attn.grid
+    stream = torch.cuda.current_stream().cuda_stream
+    res["kernel_run_tensors"] = host_us([lambda f=f: run(gx, gy, gz, stream, fn_, meta, None, None, None, *f)
+                                         for f in fulls])
+
+    def as_ints(f):
+        return tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in f)
+
+    ints = [as_ints(f) for f in fulls]
+    res["kernel_run_ints"] = host_us([lambda f=f: run(gx, gy, gz, stream, fn_, meta, None, None, None, *f)
+                                      for f in ints])
+    res["kernel_run_ints_incl_data_ptr"] = host_us(
+        [lambda f=f: run(gx, gy, gz, stream, fn_, meta, None, None, None, *as_ints(f)) for f in fulls])
+    res["n_launcher_args"] = len(fulls[0])
+    res["n_tensor_args"] = sum(isinstance(x, torch.Tensor) for x in fulls[0])
+    # floors
+    x = torch.empty(16, device=DEV)
+    ck = _empty[(1,)](x)
+    erun = ck.run
+    res["floor_empty_kernel_tensor"] = host_us([lambda: erun(1, 1, 1, stream, ck.function, ck.packed_metadata, None,
+                                                             None, None, x)])
+    xp = x.data_ptr()
+    res["floor_empty_kernel_int"] = host_us([lambda: erun(1, 1, 1, stream, ck.function, ck.packed_metadata, None,
+                                                          None, None, xp)])
+    res["floor_torch_zero_"] = host_us([lambda: x.zero_()])
+    from triton.runtime.driver import driver
+    drv = driver.active
+    res["py_current_device"] = host_us([drv.get_current_device])
+    res["py_get_stream"] = host_us([lambda: drv.get_current_stream(0)])
+    res["py_stride"] = host_us([q.stride])
+    res["py_data_ptr"] = host_us([q.data_ptr])
+    res["py_shape"] = host_us([lambda: q.shape])
+    res["py_sig_tuple"] = host_us([lambda: (q.shape, caches[0][0].shape, caches[0][1].shape, q.dtype, q.device)])
+    res["device"] = torch.cuda.get_device_name()
+    res["triton"] = triton.__version__
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
