@@ -141,6 +141,44 @@ def main():
     res["py_data_ptr"] = host_us([q.data_ptr])
     res["py_shape"] = host_us([lambda: q.shape])
     res["py_sig_tuple"] = host_us([lambda: (q.shape, caches[0][0].shape, caches[0][1].shape, q.dtype, q.device)])
+    # the first layer of a step: plan_paged + the checked launch + arming the hot path (bind)
+    from vllm_xpu_attn.kernels.triton import launch as L, provider as P
+
+    spent = {"bind": 0.0, "plan_paged": 0.0, "run_checked": 0.0}
+
+    def timed(name, f):
+        def w(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t0
+        return w
+
+    orig = (L.FastLaunch.bind, P.TritonProvider.plan_paged, P.TritonLaunch.run_checked)
+    L.FastLaunch.bind = timed("bind", orig[0])
+    P.TritonProvider.plan_paged = timed("plan_paged", orig[1])
+    P.TritonLaunch.run_checked = timed("run_checked", orig[2])
+    steps, first, later = 300, 0.0, 0.0
+    try:
+        for s_ in range(steps):
+            p = core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=seq, max_seqlen_k=keys, num_tokens=b,
+                                               page_size=page, page_table=pt))
+            t0 = time.perf_counter()
+            runner.forward(p, q, caches[0][0], caches[0][1], outs[0])
+            t1 = time.perf_counter()
+            for i in range(1, LAYERS):
+                runner.forward(p, q, caches[i][0], caches[i][1], outs[i])
+            t2 = time.perf_counter()
+            first += t1 - t0
+            later += (t2 - t1) / (LAYERS - 1)
+            if s_ % 50 == 0:
+                torch.cuda.synchronize()
+    finally:
+        L.FastLaunch.bind, P.TritonProvider.plan_paged, P.TritonLaunch.run_checked = orig
+    res["first_layer_us"] = round(first / steps * 1e6, 2)
+    res["later_layers_us"] = round(later / steps * 1e6, 2)
+    res["first_layer_parts_us"] = {k: round(v / steps * 1e6, 2) for k, v in spent.items()}
     res["device"] = torch.cuda.get_device_name()
     res["triton"] = triton.__version__
     print(json.dumps(res, indent=1))

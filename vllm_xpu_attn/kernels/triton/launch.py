@@ -245,7 +245,7 @@ class FastLaunch:
     """
 
     __slots__ = ("fn", "grid", "constexprs", "num_warps", "num_stages", "check", "reason", "slow_calls",
-                 "_names", "_params", "_launch", "_disabled", "kernel", "_misses", "options", "_bound")
+                 "_names", "_params", "_launch", "_disabled", "kernel", "_misses", "options", "_bound", "_recipes")
 
     def __init__(self, fn, grid: tuple[int, int, int], constexprs: dict[str, object], num_warps: int,
                  num_stages: int, *, check: bool = True, options: Optional[dict] = None):
@@ -277,6 +277,7 @@ class FastLaunch:
         self._disabled = False
         self._misses = 0
         self._bound: dict[str, Any] = {}  # what bind() needs from arming
+        self._recipes: dict[tuple, tuple] = {}  # bind(): per set of fixed indices
 
     # -- the normal path ----------------------------------------------------------------------------
     def _slow(self, args: tuple):
@@ -335,26 +336,45 @@ class FastLaunch:
         """
         if not self.takes_addresses:
             raise RuntimeError(f"FastLaunch.bind needs an armed, unchecked launch ({self.reason or 'checked'})")
-        n = len(self._names)
-        if any(not 0 <= i < n for i in fixed):
-            raise IndexError(f"FastLaunch.bind: indices {sorted(fixed)} out of range for {n} runtime arguments")
-        free = [i for i in range(n) if i not in fixed]
-        args = {i: (v.data_ptr() if hasattr(v, "data_ptr") else v) for i, v in fixed.items()}
+        which = tuple(sorted(fixed))
+        recipe = self._recipes.get(which)
+        if recipe is None:  # once per FastLaunch and set of fixed indices; per step only the values below
+            recipe = self._recipes[which] = self._bind_recipe(which)
+        factory, base, arg_slots = recipe
+        vals = list(base)
+        for slot, i in arg_slots:
+            v = fixed[i]
+            vals[slot] = v.data_ptr() if hasattr(v, "data_ptr") else v
         b = self._bound
-        full, consts, pos = [], {}, 0
+        return factory(b["get_device"], b["device"], b["get_stream"], b["hooks"], b["hook_chain"], b["run"],
+                       b["function"], b["meta"], b["lmeta"], self.grid, *vals)
+
+    def _bind_recipe(self, which: tuple[int, ...]):
+        """(factory, constant values with holes, [(hole, runtime index)]) for ``bind`` with these fixed indices."""
+        n = len(self._names)
+        if any(not 0 <= i < n for i in which):
+            raise IndexError(f"FastLaunch.bind: indices {list(which)} out of range for {n} runtime arguments")
+        fixed = set(which)
+        free = [i for i in range(n) if i not in fixed]
+        b = self._bound
+        full, names, base, arg_slots = [], [], [], []
+        index = {name: i for i, name in enumerate(self._names)}
         for name, _, default in self._params:  # the launcher's positional layout, constexprs included
-            if name in self._names:
-                i = self._names.index(name)
-                full.append(f"a{i}" if i not in args else f"k{i}")
-                if i in args:
-                    consts[f"k{i}"] = args[i]
+            i = index.get(name)
+            if i is not None and i not in fixed:
+                full.append(f"a{i}")
+                continue
+            c = f"k{i}" if i is not None else f"k_{name}"
+            full.append(c)
+            names.append(c)
+            if i is not None:
+                arg_slots.append((len(base), i))
+                base.append(None)
             else:
-                consts[f"k_{name}"] = self.constexprs[name] if name in self.constexprs else default
-                full.append(f"k_{name}")
-        names = tuple(consts)
-        key = ("bind", tuple(full), tuple(free), names, b["style"])
+                base.append(self.constexprs[name] if name in self.constexprs else default)
+        key = ("bind", tuple(full), tuple(free), b["style"])
         factory = _launcher_code_cache.get(key)
-        if factory is None:  # generated once per argument structure; per step only the factory call
+        if factory is None:  # generated once per argument structure
             argl = ", ".join(f"a{i}" for i in free)
             hk = "_H.runtime" if b["style"] == "knobs" else "_H"
             lines = [
@@ -380,8 +400,7 @@ class FastLaunch:
             ns: dict[str, Any] = {}
             exec(compile("\n".join(lines), f"<FastLaunch.bind {len(free)} free>", "exec"), ns)  # noqa: S102
             factory = _launcher_code_cache[key] = ns["factory"]
-        return factory(b["get_device"], b["device"], b["get_stream"], b["hooks"], b["hook_chain"], b["run"],
-                       b["function"], b["meta"], b["lmeta"], self.grid, *consts.values())
+        return factory, tuple(base), tuple(arg_slots)
 
     # -- building the fast path from the first call -------------------------------------------------
     def _arm(self, args: tuple, kernel) -> None:

@@ -22,7 +22,7 @@ from ..contract import FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, check_per_
 TUNING: dict[str, dict[str, tuple]] = {
     # "mla_decode": (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA decode kernel
     # "mla_wide": the same for >= 64 heads per rank (compute-bound: big head tiles; benchmarks/bench_mla.py sweep)
-    "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 4, 3), "mla_decode": (16, 32, 4, 2),
+    "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2),
                   "mla_wide": (64, 64, 8, 2)},
     "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
              "mla_wide": (64, 32, 8, 2)},
@@ -139,8 +139,10 @@ class TritonProvider(KernelProvider):
         """
         from .launch import FastLaunch
 
-        key = (fn, tuple(grid), tuple(sorted(consts.items())), warps, stages, spec_key,
-               tuple(sorted((options or {}).items())))
+        # consts/options in insertion order (the callers build them in a fixed order; a different order would
+        # only cost another launcher, never a wrong one): no sort per step
+        key = (fn, tuple(grid), tuple(consts.items()), warps, stages, spec_key,
+               tuple(options.items()) if options else ())
         fl = self._launchers.get(key)
         if fl is None:
             if len(self._launchers) >= 1024:  # bounded: drop the oldest specialisation
