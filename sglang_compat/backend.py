@@ -28,7 +28,7 @@ from vllm_xpu_attn.log import setup_logging
 
 from .compat import (BIDIRECTIONAL_TYPES, AttentionBackend, ForwardBatch, KVWriteLoc, batch_write_loc,
                      layer_in_swa_pool, mla_dims, mla_fb_attends_prefix, mla_pool_dims, mla_pool_stores_fp8,
-                     uses_sliding_window_pool)
+                     spec_params, tp_rank_and_size, uses_sliding_window_pool)
 
 logger = logging.getLogger("vllm_xpu_attn")
 
@@ -50,13 +50,17 @@ class XpuAttnSGLangBackend(AttentionBackend):
         self.is_encoder_decoder = bool(getattr(mc, "is_encoder_decoder", False))
         self.dtype = model_runner.dtype
         self.kv_dtype = model_runner.kv_cache_dtype
+        self.tp_rank, self.tp_size = tp_rank_and_size()
         sa = model_runner.server_args
-        self.topk = getattr(sa, "speculative_eagle_topk", None) or 0
-        self.num_draft = getattr(sa, "speculative_num_draft_tokens", None) or 0
+        # as SGLang resolved them (NGRAM's tree breadth, default draft counts), not only what the user passed
+        self.topk, self.num_draft = spec_params(model_runner)
         # SGLang's --enable-deterministic-inference (or VLLM_XPU_ATTN_BATCH_INVARIANT=1): batch-invariant kernels
         self.batch_invariant = bool(getattr(sa, "enable_deterministic_inference", False)) or batch_invariant_requested()
         self.speculative_step_id = speculative_step_id
         self.speculative_num_steps = speculative_num_steps
+        # VLLM_XPU_ATTN_LOG_LEVEL=DEBUG: one line per planned step (which model runner, SGLang's mode, our plan)
+        self._trace = logger.isEnabledFor(logging.DEBUG)
+        self._role = "draft" if getattr(model_runner, "is_draft_worker", False) else "target"
         self.spec_shape = core.SpecDecodeShape(topk=max(self.topk, 1), num_draft=self.num_draft,
                                                num_steps=speculative_num_steps, step_id=speculative_step_id)
         core.check_step_config(self.page_size, self.attention_chunk_size)
@@ -188,6 +192,9 @@ class XpuAttnSGLangBackend(AttentionBackend):
             self._runners[key] = r
             if len(self._runners) == 1:
                 logger.info("xpu_attn (SGLang): providers %s, page size %d", r.providers_used(), self.page_size)
+            # per-rank head shards are visible in the log (TP tests)
+            logger.info("xpu_attn (SGLang): layer %d Hq=%d Hkv=%d D=%d tp_rank=%d/%d", layer.layer_id,
+                        spec.num_q_heads, spec.num_kv_heads, spec.head_dim, self.tp_rank, self.tp_size)
         return r
 
     # ---- per-step planning --------------------------------------------------------
@@ -256,7 +263,13 @@ class XpuAttnSGLangBackend(AttentionBackend):
                                     else sum(fb.extend_seq_lens_cpu))
             inputs.mode = (Mode.MIXED if mode.is_mixed() else
                            Mode.EXTEND if any(fb.extend_prefix_lens_cpu or []) else Mode.PREFILL)
-        return core.plan_step(inputs)
+        plan = core.plan_step(inputs)
+        if self._trace:
+            logger.debug("xpu_attn (SGLang): step role=%s forward_mode=%s plan=%s bs=%d tokens=%d max_q=%d topk=%d "
+                         "num_draft=%d step_id=%d tree_mask=%s", self._role, mode.name, plan.mode.value, bs,
+                         plan.num_tokens, plan.main.max_seqlen_q, self.spec_shape.topk, self.spec_shape.num_draft,
+                         self.speculative_step_id, inputs.custom_mask is not None)
+        return plan
 
     # ---- per-layer run ------------------------------------------------------------
     def _forward(self, q, k, v, layer, fb: ForwardBatch, save_kv_cache: bool, sinks: Optional[torch.Tensor],

@@ -183,3 +183,38 @@ def batch_write_loc(fb):
     """The batch's out_cache_loc as a pool write loc, with its physical mark where this release has one."""
     for_batch = getattr(KVWriteLoc, "for_batch", None)
     return for_batch(fb) if for_batch is not None else KVWriteLoc(fb.out_cache_loc)
+
+
+def tp_rank_and_size() -> tuple[int, int]:
+    """(tensor-parallel rank, TP size) of this process, for the per-layer log line; (0, 1) where
+    SGLang's parallel context is not written (backends built outside an engine, unit tests)."""
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        p = get_parallel()
+        return int(p.tp_rank), int(p.tp_size)
+    except (ImportError, RuntimeError, AttributeError):
+        return 0, 1
+
+
+def spec_params(model_runner) -> tuple[int, int]:
+    """(EAGLE/NGRAM top-k, draft tokens per verify) as SGLang resolved them; 0 where not speculative.
+
+    SGLang 0.5.23 writes the speculative settings it chooses itself (NGRAM's top-k = its BFS breadth
+    ``speculative_ngram_max_bfs_breadth``, NGRAM's default 12 draft tokens, EAGLE's automatic choice)
+    into its runtime spec namespace (``get_spec()``, what its own backends read), not into the
+    ServerArgs fields: read that first, the ServerArgs fields where it is not published (unit tests).
+    """
+    sa = getattr(model_runner, "server_args", None)
+    topk = getattr(sa, "speculative_eagle_topk", None)
+    num_draft = getattr(sa, "speculative_num_draft_tokens", None)
+    try:
+        from sglang.srt.runtime_context import get_spec
+
+        spec = get_spec()
+    except (ImportError, ValueError, AttributeError):  # not published (backends built outside an engine)
+        spec = None
+    if spec is not None:
+        topk = getattr(spec, "speculative_eagle_topk", None) or topk
+        num_draft = getattr(spec, "speculative_num_draft_tokens", None) or num_draft
+    return int(topk or 0), int(num_draft or 0)

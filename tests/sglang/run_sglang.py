@@ -4,6 +4,8 @@ Usage: python run_sglang.py MODEL_DIR OUT_JSON --backend xpu_attn|torch_native [
        [--chunked-prefill-size N] [--prompts-json FILE] [--repeat N] [--page-size N]
        [--then-prompts-json FILE ...]   (more rounds on the same engine, after the repeats: radix-cache hits)
        [--kv-cache-dtype auto|fp8_e4m3] [--teacher-force-json FILE]
+       [--speculative-json JSON]   (Engine kwargs, e.g. {"speculative_algorithm": "EAGLE", ...}; per-output
+                                    speculative meta_info fields go into "spec")
 """
 
 import argparse
@@ -27,10 +29,14 @@ def main():
     ap.add_argument("--context-length", type=int, default=256)
     ap.add_argument("--then-prompts-json", action="append", default=[])
     ap.add_argument("--kv-cache-dtype", default=None, help="SGLang's kv_cache_dtype (default: SGLang's own, auto)")
+    ap.add_argument("--tp", type=int, default=1, help="tp_size (one scheduler process per rank)")
     ap.add_argument("--teacher-force-json", default=None,
                     help="JSON list of token-id sequences: after generating, score each (input logprobs from "
                          "position 0, top-5 and the given token at every position after the first) into "
                          "'teacher_forced'")
+    ap.add_argument("--speculative-json", default=None,
+                    help="JSON dict of speculative Engine kwargs (speculative_algorithm, speculative_draft_model_path, "
+                         "speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens, ...)")
     a = ap.parse_args()
 
     import sglang
@@ -50,10 +56,15 @@ def main():
         kw["moe_runner_backend"] = a.moe_runner_backend
     if a.kv_cache_dtype:
         kw["kv_cache_dtype"] = a.kv_cache_dtype
+    if a.tp > 1:
+        kw.update(tp_size=a.tp, disable_custom_all_reduce=True)
+    if a.speculative_json:
+        kw.update(json.loads(a.speculative_json))
     engine = sglang.Engine(**kw)
     sp = {"temperature": 0.0, "max_new_tokens": a.max_tokens, "ignore_eos": True}
     outs = []
     cached = []
+    spec = []
     teacher_forced = None
     try:
         rounds = [prompts] * a.repeat + [json.load(open(f)) for f in a.then_prompts_json]
@@ -62,6 +73,7 @@ def main():
             for r in res:
                 mi = r["meta_info"]
                 cached.append(mi.get("cached_tokens", 0))
+                spec.append({k: v for k, v in mi.items() if k.startswith("spec_")})
                 outs.append({
                     "text": r["text"],
                     "token_ids": [t[1] for t in mi["output_token_logprobs"]],
@@ -87,6 +99,8 @@ def main():
     finally:
         engine.shutdown()
     res = {"backend": a.backend, "outputs": outs, "cached_tokens": cached}
+    if a.speculative_json:
+        res["spec"] = spec
     if teacher_forced is not None:
         res["teacher_forced"] = teacher_forced
     json.dump(res, open(a.out, "w"))

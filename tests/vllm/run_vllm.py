@@ -2,7 +2,7 @@
 
 Usage: python run_vllm.py MODEL_DIR OUT_JSON [--max-tokens N] [--max-num-batched-tokens N]
        [--prefix-caching] [--num-gpu-blocks N] [--prompts-json FILE] [--block-size N] [--native-rope] [--stagger N]
-       [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--teacher-force-json FILE]
+       [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--teacher-force-json FILE] [--tp N]
 Prints nothing but vLLM's logs; writes {"backend": ..., "outputs": [{"token_ids", "logprobs"}...]}.
 """
 
@@ -30,10 +30,13 @@ def main():
     ap.add_argument("--stagger", type=int, default=0,
                     help="prompt i generates max_tokens - stagger * (i %% 3) tokens (requests finish apart: mixed steps)")
     ap.add_argument("--repeat", type=int, default=1, help="generate the prompts this many times (prefix-cache hits)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size (> 1: distributed_executor_backend 'mp')")
     ap.add_argument("--kv-cache-dtype", default=None, help="vLLM's kv_cache_dtype (default: vLLM's own, auto)")
     ap.add_argument("--teacher-force-json", default=None,
                     help="JSON list of token-id sequences: after generating, score each with prompt_logprobs=5 "
                          "(top-5 and the given token at every position after the first) into 'teacher_forced'")
+    ap.add_argument("--speculative-config", default=None,
+                    help="vLLM's speculative_config as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'")
     a = ap.parse_args()
 
     from vllm import LLM, SamplingParams
@@ -54,6 +57,10 @@ def main():
         kw["max_num_seqs"] = a.max_num_seqs
     if a.kv_cache_dtype:
         kw["kv_cache_dtype"] = a.kv_cache_dtype
+    if a.tp > 1:
+        kw.update(tensor_parallel_size=a.tp, distributed_executor_backend="mp")
+    if a.speculative_config:
+        kw["speculative_config"] = json.loads(a.speculative_config)
     if a.native_rope:
         kw["compilation_config"] = {"custom_ops": ["all", "-rotary_embedding"]}
     llm = LLM(**kw)
@@ -81,8 +88,8 @@ def main():
     metrics = {}
     try:
         for m in llm.get_metrics():
-            if any(w in m.name for w in ("prefix_cache", "preempt")):
-                metrics[m.name] = getattr(m, "value", None)
+            if any(w in m.name for w in ("prefix_cache", "preempt", "spec_decode")):
+                metrics[m.name] = getattr(m, "value", getattr(m, "values", None))
     except Exception as e:  # metrics API moved: record why
         metrics["error"] = repr(e)
     from vllm.platforms import current_platform

@@ -141,6 +141,12 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         # persistent int32 buffers for what needs converting (the runner's are int32 already: then unused)
         self._buffers = {"seq_lens": torch.zeros(max_reqs, **i32), "cu_seqlens_q": torch.zeros(max_reqs + 1, **i32),
                          "encoder_lens": torch.zeros(max_reqs, **i32)}
+        # VLLM_XPU_ATTN_LOG_LEVEL=DEBUG: one line per planned step (which group, query lengths, spec rows)
+        self._trace = logger.isEnabledFor(logging.DEBUG)
+        spec = getattr(vllm_config, "speculative_config", None)
+        self._spec_k = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec is not None else 0
+        self._group = layer_names[0] if layer_names else "?"
+        self._role = _group_role(vllm_config, layer_names) if spec is not None else "target"
 
     def _persistent(self, name: str, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """``t`` as an int32 tensor whose address is the same every step (graph-safe). No host sync."""
@@ -161,7 +167,28 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         causal = cam.causal
         if isinstance(causal, torch.Tensor) or (causal is False and not self.non_causal_ok):
             raise NotImplementedError("vllm-xpu-attn: non-causal or per-request causal decoder attention is not supported")
+        if self._trace:
+            self._log_step(cam)
         return XpuAttnMetadata(plan=self.plan(cam), slot_mapping=cam.slot_mapping)
+
+    def _log_step(self, cam: CommonAttentionMetadata) -> None:
+        """DEBUG only: the step this builder plans, from vLLM's host copies (no device reads).
+
+        ``role``: ``target``, or ``draft`` for an EAGLE/MTP drafter's layers (numbered after the target's).
+        ``spec_rows``: target rows with 2..1+k queries that are not prefilling: speculative-decoding
+        verify rows (the last sampled token + its drafts). The drafter's metadata carries no
+        ``is_prefilling`` (``prefilling=None``): its rows are the first draft pass over the verified
+        tokens (several queries) and then one query per request per further draft token.
+        """
+        n = int(cam.num_reqs)
+        qs = cam.query_start_loc_cpu[: n + 1]
+        q = (qs[1:] - qs[:-1]).tolist()
+        pre = cam.is_prefilling
+        pre = pre[:n].tolist() if isinstance(pre, torch.Tensor) and pre.device.type == "cpu" else None
+        spec_rows = sum(1 for i, m in enumerate(q) if 1 < m <= 1 + self._spec_k and pre is not None and not pre[i])
+        logger.debug("vllm-xpu-attn: step role=%s group=%s reqs=%d tokens=%d max_query=%d query_lens=%s "
+                     "prefilling=%s spec_k=%d spec_rows=%d", self._role, self._group, n, int(cam.num_actual_tokens),
+                     int(cam.max_query_len), q, None if pre is None else sum(pre), self._spec_k, spec_rows)
 
     def plan(self, cam: CommonAttentionMetadata) -> StepPlan:
         """vLLM's per-step metadata -> core StepInputs -> core.plan_step. No host sync: vLLM gives host maxima.
@@ -184,6 +211,19 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         else:
             inputs.page_table = cam.block_table_tensor
         return plan_step(inputs)
+
+
+def _group_role(vllm_config, layer_names) -> str:
+    """'draft' when this KV-cache group's layers are a drafter's: vLLM numbers them after the target's."""
+    import re
+
+    try:
+        n_target = vllm_config.model_config.get_num_layers(vllm_config.parallel_config)
+    except Exception:  # a model config without layer counts: no drafter to tell apart
+        return "target"
+    idx = [re.search(r"layers\.(\d+)\.", name) for name in layer_names or ()]
+    idx = [int(m.group(1)) for m in idx if m]
+    return "draft" if idx and min(idx) >= n_target else "target"
 
 
 _KINDS = {
@@ -244,8 +284,10 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         why = self.runner.graph_capture_reason()
         if why:  # the builders (made after the layers) then declare NEVER
             _GRAPH_UNSAFE.add(why)
-        logger.info("vllm-xpu-attn: layer Hq=%d Hkv=%d D=%d window=%s kind=%s -> providers %s", num_heads,
-                    self.num_kv_heads, head_size, self.spec.window, self.spec.kind.value, self.runner.providers_used())
+        tp_rank, tp_size = compat.tp_rank_and_size()  # per-rank head shards are visible in the log (TP tests)
+        logger.info("vllm-xpu-attn: layer Hq=%d Hkv=%d D=%d window=%s kind=%s tp_rank=%d/%d -> providers %s",
+                    num_heads, self.num_kv_heads, head_size, self.spec.window, self.spec.kind.value, tp_rank, tp_size,
+                    self.runner.providers_used())
 
     def _caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return compat.split_kv_cache(kv_cache, self.head_size, self.spec.kv_dtype)

@@ -123,3 +123,14 @@ def mla_kv_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
 
         return current_platform.fp8_dtype()
     return KV_CACHE_DTYPES[kv_cache_dtype] or model_dtype
+
+
+def tp_rank_and_size() -> tuple[int, int]:
+    """(tensor-parallel rank, TP world size) of this process, for the per-layer log line;
+    (0, 1) where vLLM's TP group is not initialised (layers built outside an engine, unit tests)."""
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+        return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+    except (AssertionError, ImportError):
+        return 0, 1
