@@ -171,6 +171,23 @@ _KIND_STATIC, _KIND_FLOAT, _KIND_TENSOR = "s", "f", "t"
 _launcher_code_cache: dict[tuple, Callable] = {}
 
 
+def _launch_lines(hk: str, full: str) -> list[str]:
+    """The generated closures' common end: stream, hooks, and the launcher call with ``full`` (source text)."""
+    return [
+        "        stream = get_stream(dev)",
+        f"        enter = {hk}.launch_enter_hook",
+        f"        leave = {hk}.launch_exit_hook",
+        # an absent hook or an empty HookChain does nothing: skip building the launch metadata
+        "        if (enter is None or (enter.__class__ is _HC and not enter.calls)) and \\",
+        "                (leave is None or (leave.__class__ is _HC and not leave.calls)):",
+        f"            run(gx, gy, gz, stream, function, meta, None, None, None, {full})",
+        "        else:  # hooks installed (a profiler): exactly the binder's call",
+        f"            full = ({full},)",
+        "            run(gx, gy, gz, stream, function, meta, lmeta(grid, stream, *full), enter, leave, *full)",
+        "    return launch",
+    ]
+
+
 def _make_factory(kinds: tuple[str, ...], layout: tuple[tuple[str, int], ...], check: bool, style: str):
     """Compile (once per argument structure) a factory for the fast launch closure.
 
@@ -209,17 +226,7 @@ def _make_factory(kinds: tuple[str, ...], layout: tuple[tuple[str, int], ...], c
         "        dev = get_device()",
         "        if dev != device:",
         f"            return slow(({argl}{',' if n == 1 else ''}))",
-        "        stream = get_stream(dev)",
-        f"        enter = {hk}.launch_enter_hook",
-        f"        leave = {hk}.launch_exit_hook",
-        # an absent hook or an empty HookChain does nothing: skip building the launch metadata
-        "        if (enter is None or (enter.__class__ is _HC and not enter.calls)) and \\",
-        "                (leave is None or (leave.__class__ is _HC and not leave.calls)):",
-        f"            run(gx, gy, gz, stream, function, meta, None, None, None, {full})",
-        "        else:  # hooks installed (a profiler): exactly the binder's call",
-        f"            full = ({full},)",
-        "            run(gx, gy, gz, stream, function, meta, lmeta(grid, stream, *full), enter, leave, *full)",
-        "    return launch",
+        *_launch_lines(hk, full),
     ]
     ns: dict[str, Any] = {}
     exec(compile("\n".join(lines), f"<FastLaunch {len(layout)} params>", "exec"), ns)  # noqa: S102
@@ -386,16 +393,7 @@ class FastLaunch:
                 "        if dev != device:",
                 "            raise RuntimeError(f'vllm-xpu-attn: device {dev} is current but this step was planned on '",
                 "                               f'device {device}; keep that device current while its layers run')",
-                "        stream = get_stream(dev)",
-                f"        enter = {hk}.launch_enter_hook",
-                f"        leave = {hk}.launch_exit_hook",
-                "        if (enter is None or (enter.__class__ is _HC and not enter.calls)) and \\",
-                "                (leave is None or (leave.__class__ is _HC and not leave.calls)):",
-                f"            run(gx, gy, gz, stream, function, meta, None, None, None, {', '.join(full)})",
-                "        else:  # hooks installed (a profiler): exactly the binder's call",
-                f"            full = ({', '.join(full)},)",
-                "            run(gx, gy, gz, stream, function, meta, lmeta(grid, stream, *full), enter, leave, *full)",
-                "    return launch",
+                *_launch_lines(hk, ", ".join(full)),
             ]
             ns: dict[str, Any] = {}
             exec(compile("\n".join(lines), f"<FastLaunch.bind {len(free)} free>", "exec"), ns)  # noqa: S102
