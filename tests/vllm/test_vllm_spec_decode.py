@@ -6,10 +6,20 @@ metrics must report accepted drafts; and this backend's builder must have planne
 ``VLLM_XPU_ATTN_LOG_LEVEL=DEBUG`` it logs one line per step, and the target's verify rows
 (not prefilling, 2..1+k queries) and the EAGLE drafter's steps (its own layers, role=draft) are
 counted from them. vLLM 0.32 has no tree speculation (chains only), so top-k > 1 is SGLang's.
+
+Verify-time local attention: n-gram speculation on the tiny Llama-4 text model of tests/families.py
+(chunked local attention, chunk 32, on layers 0-2; a global layer 3), with prompts whose 48 greedy
+tokens cross position 32 (three also 64) while verify rows run. Greedy tokens must equal this backend
+without speculation and transformers' eager model. vLLM splits each local layer's rows at chunk
+boundaries before our builder sees them (a verify row crossing a boundary reaches it as two rows);
+the step log (``local=32`` on those groups) shows our builder planning such split verify rows.
 """
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +43,7 @@ SPEC = {
     "eagle": {"method": "eagle", "num_speculative_tokens": K},  # + "model": the tiny draft
 }
 STEP = re.compile(r"vllm-xpu-attn: step role=(\w+) group=\S+ reqs=(\d+) tokens=(\d+) max_query=(\d+) "
-                  r"query_lens=\[([\d, ]*)\] prefilling=(\S+) spec_k=(\d+) spec_rows=(\d+)")
+                  r"query_lens=\[([\d, ]*)\] prefilling=(\S+) spec_k=(\d+) spec_rows=(\d+)(?: local=(\d+))?")
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +71,10 @@ def run_spec(spec, method: str, monkeypatch) -> dict:
 def steps(log: str) -> list[dict]:
     out = []
     for m in STEP.finditer(log):
-        role, reqs, tokens, maxq, q, pre, k, rows = m.groups()
+        role, reqs, tokens, maxq, q, pre, k, rows, local = m.groups()
         out.append({"role": role, "reqs": int(reqs), "tokens": int(tokens), "max_query": int(maxq),
                     "query_lens": [int(x) for x in q.split(",") if x.strip()], "prefilling": pre, "spec_k": int(k),
-                    "spec_rows": int(rows)})
+                    "spec_rows": int(rows), "local": int(local or 0)})
     return out
 
 
@@ -100,3 +110,86 @@ def test_spec_decode_identical_to_non_spec(spec, method, monkeypatch):
     else:
         assert not [s for s in st if s["role"] == "draft"]
     print(f"{summary}; max logprob diff {d_ours:.1e} vs ours non-spec, {d_base:.1e} vs CPU_ATTN")
+
+
+# tiny Llama-4 (families.py "llama4", seed 0): 3-25 prompt tokens + 48 generated cross the chunk boundary at 32
+# during generation; on these prompts the random model falls into loops that prompt lookup predicts
+L4_PROMPTS = [
+    "the lazy dog",
+    "a paged attention kernel reads keys and values from pages of a cache, and",
+    "the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog. the quick brown fox",
+    "model model model model model model model model",
+    "the lazy dog. the lazy dog. the lazy dog. the lazy dog.",
+    "keys and values, keys and values, keys and values, keys and values",
+    "sinks sinks sinks sinks sinks sinks sinks sinks sinks sinks sinks sinks",
+    "once upon a time there was a small model. once upon a time there was a small model. once upon a time",
+]
+L4_TOKENS, L4_LOCAL_LAYERS = 48, 3
+
+
+@pytest.fixture(scope="module")
+def llama4(tmp_path_factory):
+    """The model, transformers' eager greedy tokens for L4_PROMPTS, and this backend's run without speculation."""
+    root = tmp_path_factory.mktemp("spec-llama4")
+    tests, path = Path(__file__).resolve().parent.parent, root / "llama4"
+    prompts, hf = root / "prompts.json", root / "hf.json"
+    prompts.write_text(json.dumps(L4_PROMPTS))
+    subprocess.run([sys.executable, str(tests / "families.py"), "make", str(path), "llama4", "0"], check=True,
+                   capture_output=True, timeout=300)
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import families; "
+            "families.PROMPTS[:] = json.load(open(sys.argv[2])); "
+            "json.dump(families.greedy(sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))")
+    subprocess.run([sys.executable, "-c", code, str(tests), str(prompts), str(path), str(L4_TOKENS), str(hf)],
+                   check=True, capture_output=True, timeout=300)
+    args = ["--max-tokens", str(L4_TOKENS), "--prompts-json", prompts, "--block-size", "32"]
+    return {"root": root, "path": str(path), "args": args, "hf": json.loads(hf.read_text()),
+            "ours": run_vllm(str(path), root, ours=True, args=args, tag="llama4-nospec")}
+
+
+def split_verify_rows(st: list[dict]) -> tuple[int, int]:
+    """(target steps with verify rows, verify rows our local groups got split at a chunk boundary).
+
+    Each step logs its local groups (``local`` > 0: vLLM's chunk-split virtual batch) and its global group
+    (the real rows, with ``prefilling``); in a step without prefill rows, a row of 2..1+K queries is a verify
+    row, and it crossed a boundary when the local groups got it as several consecutive rows."""
+    per_step = L4_LOCAL_LAYERS + 1
+    assert st and len(st) % per_step == 0, f"{len(st)} step lines: not {per_step} groups per step"
+    verify_steps = split = 0
+    for i in range(0, len(st), per_step):
+        block = st[i:i + per_step]
+        local, glob = [s for s in block if s["local"] == 32], [s for s in block if s["local"] == 0]
+        assert len(local) == L4_LOCAL_LAYERS and len(glob) == 1, f"step {i // per_step}: groups {block}"
+        g = glob[0]
+        assert all(s["tokens"] == g["tokens"] and s["query_lens"] == local[0]["query_lens"] for s in local), block
+        if g["spec_rows"] == 0 or g["prefilling"] != "0":
+            continue
+        verify_steps += 1
+        virtual = iter(local[0]["query_lens"])
+        for q in g["query_lens"]:  # the local rows of each real row, in order
+            parts, n = 0, 0
+            while n < q:
+                n, parts = n + next(virtual), parts + 1
+            assert n == q, f"local rows {local[0]['query_lens']} do not split rows {g['query_lens']}"
+            split += int(q > 1 and parts > 1)
+    return verify_steps, split
+
+
+def test_spec_decode_local_attention_verify_across_chunks(llama4, monkeypatch):
+    monkeypatch.setenv("VLLM_XPU_ATTN_LOG_LEVEL", "DEBUG")
+    res = run_vllm(llama4["path"], llama4["root"], ours=True, tag="llama4-ngram",
+                   args=[*llama4["args"], "--speculative-config", json.dumps(SPEC["ngram"])])
+    assert res["platform"] == "XpuAttnCpuPlatform" and res["providers"] == ["reference"]
+    d_ours = assert_parity(llama4["ours"], res)  # identical to this backend without speculation
+    for name, run in (("non-spec", llama4["ours"]), ("spec", res)):
+        got = [o["token_ids"] for o in run["outputs"]]
+        assert got == llama4["hf"], f"{name}: {sum(a == b for a, b in zip(got, llama4['hf']))}/8 equal transformers'"
+    accepted, drafted = acceptance(res)
+    assert drafted > 0 and accepted > 0, res["metrics"]
+    st = [s for s in steps(res["log"]) if s["role"] == "target"]
+    verify_steps, split = split_verify_rows(st)
+    assert verify_steps > 0, "this backend's builder planned no verify rows"
+    assert split > 0, "no verify row crossed a chunk boundary on the local layers"
+    print(f"llama4 ngram: accepted {accepted}/{drafted} draft tokens ({100 * accepted / drafted:.1f}%), per position "
+          f"{res['metrics']['vllm:spec_decode_num_accepted_tokens_per_pos']}; this backend planned {verify_steps} "
+          f"verify steps on {L4_LOCAL_LAYERS} local layers + 1 global, {split} verify rows split at a chunk boundary; "
+          f"8/8 equal transformers; max logprob diff {d_ours:.1e} vs ours non-spec")

@@ -179,6 +179,9 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         verify rows (the last sampled token + its drafts). The drafter's metadata carries no
         ``is_prefilling`` (``prefilling=None``): its rows are the first draft pass over the verified
         tokens (several queries) and then one query per request per further draft token.
+        ``local``: the chunk size of a chunked-local (Llama-4 iRoPE) group, else 0: vLLM hands such a group's
+        builder its chunk-split virtual batch (a row crossing a chunk boundary arrives as two rows,
+        without ``is_prefilling``: the same step's global group tells its verify rows).
         """
         n = int(cam.num_reqs)
         qs = cam.query_start_loc_cpu[: n + 1]
@@ -186,9 +189,11 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         pre = cam.is_prefilling
         pre = pre[:n].tolist() if isinstance(pre, torch.Tensor) and pre.device.type == "cpu" else None
         spec_rows = sum(1 for i, m in enumerate(q) if 1 < m <= 1 + self._spec_k and pre is not None and not pre[i])
+        local = int(getattr(self.kv_cache_spec, "attention_chunk_size", None) or 0)
         logger.debug("vllm-xpu-attn: step role=%s group=%s reqs=%d tokens=%d max_query=%d query_lens=%s "
-                     "prefilling=%s spec_k=%d spec_rows=%d", self._role, self._group, n, int(cam.num_actual_tokens),
-                     int(cam.max_query_len), q, None if pre is None else sum(pre), self._spec_k, spec_rows)
+                     "prefilling=%s spec_k=%d spec_rows=%d local=%d", self._role, self._group, n,
+                     int(cam.num_actual_tokens), int(cam.max_query_len), q, None if pre is None else sum(pre),
+                     self._spec_k, spec_rows, local)
 
     def plan(self, cam: CommonAttentionMetadata) -> StepPlan:
         """vLLM's per-step metadata -> core StepInputs -> core.plan_step. No host sync: vLLM gives host maxima.
