@@ -241,7 +241,8 @@ class XpuAttnSGLangBackend(AttentionBackend):
             max_k = 0
         inputs = core.StepInputs(
             mode=Mode.DECODE, seq_lens=fb.seq_lens, max_seqlen_k=max_k, num_tokens=bs, page_size=self.page_size,
-            token_table=self.req_to_token_pool.req_to_token[fb.req_pool_indices],  # [B, max_context] token slots
+            # the pool's [rows, max_context] token slots, indexed by each request's row (gathered with the pages)
+            token_table=self.req_to_token_pool.req_to_token, token_rows=fb.req_pool_indices,
             swa_mapping=self.token_to_kv_pool.translate_loc_from_full_to_swa if self.use_swa_pool else None,
             attention_chunk_size=self.attention_chunk_size, spec=self.spec_shape,
         )

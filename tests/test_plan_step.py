@@ -39,6 +39,45 @@ def test_page_table_and_token_table_inputs_plan_the_same_step(mode):
     assert a.main.cu_seqlens_q.tolist() == want_cu and a.main.page_table.tolist() == pages
 
 
+def _plans_equal(a, b):
+    for part in ("main", "local", "encoder", "spec_expand"):
+        pa, pb = getattr(a, part), getattr(b, part)
+        assert (pa is None) == (pb is None), part
+        if pa is not None:
+            for name in ("cu_seqlens_q", "cache_seqlens", "page_table"):
+                assert torch.equal(getattr(pa, name), getattr(pb, name)), (part, name)
+    for name in ("swa_page_table", "local_swa_page_table"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None) and (x is None or torch.equal(x, y)), name
+    assert a.mode is b.mode and a.num_tokens == b.num_tokens
+
+
+@pytest.mark.parametrize("case", ["decode", "extend", "verify", "local_swa", "encoder", "tree"])
+def test_token_rows_index_the_pool_like_a_gathered_table(case):
+    """SGLang passes its whole req_to_token pool + req_pool_indices (token_rows): the plan equals the
+    one from the pre-gathered [B, max_context] rows in every mode, including those that read token-level
+    rows (SWA translation, encoder tables, top-k > 1 trees)."""
+    pool = token_table([[9, 9, 9, 9], [3, 1, 4, 6], [7, 7, 7, 7], [0, 2, 5, 8]], 4)
+    idx = torch.tensor([3, 1])  # int64, as SGLang's req_pool_indices
+    kw = dict(mode=Mode.DECODE, seq_lens=t(9, 12), max_seqlen_k=12, num_tokens=2, page_size=4)
+    if case == "extend":
+        kw.update(mode=Mode.EXTEND, query_lens=t(3, 4), max_seqlen_q=4, num_tokens=7)
+    elif case == "verify":
+        kw.update(mode=Mode.TARGET_VERIFY, seq_lens=t(5, 7), max_seqlen_k=7, spec=SpecDecodeShape(num_draft=3))
+    elif case == "local_swa":
+        kw.update(attention_chunk_size=8, swa_mapping=torch.arange(64) + 100)
+    elif case == "encoder":
+        kw.update(seq_lens=t(3, 4), max_seqlen_k=4, encoder_lens=t(4, 8), max_encoder_len=8)
+    elif case == "tree":
+        kw.update(mode=Mode.DRAFT_DECODE, seq_lens=t(5, 7), max_seqlen_k=7, draft_slots=torch.arange(12),
+                  spec=SpecDecodeShape(topk=2, num_steps=3, step_id=1))
+    a = plan_step(StepInputs(**kw, token_table=pool[idx]))
+    b = plan_step(StepInputs(**kw, token_table=pool, token_rows=idx))
+    _plans_equal(a, b)
+    with pytest.raises(ValueError, match="token_rows must be"):
+        plan_step(StepInputs(**kw, token_table=pool, token_rows=idx[:1]))
+
+
 def test_speculative_modes_hand_computed():
     pages = token_table([[1, 2, 3], [4, 5, 6]], 4)
     seq = t(5, 7)  # committed tokens, drafts not counted

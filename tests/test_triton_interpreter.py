@@ -116,3 +116,38 @@ def test_every_block_alignment_of_the_mask_edges(window, group):
     args = (q.to(DEV), kc.to(DEV), vc.to(DEV), pt.to(DEV), seq.to(DEV), cu.to(DEV), int(q_lens.max()))
     kw = dict(causal=causal, window_size=window)
     _close(TRITON.flash_attn_with_kvcache(*args, **kw), REF.flash_attn_with_kvcache(*args, **kw), torch.float32)
+
+
+def test_steps_of_one_shape_share_a_configuration_but_not_their_tables():
+    """plan_paged keeps one LaunchConfig per step shape across steps (tiles, split count, armed launchers)
+    while each step's launch reads its own page table, lengths and cu_seqlens: two live plans of one
+    shape, layers interleaved, each matches the reference; another shape gets another configuration."""
+    from vllm_xpu_attn.kernels.contract import AttnPlan, PagedCall
+
+    g = torch.Generator().manual_seed(3)
+    hq, hkv, d, ps, bs, per = 4, 2, 32, 16, 2, 4
+    n_pages = bs * per + 3
+    kc, vc = (torch.randn(n_pages, ps, hkv, d, generator=g) for _ in range(2))
+    call = PagedCall.make(hq, hkv, d, softmax_scale=0.3)
+
+    def step(width=per):
+        table = torch.randperm(n_pages, generator=g)[: bs * width].view(bs, width).int()
+        lens = torch.randint(1, width * ps + 1, (bs,), generator=g).int()
+        return AttnPlan(torch.arange(bs + 1, dtype=torch.int32), lens, table, 1, width * ps, ps)
+
+    a, b = step(), step()
+    la, lb = TRITON.plan_paged(a, call), TRITON.plan_paged(b, call)
+    assert la.cfg is lb.cfg and la.step is a and lb.step is b
+    assert TRITON.plan_paged(step(per + 1), call).cfg is not la.cfg
+    for _ in range(2):  # layers alternate between the two live plans
+        for st_, launch in ((a, la), (b, lb)):
+            q = torch.randn(bs, hq, d, generator=g)
+            out = torch.full((bs, hq, d), float("nan"))
+            launch.run(q, kc, vc, out)
+            want = REF.flash_attn_with_kvcache(q, kc, vc, st_.page_table, st_.cache_seqlens, st_.cu_seqlens_q, 1,
+                                               softmax_scale=0.3)
+            _close(out, want, torch.float32)
+    bad = step()
+    bad.page_table = bad.page_table.t().contiguous().t()  # a column-major table: the kernel needs unit column stride
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        TRITON.plan_paged(bad, call)

@@ -300,6 +300,14 @@ def test_bind_bakes_fixed_arguments_as_addresses(monkeypatch):
     assert launches == [(3, 2, 1, 77, "FUNC", (4, 1, 0), None, None, None, x, 64, 48, t.data_ptr(), 0.25, out, False)]
     bound(1234, 5678)  # free arguments may be addresses too
     assert launches[-1][9] == 1234 and launches[-1][14] == 5678
+    # step slots: argument 2 read from the closure's first parameter on every call (per-step addresses)
+    slotted = fl.bind({1: 48, 3: 0.25}, {2: 1})
+    slotted((0, 111), x, out)
+    assert launches[-1][9:15] == (x, 64, 48, 111, 0.25, out)
+    slotted((0, 222), x, out)
+    assert launches[-1][12] == 222 and len(launches) == 4
+    with pytest.raises(IndexError, match="overlapping"):
+        fl.bind({2: t}, {2: 0})
     current["dev"] = 1
     with pytest.raises(RuntimeError, match="planned on"):
         bound(x, out)

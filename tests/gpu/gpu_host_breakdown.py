@@ -79,7 +79,7 @@ def main():
                                  for i in range(LAYERS)])
     res["run_checked"] = host_us([lambda i=i: launch.run_checked(q, caches[i][0], caches[i][1], outs[i], None, None,
                                                                  None, None) for i in range(LAYERS)])
-    attn, merge = next(iter(launch._fast.values()))
+    attn, merge = next(iter(launch.cfg.fast.values()))
     res["armed"] = attn.armed
     res["num_splits"] = launch.num_splits
     st = launch.step

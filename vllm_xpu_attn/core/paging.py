@@ -7,7 +7,7 @@ the decode path plans without a device-to-host synchronisation.
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from typing import Callable, Optional, Union
 
 import torch
 
@@ -31,12 +31,15 @@ def check_page_size(page_size: int) -> int:
     return page_size
 
 
-def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seqlen_k: int) -> torch.Tensor:
+def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seqlen_k: int,
+                              row_index: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Token-granularity request->slot table to a page table.
 
     token_table [B, >= max_seqlen_k] int (slot of each token; SGLang's req_to_token rows) ->
     int32 [B, cdiv(max_seqlen_k, page_size)] page ids: slot of each page's first token // page_size.
-    Assumes the engine allocates whole pages (slots of a page are consecutive), as both do.
+    With ``row_index`` int [B], token_table is the whole pool and request b reads row row_index[b]
+    (only the pages' first slots are gathered). Assumes the engine allocates whole pages (slots of a
+    page are consecutive), as both do.
     """
     check_page_size(page_size)
     if token_table.dim() != 2:
@@ -49,6 +52,8 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
         )
     n_pages = cdiv(max_seqlen_k, page_size)
     firsts = token_table[:, : n_pages * page_size : page_size]  # strided: first token of each page
+    if row_index is not None:
+        firsts = firsts.index_select(0, row_index)  # [B, n_pages]: one gather of the strided columns
     if page_size == 1:
         pages = firsts  # slots are pages: no kernel at all
     elif page_size & (page_size - 1) == 0:

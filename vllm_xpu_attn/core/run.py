@@ -14,7 +14,7 @@ import torch
 
 from ..kernels import KernelProvider, KernelRequest, Phase, select_provider
 from ..kernels.base import PagedLaunch
-from ..kernels.contract import PagedCall
+from ..kernels.contract import PagedCall, call_id
 from .types import AttnPlan, AttentionKind, LayerSpec, StepPlan
 
 
@@ -36,18 +36,6 @@ def mha_request(spec: LayerSpec, device_type: str) -> KernelRequest:
         num_q_heads=spec.num_q_heads, num_kv_heads=spec.num_q_heads, page_size=1, v_head_dim=m.v_head_dim,
         causal=True, return_lse=True, phase=Phase.PREFILL, batch_invariant=spec.batch_invariant,
     )
-
-
-_CALL_IDS: dict[PagedCall, int] = {}
-
-
-def _call_id(call: PagedCall) -> int:
-    """A small int per distinct PagedCall (memoised on the instance: frozen dataclasses rehash per call)."""
-    cid = call.__dict__.get("_vxa_id")
-    if cid is None:
-        cid = _CALL_IDS.setdefault(call, len(_CALL_IDS))
-        object.__setattr__(call, "_vxa_id", cid)
-    return cid
 
 
 class LayerRunner:
@@ -159,7 +147,7 @@ class LayerRunner:
     def _launch(self, plan: StepPlan, which: str, provider: KernelProvider, call: PagedCall) -> PagedLaunch:
         """The step's launch for sub-plan ``which`` and this layer's call, planned by the first layer asking."""
         # keyed by the call's interned id: hashing the dataclass per layer costs more than the lookup
-        key = (which, provider.name, _call_id(call))
+        key = (which, provider.name, call_id(call))
         launch = plan.launches.get(key)
         if launch is None:
             launch = plan.launches[key] = provider.plan_paged(self._sub_plan(plan, which), call)

@@ -46,7 +46,9 @@ class StepInputs:
     Queries: ``query_lens`` int [B] or ``cu_seqlens_q`` int32 [B+1] for PREFILL/EXTEND/MIXED
       (decode and speculative modes derive them); ``max_seqlen_q`` host int.
     Keys' location: ``page_table`` int32 [B, >= cdiv(max_k, page)] page ids (vLLM), or
-      ``token_table`` int [B, >= max_k] slot per token (SGLang's req_to_token rows).
+      ``token_table`` int [B, >= max_k] slot per token (SGLang's req_to_token rows); with
+      ``token_rows`` int [B] the table is the whole pool [rows, >= max_k] and ``token_rows`` says which
+      row each request uses (SGLang's req_pool_indices): only each page's first slot is gathered.
     ``swa_mapping``: full-pool slot -> SWA-pool slot (tensor or function) for hybrid SWA pools
       (needs ``token_table``); ``attention_chunk_size``: Llama-4 local-attention chunk.
     ``encoder_lens`` int [B] + ``max_encoder_len``: encoder-decoder models. With a token table
@@ -66,6 +68,7 @@ class StepInputs:
     max_seqlen_q: int = 1
     page_table: Optional[torch.Tensor] = None
     token_table: Optional[torch.Tensor] = None
+    token_rows: Optional[torch.Tensor] = None
     swa_mapping: Optional[SwaMapping] = None
     attention_chunk_size: Optional[int] = None
     encoder_lens: Optional[torch.Tensor] = None
@@ -115,10 +118,11 @@ def _i32(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.int32 else t.to(torch.int32)
 
 
-def _pages(inp: StepInputs, rows: Optional[torch.Tensor], max_k: int) -> torch.Tensor:
+def _pages(inp: StepInputs, rows: Optional[torch.Tensor], max_k: int,
+           row_index: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The page table covering max_k keys per row (validated by shape only: no sync)."""
     if rows is not None:
-        return paging.token_table_to_page_table(rows, inp.page_size, max_k)
+        return paging.token_table_to_page_table(rows, inp.page_size, max_k, row_index=row_index)
     table = inp.page_table
     if table is None:
         raise ValueError("plan_step needs a page_table or a token_table")
@@ -153,6 +157,15 @@ def plan_step(inp: StepInputs) -> StepPlan:
     max_k = int(inp.max_seqlen_k)
     spec = inp.spec
     rows = inp.token_table
+    row_index = inp.token_rows  # gathered with the page striding where only pages are needed
+    if row_index is not None:
+        if rows is None:
+            raise ValueError("token_rows needs the token_table (pool) it indexes")
+        if row_index.shape != (bs,):
+            raise ValueError(f"token_rows must be [batch]=[{bs}], got {list(row_index.shape)}")
+        if inp.encoder_lens is not None or inp.swa_mapping is not None or spec.topk > 1:
+            rows, row_index = rows.index_select(0, row_index), None  # these read the token-level rows
+    request_rows = rows  # [B, max_context] per request (or the pool with row_index), before the encoder shift
     if rows is not None and inp.encoder_lens is not None:
         # decoder tokens follow each request's encoder tokens in its row
         rows = cross.shift_token_table(rows, inp.encoder_lens, max_k + spec.num_draft + spec.num_steps)
@@ -182,7 +195,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
     elif mode.is_decode:
         extra = spec.step_id + 1 if mode is Mode.DRAFT_DECODE else 0  # drafts written so far follow the prefix
         k_lens = _i32(seq_lens + extra if extra else seq_lens)
-        table = _pages(inp, rows, max_k + extra)
+        table = _pages(inp, rows, max_k + extra, row_index)
         main = AttnPlan(cu_seqlens_q=_queries(inp, bs), cache_seqlens=k_lens,
                         page_table=_i32(table), max_seqlen_q=1 if bs else 0, max_seqlen_k=max_k + extra,
                         page_size=page)
@@ -192,7 +205,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
         if n < 1:
             raise ValueError("a target-verify step needs spec.num_draft >= 1")
         if spec.topk <= 1:  # a chain: causal attention with n queries per request
-            main = spec_decode.verify_plan_topk1(seq_lens, _pages(inp, rows, max_k + n), page, n, max_k)
+            main = spec_decode.verify_plan_topk1(seq_lens, _pages(inp, rows, max_k + n, row_index), page, n, max_k)
         else:
             if rows is None or inp.custom_mask is None:
                 raise ValueError("a top-k > 1 verify step needs the token_table and the tree's custom_mask")
@@ -203,7 +216,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
         max_q = int(inp.max_seqlen_q)
         cu = _queries(inp, bs)
         q_lens = inp.query_lens
-        table = _pages(inp, rows, max_k)
+        table = _pages(inp, rows, max_k, row_index)
         main = AttnPlan(cu_seqlens_q=cu, cache_seqlens=_i32(seq_lens), page_table=_i32(table), max_seqlen_q=max_q,
                         max_seqlen_k=max_k, page_size=page)
         num_tokens = int(inp.num_tokens)
@@ -212,8 +225,8 @@ def plan_step(inp: StepInputs) -> StepPlan:
 
     if inp.encoder_lens is not None:
         cu_q = main.cu_seqlens_q
-        if inp.token_table is not None:  # encoder tokens lead each row of the token table
-            enc_table = paging.token_table_to_page_table(inp.token_table[:, : max(inp.max_encoder_len, 1)], page,
+        if request_rows is not None:  # encoder tokens lead each row of the token table
+            enc_table = paging.token_table_to_page_table(request_rows[:, : max(inp.max_encoder_len, 1)], page,
                                                          inp.max_encoder_len)
         elif inp.encoder_page_table is not None:
             enc_table = inp.encoder_page_table

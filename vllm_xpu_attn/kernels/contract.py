@@ -82,6 +82,19 @@ class PagedCall:
                          bool(batch_invariant), bool(mla))
 
 
+_CALL_IDS: dict[PagedCall, int] = {}
+
+
+def call_id(call: PagedCall) -> int:
+    """A small int per distinct PagedCall, memoised on the instance (a frozen dataclass rehashes its
+    eleven fields on every hash; per-step and per-layer lookups key by this instead)."""
+    cid = call.__dict__.get("_vxa_id")
+    if cid is None:
+        cid = _CALL_IDS.setdefault(call, len(_CALL_IDS))
+        object.__setattr__(call, "_vxa_id", cid)
+    return cid
+
+
 def is_fp8(dtype: torch.dtype) -> bool:
     return dtype in FP8_DTYPES
 
@@ -155,6 +168,8 @@ def check_paged_step(step: AttnPlan) -> None:
             _fail(TypeError, f"{name} must be int32 (or int64), got {t.dtype}")
         if t.device != step.cache_seqlens.device:
             _fail(ValueError, f"{name} is on {t.device} but cache_seqlens is on {step.cache_seqlens.device}")
+        if t.dim() >= 1 and t.shape[-1] > 1 and t.stride(-1) != 1:  # kernels index rows with unit stride
+            _fail(ValueError, f"{name} must have a contiguous last dimension, got strides {list(t.stride())}")
     if step.page_table.dim() != 2:
         _fail(ValueError, f"page_table must be [batch, max_pages], got shape {list(step.page_table.shape)}")
     batch = step.page_table.shape[0]

@@ -332,9 +332,13 @@ class FastLaunch:
         """Armed and unchecked: ``bind`` can fix arguments as device addresses (module doc)."""
         return self._launch is not None and not self.check
 
-    def bind(self, fixed: dict[int, Any]) -> Callable:
+    def bind(self, fixed: dict[int, Any], slots: Optional[dict[int, int]] = None) -> Callable:
         """A launch closure with runtime arguments ``fixed`` {index: value} baked in (tensors as their device
         addresses); it takes the other runtime arguments, in order, tensors or addresses.
+
+        ``slots`` {index: k}: arguments read from the closure's first parameter ``S`` (a tuple) as ``S[k]``
+        on every call instead: the per-step device addresses of a closure kept across steps (the provider
+        passes each step's page table / lengths addresses; its keys fix their dtype and alignment).
 
         For a per-step plan whose layers differ only in a few pointers: fewer Python arguments per call and
         no per-pointer conversion in the launcher. Only on an armed, unchecked FastLaunch. A call made while
@@ -343,10 +347,11 @@ class FastLaunch:
         """
         if not self.takes_addresses:
             raise RuntimeError(f"FastLaunch.bind needs an armed, unchecked launch ({self.reason or 'checked'})")
-        which = tuple(sorted(fixed))
+        slots = slots or {}
+        which = (tuple(sorted(fixed)), tuple(sorted(slots.items())))
         recipe = self._recipes.get(which)
         if recipe is None:  # once per FastLaunch and set of fixed indices; per step only the values below
-            recipe = self._recipes[which] = self._bind_recipe(which)
+            recipe = self._recipes[which] = self._bind_recipe(*which)
         factory, base, arg_slots = recipe
         vals = list(base)
         for slot, i in arg_slots:
@@ -356,18 +361,24 @@ class FastLaunch:
         return factory(b["get_device"], b["device"], b["get_stream"], b["hooks"], b["hook_chain"], b["run"],
                        b["function"], b["meta"], b["lmeta"], self.grid, *vals)
 
-    def _bind_recipe(self, which: tuple[int, ...]):
-        """(factory, constant values with holes, [(hole, runtime index)]) for ``bind`` with these fixed indices."""
+    def _bind_recipe(self, which: tuple[int, ...], slots: tuple[tuple[int, int], ...] = ()):
+        """(factory, constant values with holes, [(hole, runtime index)]) for ``bind`` with these fixed
+        indices and step slots."""
         n = len(self._names)
-        if any(not 0 <= i < n for i in which):
-            raise IndexError(f"FastLaunch.bind: indices {list(which)} out of range for {n} runtime arguments")
+        slot_of = dict(slots)
+        if any(not 0 <= i < n for i in (*which, *slot_of)) or set(which) & set(slot_of):
+            raise IndexError(f"FastLaunch.bind: indices {list(which)} / slots {sorted(slot_of)} out of range for {n} "
+                             "runtime arguments, or overlapping")
         fixed = set(which)
-        free = [i for i in range(n) if i not in fixed]
+        free = [i for i in range(n) if i not in fixed and i not in slot_of]
         b = self._bound
         full, names, base, arg_slots = [], [], [], []
         index = {name: i for i, name in enumerate(self._names)}
         for name, _, default in self._params:  # the launcher's positional layout, constexprs included
             i = index.get(name)
+            if i is not None and i in slot_of:
+                full.append(f"S[{slot_of[i]}]")
+                continue
             if i is not None and i not in fixed:
                 full.append(f"a{i}")
                 continue
@@ -379,10 +390,10 @@ class FastLaunch:
                 base.append(None)
             else:
                 base.append(self.constexprs[name] if name in self.constexprs else default)
-        key = ("bind", tuple(full), tuple(free), b["style"])
+        key = ("bind", tuple(full), tuple(free), bool(slot_of), b["style"])
         factory = _launcher_code_cache.get(key)
         if factory is None:  # generated once per argument structure
-            argl = ", ".join(f"a{i}" for i in free)
+            argl = ", ".join((["S"] if slot_of else []) + [f"a{i}" for i in free])
             hk = "_H.runtime" if b["style"] == "knobs" else "_H"
             lines = [
                 "def factory(get_device, device, get_stream, _H, _HC, run, function, meta, lmeta, grid, "

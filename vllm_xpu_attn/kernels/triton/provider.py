@@ -14,7 +14,8 @@ from typing import Optional, Sequence
 import torch
 
 from ..base import Feature, KernelProvider, KernelRequest, PagedLaunch
-from ..contract import FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, check_per_head, check_write_kv, is_fp8
+from ..contract import (FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, call_id, check_paged_step, check_per_head,
+                        check_write_kv, is_fp8)
 
 # Tile sizes per device family and phase: (BLOCK_M, BLOCK_N, num_warps, num_stages[, grf_mode]).
 # Measured on an H200 (docs/benchmarks.md); Intel entries are conservative starting points
@@ -101,13 +102,45 @@ class TritonProvider(KernelProvider):
         return r
 
     # ---- paged attention: plan per step, run per layer ------------------------------------
+    def plan_paged(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None) -> "TritonLaunch":
+        """Per-step part: the step's tensors checked once, the launch configuration fixed (kept across steps)."""
+        return self._planned(step, call, num_splits, checked=False)
+
     def _launch(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None) -> "TritonLaunch":
         """``num_splits`` forces the split-K count (tests, benchmarks); default: chosen per step."""
-        return TritonLaunch(self, step, call, num_splits)
+        return self._planned(step, call, num_splits, checked=True)
+
+    def _planned(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int], checked: bool) -> "TritonLaunch":
+        """The step's launch over a LaunchConfig kept across steps.
+
+        Everything a configuration decides (tiles, split count, grid, constexprs, the armed launchers and the
+        per-layer closures) depends on the step only through the key below: the call, the step tensors'
+        shapes, strides, dtypes, devices and 16-byte alignment, max_seqlen_q and the page size; their
+        addresses are read per step and handed to the closures. A step with a known key checks nothing
+        again (check_paged_step passed for that key) and builds one small object.
+        """
+        pt, cs, cu = step.page_table, step.cache_seqlens, step.cu_seqlens_q
+        try:
+            addrs = (pt.data_ptr(), cs.data_ptr(), cu.data_ptr())
+            key = (call_id(call), pt.shape, pt.stride(), pt.dtype, cs.shape, cs.stride(), cs.dtype, cu.shape,
+                   cu.stride(), cu.dtype, pt.get_device(), cs.get_device(), cu.get_device(), step.max_seqlen_q,
+                   step.page_size, num_splits, (addrs[0] & 15) == 0, (addrs[1] & 15) == 0, (addrs[2] & 15) == 0)
+            cfg = self._configs.get(key)
+        except (AttributeError, TypeError):  # not tensors / unhashable: the checks below say what is wrong
+            key = cfg = addrs = None
+        if cfg is None:
+            if not checked:
+                check_paged_step(step)
+            cfg = LaunchConfig(step, call, num_splits)
+            if key is not None:
+                if len(self._configs) >= 512:  # bounded: drop the oldest configuration
+                    self._configs.pop(next(iter(self._configs)))
+                self._configs[key] = cfg
+        return TritonLaunch(self, step, call, cfg, addrs)
 
     def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        return TritonLaunch(self, step, call).run_checked(q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale,
-                                                          v_descale)
+        return self._launch(step, call).run_checked(q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale,
+                                                    v_descale)
 
     def workspace(self, device: torch.device, numel: int) -> torch.Tensor:
         """fp32 scratch of >= numel elements (split-K partials), owned by the provider and reused across
@@ -127,6 +160,7 @@ class TritonProvider(KernelProvider):
         self._retired: list[torch.Tensor] = []
         self._scales: dict[tuple, torch.Tensor] = {}
         self._launchers: dict[tuple, object] = {}
+        self._configs: dict[tuple, "LaunchConfig"] = {}
 
     def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, spec_key: tuple,
                  options: Optional[dict] = None):
@@ -249,17 +283,17 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class TritonLaunch(PagedLaunch):
-    """One step's sub-plan x one layer configuration: tiles, split count, grid fixed once per step."""
+class LaunchConfig:
+    """What a paged launch fixes for every step of one shape: tiles, split count, grid, constexprs, and
+    the compiled launchers and per-layer closures armed for it (kept across steps by the provider)."""
 
     __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
-                 "group", "invariant", "_fast", "mla_decode", "options", "_hot", "_last")
+                 "group", "invariant", "fast", "mla_decode", "options", "hot")
 
-    def __init__(self, provider: "TritonProvider", step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None):
-        super().__init__(provider, step, call)
-        # the per-layer hot path (run): layer signature -> armed launchers + every argument but q/k/v/out
-        self._hot: dict[tuple, tuple] = {}
-        self._last: Optional[tuple] = None
+    def __init__(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None):
+        # the per-layer hot path: layer signature -> closures over every argument but q/k/v/out and the
+        # step's addresses
+        self.hot: dict[tuple, tuple] = {}
         device = step.cache_seqlens.device
         hkv, d, dv = call.num_kv_heads, call.head_dim, call.v_head_dim
         self.group = group = call.num_q_heads // hkv
@@ -290,7 +324,7 @@ class TritonLaunch(PagedLaunch):
             self.bd, self.bdv = d, dv
             self.static = dict(PAGE=step.page_size, D_C=dv, D_R=d_rope, BLOCK_H=block_m, BLOCK_N=self.block_n,
                                NUM_SPLITS=self.num_splits, WRITE_LSE=call.return_lse)
-            self._fast = {}
+            self.fast = {}
             return
         self.num_splits = 1 if invariant else num_splits or TritonProvider._num_splits(
             device, batch, hkv, max_q, step.page_table.shape[1] * step.page_size)
@@ -304,25 +338,46 @@ class TritonLaunch(PagedLaunch):
             BLOCK_DV=self.bdv, BLOCK_M=block_m, BLOCK_N=self.block_n, NUM_SPLITS=self.num_splits, CAUSAL=call.causal,
             HAS_SOFTCAP=call.softcap > 0, WRITE_LSE=call.return_lse, ALIGN_ROWS=invariant,
         )
-        # compiled-kernel launchers of this step, one per variant (sinks/ALiBi/FP8/dtype) the layers use:
-        # the first layer of a variant binds through Triton's JIT, the rest launch directly
-        self._fast: dict[tuple, tuple] = {}
+        # compiled-kernel launchers, one per variant (tokens, sinks/ALiBi/FP8/dtype) the layers use: the
+        # first call of a variant binds through Triton's JIT, the rest launch directly
+        self.fast: dict[tuple, tuple] = {}
+
+
+class TritonLaunch(PagedLaunch):
+    """One step's sub-plan x one layer configuration: the step's tensors and their device addresses over
+    a LaunchConfig (tiles, split count, grid, armed launchers) shared with every step of that shape."""
+
+    __slots__ = ("cfg", "addrs", "_last")
+
+    def __init__(self, provider: "TritonProvider", step: AttnPlan, call: PagedCall, cfg: LaunchConfig,
+                 addrs: Optional[tuple[int, int, int]]):
+        PagedLaunch.__init__(self, provider, step, call)
+        self.cfg = cfg
+        self.addrs = addrs  # (page_table, cache_seqlens, cu_seqlens_q) device addresses, the closures' S
+        self._last: Optional[tuple] = None
+
+    def __getattr__(self, name):  # the configuration's decisions read as the launch's (tests, benchmarks)
+        if name in LaunchConfig.__slots__:
+            return getattr(self.cfg, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: Optional[torch.Tensor] = None,
             sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
             k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None):
         """PagedLaunch.run with a per-layer hot path: the layers of a step repeat one signature (shapes,
-        strides, dtypes, devices, 16-byte alignment), so a signature that passed the checks and armed the
-        compiled launchers once is looked up in one dict and launched with device addresses. Everything
-        else (sinks, ALiBi, FP8 descales, LSE, no ``out``, MLA) takes the checked path every call."""
+        strides, dtypes, devices, 16-byte alignment), and so do the steps of one configuration, so a
+        signature that passed the checks and armed the compiled launchers once is looked up in one dict and
+        launched with device addresses (the step's read from ``addrs``). Everything else (sinks, ALiBi, FP8
+        descales, LSE, no ``out``, MLA) takes the checked path every call."""
+        cfg = self.cfg
         if out is None or sinks is not None or alibi_slopes is not None or k_descale is not None or \
-                v_descale is not None or self.call.return_lse or self.mla_decode:
+                v_descale is not None or self.call.return_lse or cfg.mla_decode or self.addrs is None:
             return PagedLaunch.run(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale)
         qa, ka, va, oa = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
         key = (q.shape, k_cache.shape, v_cache.shape, out.shape, q.stride(), k_cache.stride(), v_cache.stride(),
                out.stride(), q.dtype, k_cache.dtype, v_cache.dtype, out.dtype, q.get_device(), k_cache.get_device(),
                v_cache.get_device(), out.get_device(), ((qa | ka | va | oa) & 15) == 0)
-        hot = self._hot.get(key)
+        hot = cfg.hot.get(key)
         if hot is None:
             self._last = None
             res = PagedLaunch.run(self, q, k_cache, v_cache, out)
@@ -330,23 +385,24 @@ class TritonLaunch(PagedLaunch):
             if last is not None and key[-1] and last[0].takes_addresses and (last[1] is None or
                                                                             last[1].takes_addresses):
                 attn, merge, args, margs = last
-                # every argument but q/k/v/out (attention: 0-2 and 10; merge: 2) fixed for the step
-                step = self.step
-                fixed = dict(enumerate((None, None, None, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
-                                        None, None, None, None, None) + args))
-                for i in (0, 1, 2, 10):
+                # attention: q/k/v (0-2) and out (10) per layer, the step's tensors (3-5) per step from S,
+                # every other argument fixed for the configuration; merge: out (2) per layer, cu_seqlens_q (5)
+                fixed = dict(enumerate((None,) * 11 + args))
+                for i in (0, 1, 2, 3, 4, 5, 10):
                     del fixed[i]
-                mfixed = {i: a for i, a in enumerate(margs[:2] + (None,) + margs[2:]) if i != 2}
-                self._hot[key] = (attn.bind(fixed), merge.bind(mfixed) if merge is not None else None)
+                mfixed = {i: a for i, a in enumerate(margs[:2] + (None,) + margs[2:]) if i not in (2, 5)}
+                cfg.hot[key] = (attn.bind(fixed, {3: 0, 4: 1, 5: 2}),
+                                merge.bind(mfixed, {5: 2}) if merge is not None else None)
             return res
         attn, merge = hot
-        attn(qa, ka, va, oa)
+        s = self.addrs
+        attn(s, qa, ka, va, oa)
         if merge is not None:
-            merge(oa)
+            merge(s, oa)
         return out
 
     def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        step, call = self.step, self.call
+        step, call, cfg = self.step, self.call, self.cfg
         total_q, hq = q.shape[0], call.num_q_heads
         qs, ks, vs = q.stride(), k_cache.stride(), v_cache.stride()
         if qs[-1] != 1 or ks[-1] != 1 or vs[-1] != 1:
@@ -354,33 +410,33 @@ class TritonLaunch(PagedLaunch):
         if out is None:
             out = torch.empty(total_q, hq, call.v_head_dim, dtype=q.dtype, device=q.device)
         lse = torch.empty(hq, total_q, dtype=torch.float32, device=q.device) if call.return_lse else None
-        if total_q == 0 or self.grid[0] == 0:
+        if total_q == 0 or cfg.grid[0] == 0:
             return (out, lse) if call.return_lse else out
-        splits = self.num_splits
+        splits, bdv = cfg.num_splits, cfg.bdv
         per_head = k_descale is not None and k_descale.numel() != 1
         # absent optional pointers go as None: Triton specialises them away (constexpr None; the kernel
         # reads them only under their HAS_* flag), and the launcher has fewer pointers to convert
         if splits > 1:
             part = total_q * hq
-            ws = self.provider.workspace(q.device, splits * part * (self.bdv + 1))
-            o_part, l_part = ws[: splits * part * self.bdv], ws[splits * part * self.bdv: splits * part * (self.bdv + 1)]
+            ws = self.provider.workspace(q.device, splits * part * (bdv + 1))
+            o_part, l_part = ws[: splits * part * bdv], ws[splits * part * bdv: splits * part * (bdv + 1)]
         else:
             o_part = l_part = None
         os_ = out.stride()
         sinks_, lse_ = sinks, lse
-        # the compiled specialisation these arguments need (beyond the step's, fixed at plan time)
-        sig = (qs, ks, vs, os_, q.dtype, k_cache.dtype, _al(q), _al(k_cache), _al(v_cache), _al(out),
+        # the compiled specialisation these arguments need (beyond the configuration's)
+        sig = (total_q, qs, ks, vs, os_, q.dtype, k_cache.dtype, _al(q), _al(k_cache), _al(v_cache), _al(out),
                None if lse is None else _al(lse), None if o_part is None else (_al(o_part), _al(l_part)),
                None if sinks is None else (sinks.dtype, _al(sinks)),
                None if alibi_slopes is None else (alibi_slopes.dtype, _al(alibi_slopes)),
                None if k_descale is None else (per_head, k_descale.stride(0) if per_head else 0, _al(k_descale),
                                                None if v_descale is None else _al(v_descale)))
-        fast = self._fast.get(sig)
+        fast = cfg.fast.get(sig)
         if fast is None:
-            fast = self._fast[sig] = self._launchers(sig, q, total_q, sinks is not None, alibi_slopes is not None,
-                                                     k_descale is not None, per_head)
+            fast = cfg.fast[sig] = self._launchers(sig, q, total_q, sinks is not None, alibi_slopes is not None,
+                                                   k_descale is not None, per_head)
         attn, merge = fast
-        if self.mla_decode:
+        if cfg.mla_decode:
             if v_cache.data_ptr() != k_cache.data_ptr() or per_head:
                 raise ValueError("triton MLA decode: v_cache must be the first v_head_dim columns of k_cache (one "
                                  "latent cache) and the descale one per-tensor value")
@@ -412,26 +468,26 @@ class TritonLaunch(PagedLaunch):
                    has_descale: bool, per_head: bool):
         from .kernels import _merge_splits, _mla_attn_kernel, _paged_attn_kernel
 
-        step = self.step
+        step, cfg = self.step, self.cfg
         # the step's own part of the specialisation: its int arguments and its tensors' alignment
         spec_key = (sig, total_q, self.call.num_q_heads, step.page_table.stride(0), step.page_table.shape[0],
                     step.page_table.dtype, step.cache_seqlens.dtype, step.cu_seqlens_q.dtype, _al(step.page_table),
                     _al(step.cache_seqlens), _al(step.cu_seqlens_q))
         # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
         fp32_dot = q.dtype == torch.float32 or (_interpreting() and q.dtype == torch.bfloat16)
-        if self.mla_decode:
-            consts = dict(self.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_mla_attn_kernel, self.grid, consts, self.warps, self.stages, spec_key,
-                                          self.options)
+        if cfg.mla_decode:
+            consts = dict(cfg.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
+            attn = self.provider.launcher(_mla_attn_kernel, cfg.grid, consts, cfg.warps, cfg.stages, spec_key,
+                                          cfg.options)
         else:
-            consts = dict(self.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
+            consts = dict(cfg.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
                           DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_paged_attn_kernel, self.grid, consts, self.warps, self.stages, spec_key,
-                                          self.options)
+            attn = self.provider.launcher(_paged_attn_kernel, cfg.grid, consts, cfg.warps, cfg.stages, spec_key,
+                                          cfg.options)
         merge = None
-        if self.num_splits > 1:
+        if cfg.num_splits > 1:
             merge = self.provider.launcher(_merge_splits, (total_q, self.call.num_q_heads, 1),
-                                           dict(DV=self.call.v_head_dim, BLOCK_DV=self.bdv, NUM_SPLITS=self.num_splits,
+                                           dict(DV=self.call.v_head_dim, BLOCK_DV=cfg.bdv, NUM_SPLITS=cfg.num_splits,
                                                 HAS_SINKS=has_sinks, WRITE_LSE=self.call.return_lse), 4, 1, spec_key)
         return attn, merge
 
