@@ -71,9 +71,11 @@ def test_token_rows_index_the_pool_like_a_gathered_table(case):
     elif case == "tree":
         kw.update(mode=Mode.DRAFT_DECODE, seq_lens=t(5, 7), max_seqlen_k=7, draft_slots=torch.arange(12),
                   spec=SpecDecodeShape(topk=2, num_steps=3, step_id=1))
+    before = pool.clone()
     a = plan_step(StepInputs(**kw, token_table=pool[idx]))
     b = plan_step(StepInputs(**kw, token_table=pool, token_rows=idx))
     _plans_equal(a, b)
+    assert torch.equal(pool, before), "planning wrote into the engine's token table"
     with pytest.raises(ValueError, match="token_rows must be"):
         plan_step(StepInputs(**kw, token_table=pool, token_rows=idx[:1]))
 

@@ -57,7 +57,9 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
     if page_size == 1:
         pages = firsts  # slots are pages: no kernel at all
     elif page_size & (page_size - 1) == 0:
-        pages = firsts >> (page_size.bit_length() - 1)  # one plain elementwise kernel (slots are >= 0)
+        shift = page_size.bit_length() - 1  # one plain elementwise kernel (slots are >= 0)
+        # in place on our own gathered copy (no second allocation), never on a view of the engine's table
+        pages = firsts.bitwise_right_shift_(shift) if row_index is not None else firsts >> shift
     else:
         pages = torch.div(firsts, page_size, rounding_mode="floor")
     return pages if pages.dtype == torch.int32 else pages.to(torch.int32)
