@@ -151,3 +151,24 @@ def test_steps_of_one_shape_share_a_configuration_but_not_their_tables():
     bad.page_table = bad.page_table.t().contiguous().t()  # a column-major table: the kernel needs unit column stride
     with pytest.raises(ValueError, match="contiguous last dimension"):
         TRITON.plan_paged(bad, call)
+
+
+@pytest.mark.parametrize("page, with_rows", [(16, True), (16, False), (1, True), (12, True)])
+def test_token_pages_kernel_equals_the_torch_conversion(page, with_rows):
+    """The one-launch token->page conversion (kernels/triton/paging.py, used for CUDA/XPU tables) gives
+    the integers core.paging's torch ops give: pool rows picked by token_rows, strided first slots, // page."""
+    from vllm_xpu_attn.core import paging
+    from vllm_xpu_attn.kernels.triton.kernels import _token_pages_kernel
+
+    g = torch.Generator().manual_seed(page)
+    pool_rows, ctx = 7, 600
+    pool = (torch.randperm(pool_rows * ctx // page + 5, generator=g)[: pool_rows * (ctx // page)].view(pool_rows, -1)
+            .repeat_interleave(page, dim=1) * page + torch.arange(page).repeat(ctx // page)).int()
+    idx = torch.tensor([5, 0, 3]) if with_rows else None
+    max_k = 517
+    n_pages = -(-max_k // page)
+    want = paging.token_table_to_page_table(pool, page, max_k, row_index=idx)
+    out = torch.full((3 if with_rows else pool_rows, n_pages), -1, dtype=torch.int32)
+    _token_pages_kernel[(out.shape[0],)](pool, idx if with_rows else pool, out, pool.stride(0), n_pages, PAGE=page,
+                                         HAS_ROWS=with_rows, BLOCK=64)
+    assert torch.equal(out, want)

@@ -257,3 +257,27 @@ def test_layer_hot_path_many_layers_and_steps(case):
     diff = [i for i in range(len(keys[0])) if len({k[i] for k in keys}) > 1] if keys else []
     assert armed >= 1, "the hot path was never armed (fast launch off?)"
     assert len(keys) == armed, f"later steps re-armed the hot path: {armed} -> {len(keys)} (differing key parts {diff})"
+
+
+@pytest.mark.parametrize("page", [1, 16, 64])
+def test_token_rows_plan_on_device_equals_the_cpu_plan(page):
+    """SGLang's step plan on the device (the one-launch token->page conversion, kernels/triton/paging.py)
+    vs the same plan built on the CPU (core.paging's torch ops): identical page tables, across batch
+    sizes and widths (one launcher per batch size and int class)."""
+    from vllm_xpu_attn.kernels.triton import paging as tp
+
+    g = torch.Generator().manual_seed(page)
+    pool_rows, ctx = 40, 1024
+    pages = torch.randperm(pool_rows * ctx // page + 9, generator=g)[: pool_rows * (ctx // page)].view(pool_rows, -1)
+    pool = (pages.repeat_interleave(page, dim=1) * page + torch.arange(page).repeat(ctx // page)).int()
+    before = len(tp._LAUNCHERS)
+    for bs, max_k in ((1, 1), (3, 77), (3, 700), (32, 1024), (32, 1000)):
+        idx = torch.randperm(pool_rows, generator=g)[:bs]
+        seq = torch.randint(1, max_k + 1, (bs,), generator=g).int()
+        cpu = core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=seq, max_seqlen_k=max_k, num_tokens=bs,
+                                             page_size=page, token_table=pool, token_rows=idx))
+        dev = core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=seq.to(DEV), max_seqlen_k=max_k,
+                                             num_tokens=bs, page_size=page, token_table=pool.to(DEV),
+                                             token_rows=idx.to(DEV)))
+        assert torch.equal(dev.main.page_table.cpu(), cpu.main.page_table), (bs, max_k)
+    assert len(tp._LAUNCHERS) > before, "the device plan did not take the one-launch conversion"

@@ -51,6 +51,16 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
             f"max_seqlen_k={max_seqlen_k} exceeds the token table's {token_table.shape[1]} columns (max context length)"
         )
     n_pages = cdiv(max_seqlen_k, page_size)
+    if row_index is not None and row_index.dim() != 1:
+        raise ValueError(f"token rows must be [batch], got shape {list(row_index.shape)}")
+    if token_table.device.type in ("cuda", "xpu"):  # one launch instead of two torch ops (same integers)
+        try:
+            from ..kernels.triton.paging import token_pages
+        except ImportError:  # triton not installed
+            token_pages = None
+        pages = token_pages(token_table, page_size, n_pages, row_index) if token_pages is not None else None
+        if pages is not None:
+            return pages
     firsts = token_table[:, : n_pages * page_size : page_size]  # strided: first token of each page
     if row_index is not None:
         firsts = firsts.index_select(0, row_index)  # [B, n_pages]: one gather of the strided columns

@@ -71,8 +71,14 @@ def _paged_attn_kernel(
 
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q_rows = (q_start + t).to(tl.int64)
-    q = tl.load(Q + q_rows[:, None] * stride_qt + head[:, None].to(tl.int64) * stride_qh + offs_d[None, :],
+    # row addresses: an int64 base for the tile's first token and head, plus small int32 offsets within
+    # the tile (fewer registers live across the key loop than per-row int64 addresses)
+    t0 = tl.maximum(tile * BLOCK_M - shift, 0) // GROUP
+    h0 = kvh * GROUP
+    dt = t - t0
+    dh = rows % GROUP
+    q_base = Q + (q_start + t0).to(tl.int64) * stride_qt + h0.to(tl.int64) * stride_qh
+    q = tl.load(q_base + (dt * stride_qt + dh * stride_qh)[:, None] + offs_d[None, :],
                 mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)
 
     qk_scale = scale
@@ -158,6 +164,7 @@ def _paged_attn_kernel(
 
     acc = acc * v_scale
     out_rows = (q_start + t).to(tl.int64)
+    o_base = O + (q_start + t0).to(tl.int64) * stride_ot + h0.to(tl.int64) * stride_oh
     if NUM_SPLITS == 1:
         if HAS_SINKS:
             sink = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * LOG2E
@@ -167,7 +174,7 @@ def _paged_attn_kernel(
             m_i = m_fin
         has = l_i > 0
         o = acc / tl.where(has, l_i, 1.0)[:, None]
-        tl.store(O + out_rows[:, None] * stride_ot + head[:, None].to(tl.int64) * stride_oh + offs_dv[None, :],
+        tl.store(o_base + (dt * stride_ot + dh * stride_oh)[:, None] + offs_dv[None, :],
                  o.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < DV))
         if WRITE_LSE:
             lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
@@ -358,3 +365,20 @@ def _mla_attn_kernel(
         idx = split.to(tl.int64) * total_q * num_q_heads + q_rows * num_q_heads + heads
         tl.store(OP + idx[:, None] * D_C + offs_c[None, :], o, mask=r_ok[:, None])
         tl.store(LP + idx, lse, mask=r_ok)
+
+
+@triton.jit
+def _token_pages_kernel(TT, ROWS, OUT, stride_tt, n_pages, PAGE: tl.constexpr, HAS_ROWS: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """Token table -> page table, one program per request: OUT[b, j] = TT[row(b), j * PAGE] // PAGE with
+    row(b) = ROWS[b] (a pool row, SGLang's req_pool_indices) or b. Slots are >= 0 (engine allocation)."""
+    b = tl.program_id(0).to(tl.int64)
+    if HAS_ROWS:
+        row = tl.load(ROWS + b).to(tl.int64)
+    else:
+        row = b
+    for start in range(0, n_pages, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        m = cols < n_pages
+        slot = tl.load(TT + row * stride_tt + cols.to(tl.int64) * PAGE, mask=m, other=0)
+        tl.store(OUT + b * n_pages + cols, (slot // PAGE).to(tl.int32), mask=m)
