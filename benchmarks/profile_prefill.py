@@ -1,0 +1,31 @@
+"""One causal prefill call (1 x 8192, bf16, Hq 32 / Hkv 8 / D 128, page 64) for Nsight Compute (issue #12).
+
+    ncu --kernel-name regex:_paged_attn_kernel --launch-skip 1 --launch-count 1 --set full \\
+        python benchmarks/profile_prefill.py        # (PYTHONPATH=.:benchmarks)
+
+Runs the provider twice (the first call compiles; ncu skips it), then cuDNN's dense SDPA once on the
+same inputs (GQA expanded) for a side-by-side profile with ``--kernel-name regex:cudnn|sm90``.
+"""
+
+import torch
+
+from bench_attention import dense_from_paged, paged_inputs, sdpa
+from vllm_xpu_attn.kernels import get_provider
+
+
+def main():
+    tri = get_provider("triton")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, kc, vc, pt, seq, cu = paged_inputs(1, 8192, 8192, gen)
+    for _ in range(2):
+        out = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 8192)
+    torch.cuda.synchronize()
+    qd, k, v = dense_from_paged(q, kc, vc, pt, 1, 8192, 8192)
+    ref = sdpa("cudnn", qd, k, v, causal_lower_right=True)()
+    torch.cuda.synchronize()
+    diff = (ref.transpose(1, 2).reshape(out.shape).float() - out.float()).abs().max().item()
+    print(f"max |ours - cuDNN| = {diff:.3g}")
+
+
+if __name__ == "__main__":
+    main()
