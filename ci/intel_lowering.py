@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # VXA_INTEL_KERNELS: lower another copy of kernels.py (experiments); the job itself uses the package's
 KERNELS = Path(os.environ.get("VXA_INTEL_KERNELS") or ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "kernels.py")
 PROVIDER = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "provider.py"
+PAGING = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "paging.py"  # launches the token->page kernel
 
 # Device properties as torch.xpu.get_device_capability() reports them (what Intel's Triton is given on a
 # real device). architecture: the SYCL enum value (architectures.def, intel-sycl-rt wheel). The DPAS /
@@ -129,6 +130,8 @@ def _runtime_types(kernel: str, *, q: str, kv: str, sinks=False, alibi=False, fp
         return dict(OA=_ptr(qt), LA="*fp32", OB=_ptr(qt), LB="*fp32", SINKS="*fp32", O=_ptr(qt), L="*fp32")
     if kernel == "_write_kv_kernel":
         return dict(X=_ptr(qt), C=_ptr(kt), SLOT="*i64", SCALE="*fp32")
+    if kernel == "_token_pages_kernel":  # SGLang's req_to_token (int32) rows by req_pool_indices (int64)
+        return dict(TT="*i32", ROWS="*i64", OUT="*i32", n_pages="i32")
     raise KeyError(kernel)
 
 
@@ -216,6 +219,13 @@ def write_kv_case(target, d=128, x="bf16", cache="bf16", page=64) -> dict:
                  4, 2, "default", phase="write_kv", d=d, q=x, kv=cache, feats=["quant"] if quant else [])
 
 
+def token_pages_case(target, page=64) -> dict:
+    # kernels/triton/paging.py: FastLaunch(_token_pages_kernel, (batch,), PAGE, HAS_ROWS, BLOCK=256, 4 warps, 1 stage)
+    return _case(target, "_token_pages_kernel", f"token_pages/page{page}", _runtime_types("_token_pages_kernel",
+                 q="bf16", kv="bf16"), dict(PAGE=page, HAS_ROWS=True, BLOCK=256), 4, 1, "default", phase="paging",
+                 d=0, q="bf16", kv="bf16", feats=["rows"], unaligned=("stride_tt", "n_pages"))
+
+
 def cases(tuning: dict, targets: list[str]) -> list[dict]:
     out = []
     for tg in targets:
@@ -230,16 +240,17 @@ def cases(tuning: dict, targets: list[str]) -> list[dict]:
         if "mla_decode" in tuning["xpu"]:
             out += [mla_case(tuning, tg), mla_case(tuning, tg, kv="e4m3", splits=4, lse=True)]
         out += [merge_splits_case(tg), merge_state_case(tg), write_kv_case(tg), write_kv_case(tg, cache="e4m3"),
-                write_kv_case(tg, cache="e5m2")]
+                write_kv_case(tg, cache="e5m2"), token_pages_case(tg)]
     return out
 
 
 def launched_kernels() -> list[str]:
-    """The kernels provider.py imports from kernels.py (``from .kernels import ...``): what it launches."""
+    """The kernels provider.py and paging.py import from kernels.py (``from .kernels import ...``): what they launch."""
     names = set()
-    for node in ast.walk(ast.parse(PROVIDER.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "kernels":
-            names |= {alias.name for alias in node.names}
+    for src in (PROVIDER, PAGING):
+        for node in ast.walk(ast.parse(src.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "kernels":
+                names |= {alias.name for alias in node.names}
     return sorted(names)
 
 
