@@ -1,0 +1,51 @@
+"""A/B of the paged attention kernel against another copy of kernels.py, in one process (H200).
+
+    PYTHONPATH=.:benchmarks python benchmarks/ab_kernel.py OLD_KERNELS.py   # one JSON line per (variant, case)
+
+Both variants run through the provider (tiles, split count, launchers as shipped); only
+``_paged_attn_kernel`` is swapped. Cases: bench_attention's decode shapes and the 1 x 8192 prefill;
+back-to-back throughput, A/B/A/B interleaved (the machine is shared).
+"""
+
+import importlib.util
+import json
+import sys
+
+import torch
+
+from bench_attention import bench_tp, paged_inputs
+from vllm_xpu_attn.kernels import get_provider
+from vllm_xpu_attn.kernels.triton import kernels as K
+
+
+def main():
+    spec = importlib.util.spec_from_file_location("old_kernels", sys.argv[1])
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    variants = {"new": K._paged_attn_kernel, "old": old._paged_attn_kernel}
+    tri = get_provider("triton")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    copy_s = bench_tp(lambda: x.clone(), n=20)
+    copy_tbps = 2 * x.numel() / copy_s / 1e12
+    cases = [(64, 1, 4096), (256, 1, 1024), (8, 1, 32768), (1, 8192, 8192)]
+    for rep in range(2):
+        for batch, q_len, k_len in cases:
+            q, kc, vc, pt, seq, cu = paged_inputs(batch, q_len, k_len, gen)
+            for name, fn in variants.items():
+                K._paged_attn_kernel = fn  # the provider imports it at launcher creation
+                tri._launchers.clear()
+                tri._configs.clear()
+                f = lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len)  # noqa: E731
+                t = bench_tp(f, n=20 if q_len > 1 else 50)
+                if q_len == 1:
+                    val = {"pct_copy": round(100 * 2 * kc.numel() * kc.element_size() / t / 1e12 / copy_tbps, 1)}
+                else:
+                    val = {"tflops": round(4 * q_len * k_len * 32 * 128 / 2 / t / 1e12, 1)}
+                print(json.dumps({"rep": rep, "variant": name, "case": [batch, q_len, k_len], **val}), flush=True)
+            del q, kc, vc
+    K._paged_attn_kernel = variants["new"]
+
+
+if __name__ == "__main__":
+    main()
