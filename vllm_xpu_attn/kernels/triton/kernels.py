@@ -90,7 +90,6 @@ def _paged_attn_kernel(
         else:
             qk_scale = qk_scale * tl.load(KDS)
             v_scale = tl.load(VDS)
-    qk_scale_log2 = qk_scale * LOG2E
     if HAS_ALIBI:
         slope = tl.load(ALIBI + head, mask=row_ok, other=0.0).to(tl.float32)
 
@@ -137,16 +136,9 @@ def _paged_attn_kernel(
             s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
         else:
             s = tl.dot(q, k.to(q.dtype))
-        # scores go to base 2 for exp2; log2(e) is folded into a multiply already there where possible (one
-        # multiply less per score: Intel's 256-GRF paged tiles then lower without register spill, issue #12)
-        if HAS_ALIBI or FP32_DOT:
-            s = s * qk_scale
-            if HAS_SOFTCAP:
-                s = softcap * _tanh(s / softcap)
-        elif HAS_SOFTCAP:
-            s = (softcap * LOG2E) * _tanh(s * (qk_scale / softcap))
-        else:
-            s = s * qk_scale_log2
+        s = s * qk_scale
+        if HAS_SOFTCAP:
+            s = softcap * _tanh(s / softcap)
         rel = j[None, :] - pos[:, None]
         if HAS_ALIBI:
             s = s - slope[:, None] * tl.abs(rel).to(tl.float32)
@@ -157,9 +149,7 @@ def _paged_attn_kernel(
             ok = ok & (rel <= WIN_RIGHT)
         if WIN_LEFT >= 0:
             ok = ok & (rel >= -WIN_LEFT)
-        if HAS_ALIBI or FP32_DOT:
-            s = s * LOG2E
-        s = tl.where(ok, s, float("-inf"))
+        s = tl.where(ok, s * LOG2E, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
