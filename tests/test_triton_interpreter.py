@@ -172,3 +172,31 @@ def test_token_pages_kernel_equals_the_torch_conversion(page, with_rows):
     _token_pages_kernel[(out.shape[0],)](pool, idx if with_rows else pool, out, pool.stride(0), n_pages, PAGE=page,
                                          HAS_ROWS=with_rows, BLOCK=64)
     assert torch.equal(out, want)
+
+
+@settings(max_examples=max(N // 3, 8), deadline=None)
+@given(layout=layouts(max_ctx=90, max_new=24, max_batch=3, page_sizes=(16, 32, 64), head_dims=(16, 32)))
+def test_tensor_descriptor_prefill_matches_reference(layout):
+    """The prefill path that reads K/V tiles by tensor descriptor (TMA on Hopper; chosen by device there),
+    forced on in the interpreter: same outputs as the reference, and the descriptor kernel is what ran
+    wherever the step and the layer's cache allow it (else the pointer kernel of the same tiles)."""
+    from vllm_xpu_attn.kernels.triton import provider as tp
+
+    lay = layout.to(DEV)
+    ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
+    old = tp.TritonProvider.tensor_descriptors
+    tp.TritonProvider.tensor_descriptors = True
+    TRITON._configs.clear()
+    TRITON._launchers.clear()
+    try:
+        out = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs)
+        used = [dict(k[2]).get("USE_DESC") for k in TRITON._launchers if getattr(k[0], "__name__", "") ==
+                "_paged_attn_kernel"]
+    finally:
+        tp.TritonProvider.tensor_descriptors = old
+        TRITON._configs.clear()
+        TRITON._launchers.clear()
+    _close(out, ref[0], lay.q.dtype)
+    if lay.max_seqlen_q > 1 and lay.q.shape[0] and lay.page_table.shape[0]:
+        expect = lay.q.dtype in tp._DESC_DTYPES and tp._desc_layer_ok(lay.k_cache, lay.v_cache, lay.k_cache.shape[1])
+        assert used and all(u == expect for u in used), (used, expect)
