@@ -27,8 +27,10 @@ TUNING: dict[str, dict[str, tuple]] = {
     # a step cannot take descriptors (page not a multiple of 64, head dim not a power of two, batch-invariant
     # mode); "prefill_ptr_wide": a layer whose cache strides refuse descriptors inside a descriptor step (same
     # tiles, so the same grid; 8 warps: 128-row tiles with pointer loads spill at 4). benchmarks/prefill_lab.py
+    # at fp32 the wide pointer kernel takes N=16 (ptxas, sm_90a: 1 KB stack instead of 8-9 KB at N=64)
     "cuda_sm90": {"prefill": (128, 64, 4, 2), "prefill_ptr": (64, 64, 4, 3), "prefill_ptr_wide": (128, 64, 8, 2),
-                  "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2), "mla_wide": (64, 64, 8, 2)},
+                  "prefill_ptr_wide_fp32": (128, 16, 8, 2), "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2),
+                  "mla_wide": (64, 64, 8, 2)},
     "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
              "mla_wide": (64, 32, 8, 2)},
     # xpu: + the GRF mode Intel's backend is asked for (launch kwarg grf_mode); 256 GRF ("large"), 8 rows
@@ -37,6 +39,7 @@ TUNING: dict[str, dict[str, tuple]] = {
             "mla_decode": (16, 16, 4, 2, "large"), "mla_wide": (16, 16, 4, 2, "large")},
     # cpu (the interpreter, tests): the descriptor/pointer prefill split too, so both kernels run in CI
     "cpu": {"prefill": (16, 16, 1, 1), "prefill_ptr": (16, 16, 1, 1), "prefill_ptr_wide": (16, 16, 1, 1),
+            "prefill_ptr_wide_fp32": (16, 16, 1, 1),
             "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1), "mla_wide": (16, 16, 1, 1)},
 }
 
@@ -510,8 +513,9 @@ class TritonLaunch(PagedLaunch):
             consts = dict(cfg.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
                           DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot, USE_DESC=use_desc)
             warps, stages = cfg.warps, cfg.stages
-            if cfg.desc and not use_desc:  # this layer's cache refuses descriptors: pointer loads, same tiles
-                _, _, warps, stages, _ = tile_config(device_family(q.device), "prefill_ptr_wide")
+            if cfg.desc and not use_desc:  # this layer refuses descriptors: pointer loads, the same row tiles (grid)
+                which = "prefill_ptr_wide_fp32" if q.dtype == torch.float32 else "prefill_ptr_wide"
+                _, consts["BLOCK_N"], warps, stages, _ = tile_config(device_family(q.device), which)
             attn = self.provider.launcher(_paged_attn_kernel, cfg.grid, consts, warps, stages, spec_key,
                                           cfg.options)
         merge = None
