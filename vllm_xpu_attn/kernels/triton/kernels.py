@@ -57,7 +57,7 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
     if USE_DESC:
         # slot row of the block's first key (the block lies in one page: PAGE % BLOCK_N == 0); int32 (the
         # provider checks pages x PAGE < 2**31)
-        r = tl.load(pt_row + start // PAGE) * PAGE + start % PAGE
+        r = tl.load(pt_row + start // PAGE).to(tl.int32) * PAGE + start % PAGE  # (int64 tables too)
         k = k_desc.load([r, kvh * stride_kh])
     elif PAGE % BLOCK_N == 0:
         # the whole key block lies in one page: one page id, affine addresses (vectorisable loads)
@@ -127,6 +127,8 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
     l_i = l_i * alpha + tl.sum(p, 1)
     if USE_DESC:
         v = v_desc.load([r, kvh * stride_vh])
+        if MASKED:  # slots past hi (the page's unwritten tail) may hold NaN/Inf: p = 0 there, and 0 x NaN = NaN
+            v = tl.where(j_ok[:, None], v, 0.0)
     elif MASKED:
         v = tl.load(v_row[:, None] + offs_dv[None, :], mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
     elif DV == BLOCK_DV:

@@ -323,9 +323,12 @@ class LaunchConfig:
         # fill the tile; a layer's cache strides are checked per layer (_desc_layer_ok)
         bn_desc = TUNING[family]["prefill"][1] if "prefill_ptr" in TUNING[family] else 0
         self.desc = (TritonProvider.tensor_descriptors if TritonProvider.tensor_descriptors is not None
-                     else family == "cuda_sm90") and "prefill_ptr" in TUNING[family] and phase == "prefill" \
-            and not invariant and not call.mla and step.page_size % bn_desc == 0 and d == _pow2(d) <= 128 \
-            and dv == _pow2(dv) <= 128
+                     else family == "cuda_sm90" and _cuda_major(device.index) == 9) and _descriptors_supported() \
+            and "prefill_ptr" in TUNING[family] and phase == "prefill" and not invariant and not call.mla \
+            and step.page_size % bn_desc == 0 and d == _pow2(d) <= 128 and dv == _pow2(dv) <= 128
+        if self.desc:  # Triton allocates 256 B of descriptor scratch per program on every launch: bounded here
+            programs = batch * triton_cdiv(max(max_q, 1) * group, TUNING[family]["prefill"][0]) * hkv
+            self.desc = programs <= _DESC_MAX_PROGRAMS
         which = phase if self.desc or "prefill_ptr" not in TUNING[family] or phase != "prefill" else "prefill_ptr"
         block_m, self.block_n, self.warps, self.stages, self.options = tile_config(family, which)
         self.block_m = block_m = max(block_m, _pow2(group)) if phase == "decode" else block_m
@@ -531,14 +534,36 @@ class TritonLaunch(PagedLaunch):
 _DESC_DTYPES = (torch.bfloat16, torch.float16)
 
 
+# descriptor scratch per launch = programs x 2 x 128 B (16 MiB at this bound); larger grids (a long chunk in a
+# big mixed batch) take the pointer kernel rather than a large transient allocation per layer
+_DESC_MAX_PROGRAMS = 1 << 16
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_major(index) -> int:  # descriptors are measured on Hopper (sm90) only
+    return torch.cuda.get_device_capability(index)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _descriptors_supported() -> bool:
+    """Device-side tensor descriptors and the scratch allocator they need: Triton >= 3.4 (3.3 has neither
+    ``tl.make_tensor_descriptor`` nor a ContextVar allocator)."""
+    import triton.language as tl
+    from triton.runtime import _allocation
+
+    return hasattr(tl, "make_tensor_descriptor") and hasattr(_allocation._allocator, "get") and \
+        hasattr(_allocation, "NullAllocator")
+
+
 def _desc_layer_ok(k_cache: torch.Tensor, v_cache: torch.Tensor, page: int) -> bool:
     """Whether a layer's [pages, page, Hkv, D] caches can be read by tensor descriptor as [slots, columns]:
-    pages laid end to end (stride(0) = page x stride(1)), 16-byte aligned base and row/head strides (TMA's
-    rules), and slot rows indexable in int32."""
+    pages laid end to end (stride(0) = page x stride(1)), every head inside its slot's row (a head-major cache
+    permuted to this shape is not), 16-byte aligned base and row/head strides (TMA's rules), and slot rows
+    indexable in int32."""
     for c in (k_cache, v_cache):
         st, elt = c.stride(), c.element_size()
-        if st[0] != page * st[1] or st[3] != 1 or (st[1] * elt) % 16 or (st[2] * elt) % 16 or c.data_ptr() % 16 \
-                or c.shape[0] * page >= 2 ** 31:
+        if st[0] != page * st[1] or st[3] != 1 or (c.shape[2] - 1) * st[2] + c.shape[3] > st[1] \
+                or (st[1] * elt) % 16 or (st[2] * elt) % 16 or c.data_ptr() % 16 or c.shape[0] * page >= 2 ** 31:
             return False
     return True
 
