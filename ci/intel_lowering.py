@@ -70,17 +70,11 @@ GRF_FLAGS = {"small": "-cl-intel-128-GRF-per-thread", "large": "-cl-intel-256-GR
              "auto": "-cl-intel-enable-auto-large-GRF-mode"}
 # intel driver.c: with no GRF mode requested, a kernel spilling more than this is rebuilt at 256 GRF
 DRIVER_SPILL_RETRY = 1000
-# The zero-spill target (paged decode/prefill, D=128, bf16, bmg/pvc/lnl) is NOT reached by any tile /
-# warp / GRF choice of today's kernel (docs/intel_lowering.md: sweep). Until the kernel changes, a gated
-# case spilling at most this many bytes (measured with the chosen xpu tiles, 256 GRF) is reported as
-# "spill-known", not failed; more fails (a regression). --strict (VXA_INTEL_STRICT=1) fails any spill.
-# Lower these figures as the kernel improves; delete them when it reaches zero.
-# (re-measured after the provider began passing absent optional pointers as None: decode fell by
-# 450-510 B, prefill moved to 3456 B on all three)
-# (session 6: Q/O row addresses as one int64 tile base + int32 offsets: prefill 3456 -> 2240 B (pvc 2176);
-# pvc decode measured 0 B with ocloc 26.27 but keeps its old allowance, IGC's allocation being erratic)
-KNOWN_SPILL = {("bmg", "decode"): 1472, ("bmg", "prefill"): 2240, ("pvc", "decode"): 1152,
-               ("pvc", "prefill"): 2176, ("lnl", "decode"): 1472, ("lnl", "prefill"): 2240}
+# The zero-spill target (paged decode/prefill, D=128, bf16, bmg/pvc/lnl) is reached (session 6: log2(e)
+# folded into the score scale, one multiply less per score; before it, residuals of 1,152-3,456 B were
+# recorded here as "spill-known"). KNOWN_SPILL stays as the mechanism for a future residual: a gated case
+# spilling at most its entry is reported "spill-known", more fails; empty = any gated spill fails.
+KNOWN_SPILL: dict[tuple[str, str], int] = {}
 TORCH_TO_TRITON = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "e4m3": "fp8e4nv", "e5m2": "fp8e5"}
 FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
 
@@ -136,7 +130,7 @@ def _runtime_types(kernel: str, *, q: str, kv: str, sinks=False, alibi=False, fp
 
 
 # int arguments that are not 16-divisible in general (sizes, per-head descale strides, table widths)
-UNALIGNED_INTS = {"total_q", "num_q_heads", "batch", "total", "stride_ptb"}
+UNALIGNED_INTS = {"total_q", "num_q_heads", "batch", "total", "stride_ptb", "kv_rows"}
 
 
 def _case(target, kernel, name, types, consts, warps, stages, grf, *, phase, d, q, kv, feats, need_dpas=False,
@@ -159,7 +153,8 @@ def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page
     left, right = window if window else (-1, -1)
     consts = dict(WIN_LEFT=left, WIN_RIGHT=right, PAGE=page, GROUP=group, D=d, DV=d, BLOCK_D=pow2(d),
                   BLOCK_DV=pow2(d), BLOCK_M=bm, BLOCK_N=bn, NUM_SPLITS=splits, CAUSAL=True, HAS_SOFTCAP=softcap,
-                  WRITE_LSE=lse, ALIGN_ROWS=invariant, HAS_SINKS=sinks, HAS_ALIBI=alibi, HAS_DESCALE=fp8,
+                  WRITE_LSE=lse, ALIGN_ROWS=invariant, SPLIT_MASK=phase == "prefill" and not invariant,
+                  USE_DESC=False, HAS_SINKS=sinks, HAS_ALIBI=alibi, HAS_DESCALE=fp8,
                   DESCALE_PER_HEAD=fp8 and per_head, FP32_DOT=q == "fp32")
     feats = [f for f, on in (("softcap", softcap), ("sinks", sinks), (f"window{left}", window), ("alibi", alibi),
                              (f"kv-{kv}", kv != q), (f"splits{splits}", splits > 1), ("invariant", invariant),

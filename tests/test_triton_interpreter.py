@@ -172,3 +172,75 @@ def test_token_pages_kernel_equals_the_torch_conversion(page, with_rows):
     _token_pages_kernel[(out.shape[0],)](pool, idx if with_rows else pool, out, pool.stride(0), n_pages, PAGE=page,
                                          HAS_ROWS=with_rows, BLOCK=64)
     assert torch.equal(out, want)
+
+
+@settings(max_examples=max(N // 3, 8), deadline=None)
+@given(layout=layouts(max_ctx=90, max_new=24, max_batch=3, page_sizes=(16, 32, 64), head_dims=(16, 32)))
+def test_tensor_descriptor_prefill_matches_reference(layout):
+    """The prefill path that reads K/V tiles by tensor descriptor (TMA on Hopper; chosen by device there),
+    forced on in the interpreter: same outputs as the reference, and the descriptor kernel is what ran
+    wherever the step and the layer's cache allow it (else the pointer kernel of the same tiles)."""
+    from vllm_xpu_attn.kernels.triton import provider as tp
+
+    lay = layout.to(DEV)
+    ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
+    old = tp.TritonProvider.tensor_descriptors
+    tp.TritonProvider.tensor_descriptors = True
+    TRITON._configs.clear()
+    TRITON._launchers.clear()
+    try:
+        out = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs)
+        used = [dict(k[2]).get("USE_DESC") for k in TRITON._launchers if getattr(k[0], "__name__", "") ==
+                "_paged_attn_kernel"]
+    finally:
+        tp.TritonProvider.tensor_descriptors = old
+        TRITON._configs.clear()
+        TRITON._launchers.clear()
+    _close(out, ref[0], lay.q.dtype)
+    if lay.max_seqlen_q > 1 and lay.q.shape[0] and lay.page_table.shape[0]:
+        expect = lay.q.dtype in tp._DESC_DTYPES and tp._desc_layer_ok(lay.k_cache, lay.v_cache, lay.k_cache.shape[1])
+        assert used and all(u == expect for u in used), (used, expect)
+
+
+@pytest.mark.parametrize("table_dtype", [torch.int32, torch.int64])
+def test_tensor_descriptor_prefill_ignores_unwritten_slots(table_dtype):
+    """The descriptor path reads whole key blocks, so a page's unwritten tail (slots at or past the length)
+    is loaded too: NaN there must not reach the output (0 x NaN). int64 page tables (the contract allows
+    them) must index descriptor rows like int32 ones."""
+    from vllm_xpu_attn.kernels.triton import provider as tp
+
+    g = torch.Generator().manual_seed(3)
+    hkv, group, d, page = 2, 2, 16, 16
+    q_lens, k_lens = [5, 20, 9], [37, 20, 16]
+    pages = [(k + page - 1) // page for k in k_lens]
+    n_pages = sum(pages) + 2
+    kc = torch.randn(n_pages, page, hkv, d, generator=g).bfloat16()  # descriptors: bf16/fp16 only
+    vc = torch.randn(n_pages, page, hkv, d, generator=g).bfloat16()
+    perm = torch.randperm(n_pages, generator=g)
+    table = torch.zeros(len(k_lens), max(pages), dtype=table_dtype)
+    used = 0
+    for b, (n, k) in enumerate(zip(pages, k_lens)):
+        table[b, :n] = perm[used: used + n]
+        used += n
+        last, fill = int(table[b, n - 1]), k - (n - 1) * page
+        kc[last, fill:] = float("nan")  # the unwritten tail of the sequence's last page
+        vc[last, fill:] = float("nan")
+    q = torch.randn(sum(q_lens), hkv * group, d, generator=g).bfloat16()
+    cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
+    seq = torch.tensor(k_lens, dtype=torch.int32)
+    args = (q, kc, vc, table, seq, cu, max(q_lens))
+    want = REF.flash_attn_with_kvcache(*args)
+    old = tp.TritonProvider.tensor_descriptors
+    tp.TritonProvider.tensor_descriptors = True
+    TRITON._configs.clear()
+    TRITON._launchers.clear()
+    try:
+        out = TRITON.flash_attn_with_kvcache(*args)
+        used_desc = [dict(k[2]).get("USE_DESC") for k in TRITON._launchers]
+    finally:
+        tp.TritonProvider.tensor_descriptors = old
+        TRITON._configs.clear()
+        TRITON._launchers.clear()
+    assert used_desc == [True]
+    assert torch.isfinite(out.float()).all()
+    _close(out, want, torch.bfloat16)

@@ -197,7 +197,7 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
         assert torch.isfinite(out[real:].float()).all()
 
 
-@pytest.mark.parametrize("case", ["decode", "decode_split", "prefill", "strided_q", "interleaved"])
+@pytest.mark.parametrize("case", ["decode", "decode_split", "prefill", "prefill_p64", "strided_q", "interleaved"])
 def test_layer_hot_path_many_layers_and_steps(case):
     """TritonLaunch.run's hot path (every layer after a configuration's first: one dict lookup, device
     addresses, no per-layer checks; kept across steps, the step's addresses read per step) vs the
@@ -206,9 +206,11 @@ def test_layer_hot_path_many_layers_and_steps(case):
     a strided view of a fused qkv projection as vLLM passes it, and two live plans of one shape whose
     layers interleave (as two KV-cache groups' plans do: one configuration, two sets of addresses)."""
     hq, hkv, d, ps, layers = 16, 4, 128, 16, 6
+    if case == "prefill_p64":  # page 64: the tensor-descriptor prefill kernel on sm90
+        ps = 64
     bs = 3
     ctx = 2048 if case == "decode_split" else 300
-    nq = 40 if case == "prefill" else 1
+    nq = 40 if case.startswith("prefill") else 1
     g = torch.Generator().manual_seed(5)
     n_pages = bs * (ctx // ps + 4) + 1
     caches = [(torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).bfloat16(),
@@ -257,6 +259,53 @@ def test_layer_hot_path_many_layers_and_steps(case):
     diff = [i for i in range(len(keys[0])) if len({k[i] for k in keys}) > 1] if keys else []
     assert armed >= 1, "the hot path was never armed (fast launch off?)"
     assert len(keys) == armed, f"later steps re-armed the hot path: {armed} -> {len(keys)} (differing key parts {diff})"
+
+
+def test_cuda_graph_capture_of_descriptor_prefill():
+    """An extend step on the tensor-descriptor prefill kernel (sm90; the per-launch scratch its
+    descriptors need is allocated inside the capture) captured in a CUDA graph and replayed on new
+    queries, page assignments and lengths; each replay checked against the reference provider."""
+    hq, hkv, d, ps, bs, nq, ctx = 16, 4, 128, 64, 3, 96, 700
+    per = (ctx + ps - 1) // ps
+    n_pages = bs * per + 5
+    g = torch.Generator().manual_seed(11)
+    kc = torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).bfloat16()
+    vc = torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).bfloat16()
+    q = torch.zeros(bs * nq, hq, d, dtype=torch.bfloat16, device=DEV)
+    table = torch.zeros(bs, per, dtype=torch.int32, device=DEV)
+    lens = torch.full((bs,), ctx, dtype=torch.int32, device=DEV)
+    cu = torch.arange(0, bs * nq + 1, nq, dtype=torch.int32, device=DEV)
+
+    def new_batch(seed):
+        gg = torch.Generator().manual_seed(seed)
+        q.copy_(torch.randn(bs * nq, hq, d, generator=gg).bfloat16())
+        table.copy_(torch.randperm(n_pages, generator=gg)[: bs * per].view(bs, per).int())
+        lens.copy_(torch.randint(nq, ctx + 1, (bs,), generator=gg).int())
+
+    def step():
+        return TRITON.flash_attn_with_kvcache(q, kc, vc, table, lens, cu, nq)
+
+    new_batch(0)
+    TRITON._configs.clear()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up compiles outside capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    cfg = next(c for c in TRITON._configs.values() if c.phase == "prefill" and c.block_m)
+    if torch.cuda.get_device_capability()[0] >= 9:
+        assert cfg.desc, "sm90 prefill at page 64 should take the tensor-descriptor kernel"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for seed in (1, 2, 3):
+        new_batch(seed)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = REF.flash_attn_with_kvcache(q, kc, vc, table, lens, cu, nq)
+        assert_close_to(out.float().cpu(), want.double().cpu(), torch.bfloat16)
 
 
 @pytest.mark.parametrize("page", [1, 16, 64])

@@ -76,9 +76,11 @@ class PagedCall:
             _fail(ValueError, f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads}) for GQA/MQA")
         if softcap < 0:
             _fail(ValueError, f"softcap must be >= 0 (0 disables it), got {softcap}")
+        scale = float(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim))
+        if not (0.0 < scale < math.inf):  # the kernels take a row's max before scaling (needs scale > 0)
+            _fail(ValueError, f"softmax_scale must be a finite number > 0, got {softmax_scale}")
         return PagedCall(num_q_heads, num_kv_heads, head_dim, v_head_dim or head_dim,
-                         float(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)),
-                         bool(causal), check_window(window, causal), float(softcap), bool(return_lse),
+                         scale, bool(causal), check_window(window, causal), float(softcap), bool(return_lse),
                          bool(batch_invariant), bool(mla))
 
 

@@ -19,6 +19,20 @@ LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
 
+if hasattr(tl, "make_tensor_descriptor"):
+    @triton.jit
+    def _slot_rows(base, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+        """A cache as a [rows, cols] tensor descriptor (row-major, ``row_stride`` elements per row)."""
+        return tl.make_tensor_descriptor(base, shape=[rows, cols], strides=[row_stride, 1],
+                                         block_shape=[BLOCK_ROWS, BLOCK_COLS])
+else:  # Triton < 3.4 (Intel's 3.3 build): no device-side descriptors. Triton resolves every name a kernel
+    # uses when it hashes it, so the name must exist; the provider sets USE_DESC on CUDA sm90 alone.
+    @triton.jit
+    def _slot_rows(base, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+        tl.static_assert(False, "tensor descriptors need Triton >= 3.4")
+        return base
+
+
 @triton.jit
 def _tanh(x):
     # tanh without libdevice: 1 - 2 / (exp(2x) + 1) saturates correctly at +-inf
@@ -26,6 +40,110 @@ def _tanh(x):
 
 
 @triton.jit
+def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row,
+                stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
+                qk_scale, qk_scale_log2, softcap, slope, offs_d, offs_dv,
+                WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr,
+                DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
+                CAUSAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, FP32_DOT: tl.constexpr,
+                HAS_DESCALE: tl.constexpr, USE_DESC: tl.constexpr, MASKED: tl.constexpr):
+    """Keys [start, start + BLOCK_N) folded into a tile's running softmax: m_i, l_i [BLOCK_M] fp32 (base 2),
+    acc [BLOCK_M, BLOCK_DV] fp32. MASKED=False only for blocks every row of the tile fully sees (no key
+    past ``hi``, k_len or a window edge): those run without masks. USE_DESC: K/V tiles by tensor descriptor
+    (TMA on Hopper) over the cache's slot rows; masked-off keys are read (they are in the page) and dropped
+    by the scores' mask."""
+    j = start + tl.arange(0, BLOCK_N)
+    j_ok = j < hi
+    if USE_DESC:
+        # slot row of the block's first key (the block lies in one page: PAGE % BLOCK_N == 0); int32 (the
+        # provider checks pages x PAGE < 2**31)
+        r = tl.load(pt_row + start // PAGE).to(tl.int32) * PAGE + start % PAGE  # (int64 tables too)
+        k = k_desc.load([r, kvh * stride_kh])
+    elif PAGE % BLOCK_N == 0:
+        # the whole key block lies in one page: one page id, affine addresses (vectorisable loads)
+        pg = tl.load(pt_row + start // PAGE).to(tl.int64)
+        k_base = K + pg * stride_kp + kvh * stride_kh
+        v_base = V + pg * stride_vp + kvh * stride_vh
+        in_page = (start % PAGE + tl.arange(0, BLOCK_N)).to(tl.int64)
+        k_row = k_base + in_page * stride_ks
+        v_row = v_base + in_page * stride_vs
+    else:
+        page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
+        slot_off = (j % PAGE).to(tl.int64)
+        k_row = K + page * stride_kp + slot_off * stride_ks + kvh * stride_kh
+        v_row = V + page * stride_vp + slot_off * stride_vs + kvh * stride_vh
+    if USE_DESC:
+        pass
+    elif MASKED:
+        k = tl.load(k_row[:, None] + offs_d[None, :], mask=j_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+    elif D == BLOCK_D:
+        k = tl.load(k_row[:, None] + offs_d[None, :])
+    else:
+        k = tl.load(k_row[:, None] + offs_d[None, :], mask=offs_d[None, :] < D, other=0.0)
+    k = tl.trans(k)  # [BLOCK_D, BLOCK_N]
+    if FP32_DOT:
+        s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
+    else:
+        s = tl.dot(q, k.to(q.dtype))
+    # (pairs: Triton 3.3, Intel's build, refuses a chain of three or more boolean operands)
+    if ((not MASKED) and (not HAS_SOFTCAP)) and (((not HAS_ALIBI) and (not FP32_DOT)) and (not HAS_DESCALE)):
+        # the plain unmasked block: the max is taken before scaling (softmax_scale > 0: PagedCall.make),
+        # so one FMA per score forms the exponent
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale_log2)
+        p = tl.exp2(s * qk_scale_log2 - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+    else:
+        # scores go to base 2 for exp2; log2(e) is folded into a multiply already there where possible (one
+        # multiply less per score: Intel's 256-GRF paged tiles then lower without register spill, issue #12)
+        if HAS_ALIBI or FP32_DOT:
+            s = s * qk_scale
+            if HAS_SOFTCAP:
+                s = softcap * _tanh(s / softcap)
+        elif HAS_SOFTCAP:
+            s = (softcap * LOG2E) * _tanh(s * (qk_scale / softcap))
+        else:
+            s = s * qk_scale_log2
+        if HAS_ALIBI:
+            s = s - slope[:, None] * tl.abs(j[None, :] - pos[:, None]).to(tl.float32)
+        if HAS_ALIBI or FP32_DOT:
+            s = s * LOG2E
+        if MASKED:
+            rel = j[None, :] - pos[:, None]
+            ok = row_ok[:, None] & j_ok[None, :] & (j[None, :] < k_len)
+            if CAUSAL:
+                ok = ok & (rel <= 0)
+            elif WIN_RIGHT >= 0:
+                ok = ok & (rel <= WIN_RIGHT)
+            if WIN_LEFT >= 0:
+                ok = ok & (rel >= -WIN_LEFT)
+            s = tl.where(ok, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no visible key yet
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = m_new
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if USE_DESC:
+        v = v_desc.load([r, kvh * stride_vh])
+        if MASKED:  # slots past hi (the page's unwritten tail) may hold NaN/Inf: p = 0 there, and 0 x NaN = NaN
+            v = tl.where(j_ok[:, None], v, 0.0)
+    elif MASKED:
+        v = tl.load(v_row[:, None] + offs_dv[None, :], mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
+    elif DV == BLOCK_DV:
+        v = tl.load(v_row[:, None] + offs_dv[None, :])
+    else:
+        v = tl.load(v_row[:, None] + offs_dv[None, :], mask=offs_dv[None, :] < DV, other=0.0)
+    acc = acc * alpha[:, None]
+    if FP32_DOT:
+        acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc)
+    return acc, l_i, m_new
+
+
+@triton.jit(do_not_specialize=["kv_rows"])  # a cache's slot count: one compiled kernel for every cache size
 def _paged_attn_kernel(
     Q, K, V, PT, SEQ, CUQ, SINKS, ALIBI, KDS, VDS,
     O, LSE, OP, LP,
@@ -36,7 +154,7 @@ def _paged_attn_kernel(
     stride_ptb,
     stride_ds_b,
     total_q, num_q_heads,
-    scale, softcap,
+    scale, softcap, kv_rows,
     WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr,
     PAGE: tl.constexpr, GROUP: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -44,10 +162,12 @@ def _paged_attn_kernel(
     NUM_SPLITS: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_DESCALE: tl.constexpr, DESCALE_PER_HEAD: tl.constexpr,
-    WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr, ALIGN_ROWS: tl.constexpr,
+    WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr, ALIGN_ROWS: tl.constexpr, SPLIT_MASK: tl.constexpr,
+    USE_DESC: tl.constexpr,
 ):
     b = tl.program_id(0)
-    tile = tl.program_id(1)
+    # the longest causal tiles (the last queries) first: less idle tail at the end of the grid
+    tile = tl.num_programs(1) - 1 - tl.program_id(1)
     kvh_split = tl.program_id(2)
     kvh = kvh_split // NUM_SPLITS
     split = kvh_split % NUM_SPLITS
@@ -90,6 +210,8 @@ def _paged_attn_kernel(
         else:
             qk_scale = qk_scale * tl.load(KDS)
             v_scale = tl.load(VDS)
+    qk_scale_log2 = qk_scale * LOG2E
+    slope = 0.0
     if HAS_ALIBI:
         slope = tl.load(ALIBI + head, mask=row_ok, other=0.0).to(tl.float32)
 
@@ -114,53 +236,55 @@ def _paged_attn_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     pt_row = PT + b.to(tl.int64) * stride_ptb
-    for start in range(lo, hi, BLOCK_N):
-        j = start + tl.arange(0, BLOCK_N)
-        j_ok = j < hi
-        if PAGE % BLOCK_N == 0:
-            # the whole key block lies in one page: one page id, affine addresses (vectorisable loads)
-            pg = tl.load(pt_row + start // PAGE).to(tl.int64)
-            k_base = K + pg * stride_kp + kvh * stride_kh
-            v_base = V + pg * stride_vp + kvh * stride_vh
-            in_page = (start % PAGE + tl.arange(0, BLOCK_N)).to(tl.int64)
-            k_row = k_base + in_page * stride_ks
-            v_row = v_base + in_page * stride_vs
-        else:
-            page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
-            slot_off = (j % PAGE).to(tl.int64)
-            k_row = K + page * stride_kp + slot_off * stride_ks + kvh * stride_kh
-            v_row = V + page * stride_vp + slot_off * stride_vs + kvh * stride_vh
-        k = tl.load(k_row[:, None] + offs_d[None, :], mask=j_ok[:, None] & (offs_d[None, :] < D), other=0.0)
-        k = tl.trans(k)  # [BLOCK_D, BLOCK_N]
-        if FP32_DOT:
-            s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
-        else:
-            s = tl.dot(q, k.to(q.dtype))
-        s = s * qk_scale
-        if HAS_SOFTCAP:
-            s = softcap * _tanh(s / softcap)
-        rel = j[None, :] - pos[:, None]
-        if HAS_ALIBI:
-            s = s - slope[:, None] * tl.abs(rel).to(tl.float32)
-        ok = row_ok[:, None] & j_ok[None, :] & (j[None, :] < k_len)
+    k_desc = K
+    v_desc = V
+    if USE_DESC:
+        # the cache as [kv_rows slots, the columns up to the last head's end]; a KV head's tile is
+        # [BLOCK_N slots, D] at column kvh * stride_kh (D == BLOCK_D; strides 16-byte multiples: provider)
+        hkv = num_q_heads // GROUP
+        k_desc = _slot_rows(K, kv_rows, (hkv - 1) * stride_kh + D, stride_ks, BLOCK_N, BLOCK_D)
+        v_desc = _slot_rows(V, kv_rows, (hkv - 1) * stride_vh + DV, stride_vs, BLOCK_N, BLOCK_DV)
+    if SPLIT_MASK:
+        # key blocks every row of the tile fully sees run without the mask (most of a long causal prefill);
+        # only window-edge blocks before them and the diagonal/tail blocks after them pay for it
+        full_lo = lo
+        full_hi = hi
         if CAUSAL:
-            ok = ok & (rel <= 0)
+            full_hi = tl.minimum(full_hi, pos_lo + 1)  # the tile's first row sees keys <= pos_lo
         elif WIN_RIGHT >= 0:
-            ok = ok & (rel <= WIN_RIGHT)
+            full_hi = tl.minimum(full_hi, pos_lo + WIN_RIGHT + 1)
         if WIN_LEFT >= 0:
-            ok = ok & (rel >= -WIN_LEFT)
-        s = tl.where(ok, s * LOG2E, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_row[:, None] + offs_dv[None, :], mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
-        if FP32_DOT:
-            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
-        m_i = m_new
+            full_lo = tl.maximum(full_lo, pos_hi - WIN_LEFT)  # its last row sees keys >= pos_hi - window
+        # inward to whole blocks: lo <= full_lo <= full_hi <= hi whenever lo <= hi (an empty split has
+        # hi < lo, and then all three loops are empty)
+        full_lo = tl.maximum(tl.minimum(lo + tl.cdiv(full_lo - lo, BLOCK_N) * BLOCK_N, hi), lo)
+        full_hi = tl.minimum(tl.maximum(lo + tl.maximum(full_hi - lo, 0) // BLOCK_N * BLOCK_N, full_lo), hi)
+        if WIN_LEFT >= 0:  # window-edge blocks exist only with a left window (no loop compiled otherwise)
+            for start in range(lo, full_lo, BLOCK_N):
+                acc, l_i, m_i = _attn_block(
+                    acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp,
+                    stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
+                    slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL,
+                    HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True)
+        for start in range(full_lo, full_hi, BLOCK_N):
+            acc, l_i, m_i = _attn_block(
+                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
+                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
+                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
+                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, False)
+        for start in range(full_hi, hi, BLOCK_N):
+            acc, l_i, m_i = _attn_block(
+                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
+                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
+                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
+                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True)
+    else:
+        for start in range(lo, hi, BLOCK_N):
+            acc, l_i, m_i = _attn_block(
+                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
+                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
+                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
+                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True)
 
     acc = acc * v_scale
     out_rows = (q_start + t).to(tl.int64)

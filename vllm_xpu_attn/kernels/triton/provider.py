@@ -23,7 +23,13 @@ from ..contract import (FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, call_id, 
 TUNING: dict[str, dict[str, tuple]] = {
     # "mla_decode": (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA decode kernel
     # "mla_wide": the same for >= 64 heads per rank (compute-bound: big head tiles; benchmarks/bench_mla.py sweep)
-    "cuda_sm90": {"prefill": (64, 64, 4, 3), "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2),
+    # cuda_sm90 "prefill": K/V tiles by tensor descriptor (TMA); "prefill_ptr": the pointer-load kernel where
+    # a step cannot take descriptors (page not a multiple of 64, head dim not a power of two, batch-invariant
+    # mode); "prefill_ptr_wide": a layer whose cache strides refuse descriptors inside a descriptor step (same
+    # tiles, so the same grid; 8 warps: 128-row tiles with pointer loads spill at 4). benchmarks/prefill_lab.py
+    # at fp32 the wide pointer kernel takes N=16 (ptxas, sm_90a: 1 KB stack instead of 8-9 KB at N=64)
+    "cuda_sm90": {"prefill": (128, 64, 4, 2), "prefill_ptr": (64, 64, 4, 3), "prefill_ptr_wide": (128, 64, 8, 2),
+                  "prefill_ptr_wide_fp32": (128, 16, 8, 2), "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2),
                   "mla_wide": (64, 64, 8, 2)},
     "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
              "mla_wide": (64, 32, 8, 2)},
@@ -31,8 +37,10 @@ TUNING: dict[str, dict[str, tuple]] = {
     # per warp in prefill, N=32: the least spill of today's kernel (ci/intel_lowering.py, docs/intel_lowering.md)
     "xpu": {"prefill": (64, 32, 8, 2, "large"), "decode": (16, 32, 8, 2, "large"),
             "mla_decode": (16, 16, 4, 2, "large"), "mla_wide": (16, 16, 4, 2, "large")},
-    "cpu": {"prefill": (16, 16, 1, 1), "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1),
-            "mla_wide": (16, 16, 1, 1)},
+    # cpu (the interpreter, tests): the descriptor/pointer prefill split too, so both kernels run in CI
+    "cpu": {"prefill": (16, 16, 1, 1), "prefill_ptr": (16, 16, 1, 1), "prefill_ptr_wide": (16, 16, 1, 1),
+            "prefill_ptr_wide_fp32": (16, 16, 1, 1),
+            "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1), "mla_wide": (16, 16, 1, 1)},
 }
 
 
@@ -79,6 +87,9 @@ class TritonProvider(KernelProvider):
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
     features = frozenset(Feature)  # every one
     graph_capture_reason = None  # tests/gpu/gpu_vllm_graphs.py, tests/sglang/test_sglang_graphs.py
+    # K/V tiles by tensor descriptor in prefill: None = where the hardware has TMA (CUDA sm90+); True/False
+    # forces it (tests run the descriptor path in the interpreter). Read when a configuration is made.
+    tensor_descriptors: Optional[bool] = None
 
     def unavailable_reason(self) -> Optional[str]:
         try:
@@ -288,7 +299,7 @@ class LaunchConfig:
     the compiled launchers and per-layer closures armed for it (kept across steps by the provider)."""
 
     __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
-                 "group", "invariant", "fast", "mla_decode", "options", "hot")
+                 "group", "invariant", "fast", "mla_decode", "options", "hot", "desc")
 
     def __init__(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None):
         # the per-layer hot path: layer signature -> closures over every argument but q/k/v/out and the
@@ -307,7 +318,19 @@ class LaunchConfig:
         if num_splits is not None and (num_splits < 1 or num_splits & (num_splits - 1)):
             raise ValueError(f"num_splits must be a power of two >= 1 (the merge reduces them as one block), "
                              f"got {num_splits}")
-        block_m, self.block_n, self.warps, self.stages, self.options = tile_config(device_family(device), phase)
+        family = device_family(device)
+        # K/V by tensor descriptor (TMA): Hopper+ prefill whose key blocks lie in one page and whose head dims
+        # fill the tile; a layer's cache strides are checked per layer (_desc_layer_ok)
+        bn_desc = TUNING[family]["prefill"][1] if "prefill_ptr" in TUNING[family] else 0
+        self.desc = (TritonProvider.tensor_descriptors if TritonProvider.tensor_descriptors is not None
+                     else family == "cuda_sm90" and _cuda_major(device.index) == 9) and _descriptors_supported() \
+            and "prefill_ptr" in TUNING[family] and phase == "prefill" and not invariant and not call.mla \
+            and step.page_size % bn_desc == 0 and d == _pow2(d) <= 128 and dv == _pow2(dv) <= 128
+        if self.desc:  # Triton allocates 256 B of descriptor scratch per program on every launch: bounded here
+            programs = batch * triton_cdiv(max(max_q, 1) * group, TUNING[family]["prefill"][0]) * hkv
+            self.desc = programs <= _DESC_MAX_PROGRAMS
+        which = phase if self.desc or "prefill_ptr" not in TUNING[family] or phase != "prefill" else "prefill_ptr"
+        block_m, self.block_n, self.warps, self.stages, self.options = tile_config(family, which)
         self.block_m = block_m = max(block_m, _pow2(group)) if phase == "decode" else block_m
         # absorbed MLA decode: its own kernel (latent rows loaded once for scores and values); other MLA
         # steps (extend, verify, batch-invariant) run the general kernel over the same views
@@ -337,6 +360,10 @@ class LaunchConfig:
             WIN_LEFT=left, WIN_RIGHT=right, PAGE=step.page_size, GROUP=group, D=d, DV=dv, BLOCK_D=self.bd,
             BLOCK_DV=self.bdv, BLOCK_M=block_m, BLOCK_N=self.block_n, NUM_SPLITS=self.num_splits, CAUSAL=call.causal,
             HAS_SOFTCAP=call.softcap > 0, WRITE_LSE=call.return_lse, ALIGN_ROWS=invariant,
+            # unmasked fully-visible key blocks in prefill; decode and batch-invariant mode keep one masked loop
+            # (the split did not measure faster in decode; invariant mode must not round a row differently
+            # by where its chunk's tile starts)
+            SPLIT_MASK=phase == "prefill" and not invariant,
         )
         # compiled-kernel launchers, one per variant (tokens, sinks/ALiBi/FP8/dtype) the layers use: the
         # first call of a variant binds through Triton's JIT, the rest launch directly
@@ -370,6 +397,8 @@ class TritonLaunch(PagedLaunch):
         launched with device addresses (the step's read from ``addrs``). Everything else (sinks, ALiBi, FP8
         descales, LSE, no ``out``, MLA) takes the checked path every call."""
         cfg = self.cfg
+        if cfg.desc:
+            _ensure_scratch_allocator()
         if out is None or sinks is not None or alibi_slopes is not None or k_descale is not None or \
                 v_descale is not None or self.call.return_lse or cfg.mla_decode or self.addrs is None:
             return PagedLaunch.run(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale)
@@ -403,6 +432,8 @@ class TritonLaunch(PagedLaunch):
 
     def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
         step, call, cfg = self.step, self.call, self.cfg
+        if cfg.desc:
+            _ensure_scratch_allocator()
         total_q, hq = q.shape[0], call.num_q_heads
         qs, ks, vs = q.stride(), k_cache.stride(), v_cache.stride()
         if qs[-1] != 1 or ks[-1] != 1 or vs[-1] != 1:
@@ -430,7 +461,8 @@ class TritonLaunch(PagedLaunch):
                None if sinks is None else (sinks.dtype, _al(sinks)),
                None if alibi_slopes is None else (alibi_slopes.dtype, _al(alibi_slopes)),
                None if k_descale is None else (per_head, k_descale.stride(0) if per_head else 0, _al(k_descale),
-                                               None if v_descale is None else _al(v_descale)))
+                                               None if v_descale is None else _al(v_descale)),
+               cfg.desc and q.dtype in _DESC_DTYPES and _desc_layer_ok(k_cache, v_cache, step.page_size))
         fast = cfg.fast.get(sig)
         if fast is None:
             fast = cfg.fast[sig] = self._launchers(sig, q, total_q, sinks is not None, alibi_slopes is not None,
@@ -448,7 +480,7 @@ class TritonLaunch(PagedLaunch):
             # the arguments after ``out`` (the hot path in run() replays them for later layers)
             args = (lse_, o_part, l_part, qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
                     step.page_table.stride(0), k_descale.stride(0) if per_head else 0, total_q, hq,
-                    call.softmax_scale, call.softcap)
+                    call.softmax_scale, call.softcap, k_cache.shape[0] * step.page_size)
             attn(q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
                  sinks_, alibi_slopes, k_descale, v_descale, out, *args)
             margs = ()
@@ -480,9 +512,14 @@ class TritonLaunch(PagedLaunch):
             attn = self.provider.launcher(_mla_attn_kernel, cfg.grid, consts, cfg.warps, cfg.stages, spec_key,
                                           cfg.options)
         else:
+            use_desc = sig[-1]
             consts = dict(cfg.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
-                          DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_paged_attn_kernel, cfg.grid, consts, cfg.warps, cfg.stages, spec_key,
+                          DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot, USE_DESC=use_desc)
+            warps, stages = cfg.warps, cfg.stages
+            if cfg.desc and not use_desc:  # this layer refuses descriptors: pointer loads, the same row tiles (grid)
+                which = "prefill_ptr_wide_fp32" if q.dtype == torch.float32 else "prefill_ptr_wide"
+                _, consts["BLOCK_N"], warps, stages, _ = tile_config(device_family(q.device), which)
+            attn = self.provider.launcher(_paged_attn_kernel, cfg.grid, consts, warps, stages, spec_key,
                                           cfg.options)
         merge = None
         if cfg.num_splits > 1:
@@ -490,6 +527,69 @@ class TritonLaunch(PagedLaunch):
                                            dict(DV=self.call.v_head_dim, BLOCK_DV=cfg.bdv, NUM_SPLITS=cfg.num_splits,
                                                 HAS_SINKS=has_sinks, WRITE_LSE=self.call.return_lse), 4, 1, spec_key)
         return attn, merge
+
+
+# fp32 (the IEEE-dot path) spills tens of KB per thread at 128-row tiles with descriptors (AOT ptxas, sm_90a):
+# it takes the pointer kernel of the same tiles
+_DESC_DTYPES = (torch.bfloat16, torch.float16)
+
+
+# descriptor scratch per launch = programs x 2 x 128 B (16 MiB at this bound); larger grids (a long chunk in a
+# big mixed batch) take the pointer kernel rather than a large transient allocation per layer
+_DESC_MAX_PROGRAMS = 1 << 16
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_major(index) -> int:  # descriptors are measured on Hopper (sm90) only
+    return torch.cuda.get_device_capability(index)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _descriptors_supported() -> bool:
+    """Device-side tensor descriptors and the scratch allocator they need: Triton >= 3.4 (3.3 has neither
+    ``tl.make_tensor_descriptor`` nor a ContextVar allocator)."""
+    import triton.language as tl
+    from triton.runtime import _allocation
+
+    return hasattr(tl, "make_tensor_descriptor") and hasattr(_allocation._allocator, "get") and \
+        hasattr(_allocation, "NullAllocator")
+
+
+def _desc_layer_ok(k_cache: torch.Tensor, v_cache: torch.Tensor, page: int) -> bool:
+    """Whether a layer's [pages, page, Hkv, D] caches can be read by tensor descriptor as [slots, columns]:
+    pages laid end to end (stride(0) = page x stride(1)), every head inside its slot's row (a head-major cache
+    permuted to this shape is not), 16-byte aligned base and row/head strides (TMA's rules), and slot rows
+    indexable in int32."""
+    for c in (k_cache, v_cache):
+        st, elt = c.stride(), c.element_size()
+        if st[0] != page * st[1] or st[3] != 1 or (c.shape[2] - 1) * st[2] + c.shape[3] > st[1] \
+                or (st[1] * elt) % 16 or (st[2] * elt) % 16 or c.data_ptr() % 16 or c.shape[0] * page >= 2 ** 31:
+            return False
+    return True
+
+
+def _ensure_scratch_allocator() -> None:
+    """Device-side tensor descriptors need Triton's global-scratch allocator (the launcher asks it for 128
+    bytes per descriptor per program on every launch). Where the calling thread's context has none set,
+    set torch's caching allocator (what Triton's own tests use); one set by the engine is left alone."""
+    global _ALLOCATION
+    if _ALLOCATION is None:
+        from triton.runtime import _allocation
+
+        _ALLOCATION = _allocation
+    if isinstance(_ALLOCATION._allocator.get(), _ALLOCATION.NullAllocator):
+        _ALLOCATION._allocator.set(_torch_scratch)
+
+
+_ALLOCATION = None  # triton.runtime._allocation, imported on first use
+
+
+def _torch_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device=_scratch_device())
+
+
+def _scratch_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _al(t: torch.Tensor) -> bool:

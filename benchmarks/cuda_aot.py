@@ -1,0 +1,59 @@
+"""AOT-compile the paged attention kernel for sm_90a on a machine without a GPU (dev tool).
+
+    python benchmarks/cuda_aot.py vllm_xpu_attn/kernels/triton/kernels.py '{"GROUP": 8, "USE_DESC": false}'
+
+Compiles one specialisation (the 1 x 8192 prefill's by default: bf16, D=128, GQA 4, page 64, the
+sm90 descriptor tiles 128 x 64, 4 warps, 2 stages; the JSON overrides constexprs, "q"/"kv" dtypes,
+"warps", "stages") through Triton's NVIDIA backend and its bundled ptxas, and prints shared memory,
+global scratch and ptxas' register / stack report. Found with it (Triton 3.6.0's ptxas): a segfault
+on one descriptor variant, registers and spill per variant, the fp32 paths' stack. Use the Triton
+version the GPU machine runs (pip install triton==3.6.0 into a venv).
+"""
+import importlib.util, sys, json
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+KERNELS = sys.argv[1]
+variant = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+spec = importlib.util.spec_from_file_location("k", KERNELS)
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+fn = mod._paged_attn_kernel
+consts = dict(WIN_LEFT=-1, WIN_RIGHT=-1, PAGE=64, GROUP=4, D=128, DV=128, BLOCK_D=128, BLOCK_DV=128, BLOCK_M=128,
+              BLOCK_N=64, NUM_SPLITS=1, CAUSAL=True, HAS_SOFTCAP=False, WRITE_LSE=False, ALIGN_ROWS=False,
+              SPLIT_MASK=True, USE_DESC=True, HAS_SINKS=False, HAS_ALIBI=False, HAS_DESCALE=False,
+              DESCALE_PER_HEAD=False, FP32_DOT=False)
+warps, stages = variant.pop("warps", 4), variant.pop("stages", 2)
+qt, kt = variant.pop("q", "bf16"), variant.pop("kv", None)
+kt = kt or qt
+consts.update(variant)
+ptr = {"Q": "*" + qt, "K": "*" + kt, "V": "*" + kt, "PT": "*i32", "SEQ": "*i32", "CUQ": "*i32", "O": "*" + qt}
+none = {"SINKS", "ALIBI", "KDS", "VDS", "LSE", "OP", "LP"}
+if consts["HAS_SINKS"]: ptr["SINKS"] = "*fp32"; none.discard("SINKS")
+if consts["HAS_ALIBI"]: ptr["ALIBI"] = "*fp32"; none.discard("ALIBI")
+if consts["HAS_DESCALE"]: ptr["KDS"] = ptr["VDS"] = "*fp32"; none -= {"KDS", "VDS"}
+if consts["WRITE_LSE"]: ptr["LSE"] = "*fp32"; none.discard("LSE")
+if consts["NUM_SPLITS"] > 1: ptr["OP"] = ptr["LP"] = "*fp32"; none -= {"OP", "LP"}
+sig, cx = {}, {}
+for n in fn.arg_names:
+    if n in consts:
+        sig[n], cx[n] = "constexpr", consts[n]
+    elif n in none:
+        sig[n], cx[n] = "constexpr", None
+    elif n in ptr:
+        sig[n] = ptr[n]
+    elif n in ("scale", "softcap"):
+        sig[n] = "fp32"
+    else:
+        sig[n] = "i32"
+aligned = [n for n in fn.arg_names if n in ptr or n.startswith("stride_") and n not in ("stride_ptb", "stride_ds_b")]
+attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+k = triton.compile(ASTSource(fn, sig, cx, attrs), target=GPUTarget("cuda", 90, 32),
+                   options=dict(num_warps=warps, num_stages=stages))
+import subprocess, tempfile, os, re
+ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+    f.write(k.asm["ptx"])
+r = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", f.name, "-o", f.name + ".o"], capture_output=True, text=True)
+info = re.findall(r"Used (\d+) registers|(\d+) bytes spill stores", r.stderr)
+print(json.dumps({"shared": k.metadata.shared, "scratch": k.metadata.global_scratch_size}), r.stderr.strip().splitlines()[-2:])
