@@ -6,6 +6,7 @@ Named gpu_check_* so CI's collection (test_*.py) never picks it up on a GPU-less
 """
 
 import os
+import time
 
 import pytest
 import torch
@@ -23,6 +24,16 @@ DEV = "cuda"
 TRITON = get_provider("triton")
 REF = get_provider("reference")
 N = int(os.environ.get("VXA_GPU_EXAMPLES", "300"))
+_PROGRESS = os.environ.get("VXA_GPU_PROGRESS")  # a file: one line per example, so a killed run shows how far it got
+_T0 = time.time()
+
+
+def _progress(name: str, lay) -> None:
+    if _PROGRESS:
+        with open(_PROGRESS, "a") as f:
+            f.write(f"{time.time() - _T0:8.1f}s {name} dtype={lay.q.dtype} kv={lay.k_cache.dtype} "
+                    f"page={lay.k_cache.shape[1]} hq={lay.q.shape[1]} hkv={lay.k_cache.shape[2]} d={lay.q.shape[2]} "
+                    f"max_q={lay.max_seqlen_q} kw={ {k: tuple(v.shape) if torch.is_tensor(v) else v for k, v in lay.kwargs.items() if v is not None} }\n")
 
 
 @settings(max_examples=N)
@@ -37,6 +48,7 @@ def test_triton_matches_reference_real_sizes(layout, want_lse, splits):
     assert_close_to(out.float().cpu(), ref[0].double().cpu(), lay.q.dtype, logit_bound=lay.logit_bound())
     if want_lse:
         assert_lse_close(res[1].cpu(), ref[1].double().cpu(), tol=2e-3)
+    _progress("real_sizes", lay)
 
 
 @settings(max_examples=max(N // 3, 10))
@@ -51,6 +63,7 @@ def test_triton_batch_invariant_mode_matches_reference_real_sizes(layout, want_l
     assert_close_to(out.float().cpu(), ref[0].double().cpu(), lay.q.dtype, logit_bound=lay.logit_bound())
     if want_lse:
         assert_lse_close(res[1].cpu(), ref[1].double().cpu(), tol=2e-3)
+    _progress("batch_invariant", lay)
 
 
 @pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])

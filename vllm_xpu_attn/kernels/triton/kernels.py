@@ -143,7 +143,9 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
     return acc, l_i, m_new
 
 
-@triton.jit(do_not_specialize=["kv_rows"])  # a cache's slot count: one compiled kernel for every cache size
+# per-step sizes (a cache's slot count, the token count, the table width): not specialised on their value
+# (== 1, % 16), so one compiled kernel serves every step of a layer instead of up to three
+@triton.jit(do_not_specialize=["kv_rows", "total_q", "num_q_heads", "stride_ptb", "stride_ds_b"])
 def _paged_attn_kernel(
     Q, K, V, PT, SEQ, CUQ, SINKS, ALIBI, KDS, VDS,
     O, LSE, OP, LP,
@@ -314,7 +316,7 @@ def _paged_attn_kernel(
         tl.store(LP + idx, lse, mask=row_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["total_q", "num_q_heads", "batch"])
 def _merge_splits(
     OP, LP, O, LSE, SINKS, CUQ,
     stride_ot, stride_oh,
