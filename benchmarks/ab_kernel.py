@@ -1,9 +1,9 @@
 """A/B of the paged attention kernel against another copy of kernels.py, in one process (H200).
 
-    PYTHONPATH=.:benchmarks python benchmarks/ab_kernel.py OLD_KERNELS.py   # one JSON line per (variant, case)
+    PYTHONPATH=.:benchmarks python benchmarks/ab_kernel.py OLD_KERNELS.py [REPS=2]   # one JSON line per (variant, case)
 
 Both variants run through the provider (tiles, split count, launchers as shipped); only
-``_paged_attn_kernel`` is swapped. Cases: bench_attention's decode shapes and the 1 x 8192 prefill;
+``_paged_attn_kernel`` is swapped. Cases: bench_attention's decode shapes and both prefill cases (1 x 8192, 16 x 512 on 2048);
 back-to-back throughput, A/B/A/B interleaved (the machine is shared).
 """
 
@@ -28,8 +28,8 @@ def main():
     x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
     copy_s = bench_tp(lambda: x.clone(), n=20)
     copy_tbps = 2 * x.numel() / copy_s / 1e12
-    cases = [(64, 1, 4096), (256, 1, 1024), (8, 1, 32768), (1, 8192, 8192)]
-    for rep in range(2):
+    cases = [(64, 1, 4096), (256, 1, 1024), (8, 1, 32768), (1, 8192, 8192), (16, 512, 2560)]
+    for rep in range(int(sys.argv[2]) if len(sys.argv) > 2 else 2):
         for batch, q_len, k_len in cases:
             q, kc, vc, pt, seq, cu = paged_inputs(batch, q_len, k_len, gen)
             for name, fn in variants.items():
@@ -41,7 +41,8 @@ def main():
                 if q_len == 1:
                     val = {"pct_copy": round(100 * 2 * kc.numel() * kc.element_size() / t / 1e12 / copy_tbps, 1)}
                 else:
-                    val = {"tflops": round(4 * q_len * k_len * 32 * 128 / 2 / t / 1e12, 1)}
+                    pairs = q_len * (k_len - q_len) + q_len * (q_len + 1) / 2  # bottom-right causal
+                    val = {"tflops": round(4 * 128 * 32 * batch * pairs / t / 1e12, 1)}
                 print(json.dumps({"rep": rep, "variant": name, "case": [batch, q_len, k_len], **val}), flush=True)
             del q, kc, vc
     K._paged_attn_kernel = variants["new"]

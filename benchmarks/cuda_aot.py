@@ -56,4 +56,4 @@ with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
     f.write(k.asm["ptx"])
 r = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", f.name, "-o", f.name + ".o"], capture_output=True, text=True)
 info = re.findall(r"Used (\d+) registers|(\d+) bytes spill stores", r.stderr)
-print(json.dumps({"shared": k.metadata.shared, "scratch": k.metadata.global_scratch_size}), r.stderr.strip().splitlines()[-2:])
+print(json.dumps({"shared": k.metadata.shared, "scratch": k.metadata.global_scratch_size}), [l.strip() for l in r.stderr.splitlines() if "spill" in l or "stack" in l])

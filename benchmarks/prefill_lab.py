@@ -24,9 +24,9 @@ LOG2E = 1.4426950408889634
 
 @triton.jit
 def _lab_tma_kernel(Q, k_desc, v_desc, PT, O, stride_qt, stride_qh, stride_ot, stride_oh, stride_ptb,
-                    q_len, k_len, scale_log2,
+                    q_len, k_len, scale_log2, kv_rows,
                     PAGE: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr):
+                    BLOCK_N: tl.constexpr, DEV_DESC: tl.constexpr = False, ROW_COLS: tl.constexpr = 0):
     """Causal paged prefill, GQA-packed rows, K/V tiles by tensor descriptor over the cache viewed as
     [pages * PAGE, HKV * D] (BLOCK_N <= PAGE). Lab only: no features."""
     b = tl.program_id(0)
@@ -34,6 +34,11 @@ def _lab_tma_kernel(Q, k_desc, v_desc, PT, O, stride_qt, stride_qh, stride_ot, s
     kvh = tl.program_id(2)
     if tile * BLOCK_M >= q_len * GROUP:
         return
+    if DEV_DESC:  # device-side descriptors (what the provider's kernel does): K/V come as pointers
+        k_desc = tl.make_tensor_descriptor(k_desc, shape=[kv_rows, ROW_COLS], strides=[ROW_COLS, 1],
+                                           block_shape=[BLOCK_N, D])
+        v_desc = tl.make_tensor_descriptor(v_desc, shape=[kv_rows, ROW_COLS], strides=[ROW_COLS, 1],
+                                           block_shape=[BLOCK_N, D])
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     t = rows // GROUP
     head = kvh * GROUP + rows % GROUP
@@ -86,21 +91,26 @@ def _lab_tma_kernel(Q, k_desc, v_desc, PT, O, stride_qt, stride_qh, stride_ot, s
              mask=row_ok[:, None])
 
 
-def lab_tma(q, kc, vc, pt, batch, q_len, k_len, cfg):
+def lab_tma(q, kc, vc, pt, batch, q_len, k_len, cfg, dev_desc=False):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     bm, bn, warps, stages = cfg
     k2 = kc.view(-1, HKV * D)
     v2 = vc.view(-1, HKV * D)
-    kd = TensorDescriptor.from_tensor(k2, [bn, D])
-    vd = TensorDescriptor.from_tensor(v2, [bn, D])
+    if dev_desc:
+        tp._ensure_scratch_allocator()
+        kd, vd = k2, v2
+    else:
+        kd = TensorDescriptor.from_tensor(k2, [bn, D])
+        vd = TensorDescriptor.from_tensor(v2, [bn, D])
     out = torch.empty_like(q)
     grid = (batch, triton.cdiv(q_len * (HQ // HKV), bm), HKV)
 
     def f():
         _lab_tma_kernel[grid](q, kd, vd, pt, out, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-                              pt.stride(0), q_len, k_len, D ** -0.5 * LOG2E, PAGE=PAGE, GROUP=HQ // HKV, D=D,
-                              BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+                              pt.stride(0), q_len, k_len, D ** -0.5 * LOG2E, k2.shape[0], PAGE=PAGE,
+                              GROUP=HQ // HKV, D=D, BLOCK_M=bm, BLOCK_N=bn, DEV_DESC=dev_desc, ROW_COLS=HKV * D,
+                              num_warps=warps, num_stages=stages)
         return out
     return f
 
@@ -121,7 +131,7 @@ def main():
     prov = [("provider", None, None), ("provider_ptr", False, None)]
     if not quick:
         prov += [("provider", None, c) for c in [(128, 64, 4, 3), (128, 64, 8, 2), (64, 64, 4, 2)]]
-    tma_cfgs = [(128, 64, 4, 2)] if quick else [(64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 4, 3), (128, 32, 4, 2)]
+    tma_cfgs = [(128, 64, 4, 2)] if quick else [(128, 64, 4, 2), (64, 64, 4, 2), (128, 64, 4, 3), (128, 32, 4, 2)]
     shipped = dict(tp.TUNING[fam])
     for rep in range(2):
         for batch, q_len, k_len in shapes:
@@ -153,15 +163,16 @@ def main():
                     tp.TritonProvider.tensor_descriptors = None
                 print(json.dumps({**rec, "variant": label, "cfg": used, "err": round(err, 4),
                                   "tflops": round(fl / t / 1e12, 1)}), flush=True)
-            for cfg in tma_cfgs:
+            for cfg, dev in [(c, False) for c in tma_cfgs] + [(tma_cfgs[0], True)]:
+                label = "lab_tma_devdesc" if dev else "lab_tma"
                 try:
-                    f = lab_tma(q, kc, vc, pt, batch, q_len, k_len, cfg)
+                    f = lab_tma(q, kc, vc, pt, batch, q_len, k_len, cfg, dev)
                     err = (f().float() - ref.float()).abs().max().item()
                     t = bench_tp(f, n=20)
                 except Exception as e:
-                    print(json.dumps({**rec, "variant": "lab_tma", "cfg": cfg, "error": str(e)[:100]}), flush=True)
+                    print(json.dumps({**rec, "variant": label, "cfg": cfg, "error": str(e)[:100]}), flush=True)
                     continue
-                print(json.dumps({**rec, "variant": "lab_tma", "cfg": cfg, "err": round(err, 4),
+                print(json.dumps({**rec, "variant": label, "cfg": cfg, "err": round(err, 4),
                                   "tflops": round(fl / t / 1e12, 1)}), flush=True)
             del q, kc, vc, qd, kd, vd
             torch.cuda.empty_cache()

@@ -14,13 +14,25 @@ from vllm_xpu_attn.kernels import get_provider
 
 
 def main():
+    import sys
+
+    # --extend: bench_attention's 16 x 512 on 2048 case; --lab: then prefill_lab's lean kernel, host- and
+    # device-side descriptors, twice each (profile with --kernel-name regex:"_paged_attn|_lab_tma")
+    batch, q_len, k_len = (16, 512, 2560) if "--extend" in sys.argv else (1, 8192, 8192)
     tri = get_provider("triton")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    q, kc, vc, pt, seq, cu = paged_inputs(1, 8192, 8192, gen)
+    q, kc, vc, pt, seq, cu = paged_inputs(batch, q_len, k_len, gen)
     for _ in range(2):
-        out = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 8192)
+        out = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len)
+    if "--lab" in sys.argv:
+        from prefill_lab import lab_tma
+
+        for dev in (False, True):
+            f = lab_tma(q, kc, vc, pt, batch, q_len, k_len, (128, 64, 4, 2), dev)
+            f()
+            f()
     torch.cuda.synchronize()
-    qd, k, v = dense_from_paged(q, kc, vc, pt, 1, 8192, 8192)
+    qd, k, v = dense_from_paged(q, kc, vc, pt, batch, q_len, k_len)
     ref = sdpa("cudnn", qd, k, v, causal_lower_right=True)()
     torch.cuda.synchronize()
     diff = (ref.transpose(1, 2).reshape(out.shape).float() - out.float()).abs().max().item()

@@ -46,12 +46,15 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
                 WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr,
                 DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
                 CAUSAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, FP32_DOT: tl.constexpr,
-                HAS_DESCALE: tl.constexpr, USE_DESC: tl.constexpr, MASKED: tl.constexpr):
+                HAS_DESCALE: tl.constexpr, USE_DESC: tl.constexpr, MASKED: tl.constexpr, ZERO_V: tl.constexpr):
     """Keys [start, start + BLOCK_N) folded into a tile's running softmax: m_i, l_i [BLOCK_M] fp32 (base 2),
     acc [BLOCK_M, BLOCK_DV] fp32. MASKED=False only for blocks every row of the tile fully sees (no key
     past ``hi``, k_len or a window edge): those run without masks. USE_DESC: K/V tiles by tensor descriptor
     (TMA on Hopper) over the cache's slot rows; masked-off keys are read (they are in the page) and dropped
-    by the scores' mask."""
+    by the scores' mask; ZERO_V (descriptor path, the block that holds ``hi``): V rows past ``hi`` are zeroed,
+    since a page's unwritten tail may hold NaN/Inf and p = 0 there does not cancel it (0 x NaN = NaN). Only
+    that block pays for it: the select takes V through registers, which costs the whole kernel spill when it
+    sits in the loop."""
     j = start + tl.arange(0, BLOCK_N)
     j_ok = j < hi
     if USE_DESC:
@@ -127,7 +130,7 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
     l_i = l_i * alpha + tl.sum(p, 1)
     if USE_DESC:
         v = v_desc.load([r, kvh * stride_vh])
-        if MASKED:  # slots past hi (the page's unwritten tail) may hold NaN/Inf: p = 0 there, and 0 x NaN = NaN
+        if ZERO_V:
             v = tl.where(j_ok[:, None], v, 0.0)
     elif MASKED:
         v = tl.load(v_row[:, None] + offs_dv[None, :], mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
@@ -267,26 +270,38 @@ def _paged_attn_kernel(
                     acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp,
                     stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
                     slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL,
-                    HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True)
+                    HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
         for start in range(full_lo, full_hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, False)
-        for start in range(full_hi, hi, BLOCK_N):
+                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, False, False)
+        # descriptor path: the block holding hi (when hi is not a block edge) is peeled off the masked loop,
+        # the one block whose V needs zeroing past hi (every block before it lies wholly below hi)
+        tail_hi = hi
+        if USE_DESC:
+            tail_hi = tl.maximum(hi // BLOCK_N * BLOCK_N, full_hi)
+        for start in range(full_hi, tail_hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True)
+                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, not USE_DESC)
+        if USE_DESC:
+            if tail_hi < hi:
+                acc, l_i, m_i = _attn_block(
+                    acc, l_i, m_i, q, tail_hi, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp,
+                    stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
+                    slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL,
+                    HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
     else:
         for start in range(lo, hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True)
+                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
 
     acc = acc * v_scale
     out_rows = (q_start + t).to(tl.int64)
