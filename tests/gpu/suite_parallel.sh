@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU suite (tests/gpu/gpu_check_triton.py) in parallel processes, on the device machine from the repo root:
 #
-#     bash tests/gpu/suite_parallel.sh [EXAMPLES_PER_PROCESS=26] [PROCESSES=12]
+#     bash tests/gpu/suite_parallel.sh [EXAMPLES_PER_PROCESS=26] [PROCESSES=12] [FIRST_SEED=1]
 #
 # The random real-size test is compile-bound (nearly every layout is a new kernel specialisation: window
 # sizes, page sizes, head counts and dtypes are constexprs, and the compile runs on one host core), so
@@ -13,11 +13,12 @@
 set -u
 n=${1:-26}
 procs=${2:-12}
+seed0=${3:-1}
 out=${OUT:-/tmp}
 cd "$(dirname "$0")/.." || exit 2
 export PYTHONPATH=..:.
 pids=()
-for s in $(seq 1 "$procs"); do
+for s in $(seq "$seed0" $((seed0 + procs - 1))); do
   VXA_GPU_PROGRESS="$out/progress-$s.txt" VXA_GPU_EXAMPLES=$n python -m pytest -q gpu/gpu_check_triton.py \
     -p no:cacheprovider -k "real_sizes and not batch_invariant" --hypothesis-seed="$s" > "$out/suite-$s.log" 2>&1 &
   pids+=($!)
