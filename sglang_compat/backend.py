@@ -76,6 +76,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
         self._runners: dict[tuple, LayerRunner] = {}
         self._graph_max_k: Optional[int] = None  # set by init_cuda_graph_state
         self._layer_sinks: dict[int, bool] = {}  # layer id -> has sinks, found at start-up
+        self._bound_src: dict[int, tuple] = {}  # layer id -> (layer, sinks) its runner's tensors were bound from
         self._validate_layers(model_runner)
 
     # ---- configuration ------------------------------------------------------------
@@ -299,16 +300,19 @@ class XpuAttnSGLangBackend(AttentionBackend):
         k_cache, v_cache = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         k_cache = k_cache.view(-1, self.page_size, layer.tp_k_head_num, d)
         v_cache = v_cache.view(-1, self.page_size, layer.tp_v_head_num, dv)
-        k_descale = v_descale = None
-        if self.kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            k_descale = layer.k_scale.reshape(1).float() if layer.k_scale is not None else None
-            v_descale = layer.v_scale.reshape(1).float() if layer.v_scale is not None else None
+        bound = self._bound_src.get(layer.layer_id)
+        if bound is None or bound[0] is not layer or bound[1] is not sinks:  # once per layer (SGLang passes
+            k_descale = v_descale = None                                      # the same tensors every call)
+            if self.kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+                k_descale = layer.k_scale.reshape(1).float() if layer.k_scale is not None else None
+                v_descale = layer.v_scale.reshape(1).float() if layer.v_scale is not None else None
+            runner.bind(sinks=sinks, k_descale=k_descale, v_descale=v_descale)
+            self._bound_src[layer.layer_id] = (layer, sinks)
         q3 = q.reshape(-1, hq, d)
         if q3.dtype != self.dtype:
             q3 = q3.to(self.dtype)  # e.g. SGLang's Llama-4 casts q/k to bf16 off CUDA; the layer runs in the model dtype
         out = q3.new_empty(q3.shape[0], hq * dv)
-        runner.forward(self.forward_metadata, q3, k_cache, v_cache, out.view(-1, hq, dv), sinks=sinks,
-                       k_descale=k_descale, v_descale=v_descale)
+        runner.forward(self.forward_metadata, q3, k_cache, v_cache, out.view(-1, hq, dv))
         return out
 
     def _forward_mla(self, q, k, v, layer, fb: ForwardBatch, save_kv_cache: bool, sinks, q_rope, k_rope):
@@ -365,11 +369,9 @@ class XpuAttnSGLangBackend(AttentionBackend):
         out = q3.new_empty(q3.shape[0], hq * m.v_head_dim)
         o3 = out.view(-1, hq, m.v_head_dim)
         main = plan.main  # no prefix: each sequence's keys are exactly its new tokens
-        res = self._runner(layer, False).forward_mla_mha(
+        self._runner(layer, False).forward_mla_mha(
             q3[:n], k3[:n], v3[:n], main.cu_seqlens_q, main.cu_seqlens_q, main.max_seqlen_q, main.max_seqlen_q,
             out=o3[:n])
-        if res.data_ptr() != o3.data_ptr():
-            o3[:n].copy_(res)
         return out
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,

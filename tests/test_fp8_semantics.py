@@ -62,6 +62,8 @@ def test_prefill_reads_the_rounded_cache_whatever_the_chunking(dtype, chunks):
     pages = torch.tensor([[5, 2, 7, 0, 3]], dtype=torch.int32)
     spec = core.LayerSpec(hq, hkv, d, d ** -0.5, dtype=torch.float32, kv_dtype=dtype)
     runner = core.LayerRunner(spec, "cpu", page)
+    ds = torch.tensor([s])
+    runner.bind(k_descale=ds, v_descale=ds)
     out, at = torch.empty(n, hq, d), 0
     for c in chunks:
         pos = torch.arange(at, at + c)
@@ -70,8 +72,7 @@ def test_prefill_reads_the_rounded_cache_whatever_the_chunking(dtype, chunks):
         plan = core.plan_step(core.StepInputs(core.Mode.EXTEND, torch.tensor([at + c], dtype=torch.int32), at + c, c,
                                               page, page_table=pages, query_lens=torch.tensor([c], dtype=torch.int32),
                                               max_seqlen_q=c))
-        ds = torch.tensor([s])
-        out[at:at + c] = runner.forward(plan, q[at:at + c], kc, vc, k_descale=ds, v_descale=ds)
+        out[at:at + c] = runner.forward(plan, q[at:at + c], kc, vc)
         at += c
     # oracle: a plain (unquantised) cache holding the rounded values, read by the naive attention
     kr, vr = torch.zeros(8, page, hkv, d), torch.zeros(8, page, hkv, d)

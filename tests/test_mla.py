@@ -141,11 +141,12 @@ def test_triton_mla_decode_split_k_matches_reference(splits):
     call = PagedCall.make(H, 1, DIMS.latent_dim, D_C, softmax_scale=SCALE, return_lse=True, mla=True)
     tri = get_provider("triton").plan_paged(step, call, num_splits=splits)
     assert tri.mla_decode and tri.num_splits == splits
-    o, lse = tri.run(q, cache, cache[..., :D_C])
-    want_o, want_lse = get_provider("reference").plan_paged(step, call).run(q, cache, cache[..., :D_C])
+    o, lse = tri.run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
+    want_o, want_lse = get_provider("reference").plan_paged(step, call).run(q, cache, cache[..., :D_C],
+                                                                           torch.empty(3, H, D_C))
     torch.testing.assert_close(o, want_o, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(lse, want_lse, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="first v_head_dim columns"):
-        tri.run(q, cache, cache.clone()[..., :D_C])
+        tri.run(q, cache, cache.clone()[..., :D_C], torch.empty(3, H, D_C))
     with pytest.raises(ValueError, match="power of two"):
         get_provider("triton").plan_paged(step, call, num_splits=3)

@@ -156,7 +156,9 @@ def test_topk_cascade_equals_tree_masked_naive():
     plan = StepPlan(Mode.TARGET_VERIFY, main, 2 * n, spec_expand=core.verify_expand_plan(seq, table, n, mask))
     sinks = torch.tensor([0.5, -1.0])
     spec = LayerSpec(2, 1, 8, 8 ** -0.5, dtype=torch.float32, kv_dtype=torch.float32, has_sinks=True)
-    out = LayerRunner(spec, "cpu", page, with_spec_decode=True).forward(plan, q, kc, vc, sinks=sinks)
+    runner = LayerRunner(spec, "cpu", page, with_spec_decode=True)
+    runner.bind(sinks=sinks)
+    out = runner.forward(plan, q, kc, vc)
 
     def allowed(b, i, j):
         p = prefixes[b]

@@ -186,16 +186,13 @@ def test_tensor_descriptor_prefill_matches_reference(layout):
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
     old = tp.TritonProvider.tensor_descriptors
     tp.TritonProvider.tensor_descriptors = True
-    TRITON._configs.clear()
-    TRITON._launchers.clear()
+    TRITON.clear_caches()
     try:
         out = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs)
-        used = [dict(k[2]).get("USE_DESC") for k in TRITON._launchers if getattr(k[0], "__name__", "") ==
-                "_paged_attn_kernel"]
+        used = [v.get("USE_DESC") for v in TRITON.launched_variants("_paged_attn_kernel")]
     finally:
         tp.TritonProvider.tensor_descriptors = old
-        TRITON._configs.clear()
-        TRITON._launchers.clear()
+        TRITON.clear_caches()
     _close(out, ref[0], lay.q.dtype)
     if lay.max_seqlen_q > 1 and lay.q.shape[0] and lay.page_table.shape[0]:
         expect = lay.q.dtype in tp._DESC_DTYPES and tp._desc_layer_ok(lay.k_cache, lay.v_cache, lay.k_cache.shape[1])
@@ -232,15 +229,13 @@ def test_tensor_descriptor_prefill_ignores_unwritten_slots(table_dtype):
     want = REF.flash_attn_with_kvcache(*args)
     old = tp.TritonProvider.tensor_descriptors
     tp.TritonProvider.tensor_descriptors = True
-    TRITON._configs.clear()
-    TRITON._launchers.clear()
+    TRITON.clear_caches()
     try:
         out = TRITON.flash_attn_with_kvcache(*args)
-        used_desc = [dict(k[2]).get("USE_DESC") for k in TRITON._launchers]
+        used_desc = [v.get("USE_DESC") for v in TRITON.launched_variants()]
     finally:
         tp.TritonProvider.tensor_descriptors = old
-        TRITON._configs.clear()
-        TRITON._launchers.clear()
+        TRITON.clear_caches()
     assert used_desc == [True]
     assert torch.isfinite(out.float()).all()
     _close(out, want, torch.bfloat16)

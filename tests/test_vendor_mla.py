@@ -20,29 +20,18 @@ from vllm_xpu_attn.core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs
 from vllm_xpu_attn.kernels import AttnPlan, KernelRequest, PagedCall, get_provider, reload_provider, select_provider
 from vllm_xpu_attn.kernels import registry as reg
 
-FAKES = os.path.join(os.path.dirname(__file__), "fakes")
-VENDOR_MODULES = ("sgl_kernel", "vllm_xpu_kernels", "intel_extension_for_pytorch", "_common")
-VENDORS = ("sgl_kernel", "vllm_xpu_kernels", "ipex")
+from vendor_fakes import FAKES, VENDORS, vendor_fakes  # noqa: E402
+from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
 SGL_BUILDS = ("9cf16bf9", "pr491")  # tests/fakes/sgl_kernel/flash_attn.py BUILD: both are USE_MLA (default) builds
 DIMS = MLADims(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)  # DeepSeek-V2/V3
 SCALE = 192 ** -0.5 * 1.2  # the engines' 192-based scale times a YaRN-like mscale: never 1/sqrt(576)
 D, DV = 576, 512
 
 
-def _reset_instances():
-    for n in VENDORS:
-        reload_provider(n)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def fakes():
-    sys.path.insert(0, FAKES)
-    _reset_instances()
-    yield
-    sys.path.remove(FAKES)
-    for m in [m for m in sys.modules if m.split(".")[0] in VENDOR_MODULES]:
-        del sys.modules[m]
-    _reset_instances()
+    with vendor_fakes():
+        yield
 
 
 @pytest.fixture
@@ -323,16 +312,17 @@ def test_calls_the_declarations_exclude_raise_value_errors():
     launch = prov.plan_paged(_step([5, 7], 64, 2, n_pages=4), _call())
     q = torch.randn(2, 16, D, generator=g).bfloat16()
     cache = torch.randn(4, 64, 1, D, generator=g).bfloat16()
+    out = torch.empty(2, 16, DV, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="first 512 columns"):
-        launch.run(q, cache, cache.clone()[..., :DV])
+        launch.run(q, cache, cache.clone()[..., :DV], out)
     strided = torch.randn(8, 64, 1, D, generator=g).bfloat16()[::2]  # a view into a larger buffer
     with pytest.raises(ValueError, match="contiguous latent cache"):
-        launch.run(q, strided, strided[..., :DV])
+        launch.run(q, strided, strided[..., :DV], out)
     with pytest.raises(ValueError, match="one query per request"):
-        launch.run(q[:1], cache, cache[..., :DV])
+        launch.run(q[:1], cache, cache[..., :DV], out[:1])
     with pytest.raises(ValueError, match="fp16/bf16"):
-        launch.run(q.float(), cache.float(), cache.float()[..., :DV])
-    assert launch.run(q, cache, cache[..., :DV]).shape == (2, 16, DV)  # and the well-formed call runs
+        launch.run(q.float(), cache.float(), cache.float()[..., :DV], out.float())
+    assert launch.run(q, cache, cache[..., :DV], out) is out  # the well-formed call runs, into out
 
 
 # ---- the fake enforces the vendor's rules (so the wrapper's work is needed) ----------------------

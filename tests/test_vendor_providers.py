@@ -20,26 +20,15 @@ from naive import naive_paged_attention
 from vllm_xpu_attn.kernels import KernelRequest, NoProviderError, get_provider, reload_provider, select_provider
 from vllm_xpu_attn.kernels import registry as reg
 
-FAKES = os.path.join(os.path.dirname(__file__), "fakes")
-VENDOR_MODULES = ("sgl_kernel", "vllm_xpu_kernels", "intel_extension_for_pytorch", "_common")
-VENDORS = ("sgl_kernel", "vllm_xpu_kernels", "ipex")
+from vendor_fakes import FAKES, VENDORS, vendor_fakes  # noqa: E402
+from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
 SGL_BUILDS = ("9cf16bf9", "pr491")
-
-
-def _reset_instances():
-    for n in VENDORS:
-        reload_provider(n)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def fakes():
-    sys.path.insert(0, FAKES)
-    _reset_instances()
-    yield
-    sys.path.remove(FAKES)
-    for m in [m for m in sys.modules if m.split(".")[0] in VENDOR_MODULES]:
-        del sys.modules[m]
-    _reset_instances()
+    with vendor_fakes():
+        yield
 
 
 @pytest.fixture(params=SGL_BUILDS)

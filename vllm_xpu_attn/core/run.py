@@ -14,7 +14,7 @@ import torch
 
 from ..kernels import KernelProvider, KernelRequest, Phase, select_provider
 from ..kernels.base import PagedLaunch
-from ..kernels.contract import PagedCall, call_id
+from ..kernels.contract import LayerArgs, PagedCall, call_id
 from .types import AttnPlan, AttentionKind, LayerSpec, StepPlan
 
 
@@ -69,9 +69,31 @@ class LayerRunner:
                                     mla=spec.mla is not None)
         # top-k > 1 cascade: both parts non-causal over their keys, with LSE for the merge
         self._cascade_call = dataclasses.replace(self._call, causal=False, window=(-1, -1), return_lse=True)
-
         # MLA layers: the un-absorbed prefill (engines run new tokens as plain MHA over decompressed K/V)
         self.mha_provider = select_provider(mha_request(spec, dev), override) if spec.mla is not None else None
+        # the layer's tensors (ALiBi from the spec; sinks and FP8 descales from bind()), bound once
+        self._unbound_sinks = spec.has_sinks
+        self._bind(sinks=None, k_descale=None, v_descale=None)
+
+    def bind(self, *, sinks: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
+             v_descale: Optional[torch.Tensor] = None) -> None:
+        """Bind the layer's own tensors once (the engine's parameters, updated in place by weight loading):
+        sinks [Hq] float; k_descale / v_descale float32 scalar or [1] (FP8 caches only; None = 1.0).
+        Checked here, against the layer's spec, and never again per call."""
+        if sinks is not None and not self.spec.has_sinks:
+            raise ValueError("sinks bound on a layer whose LayerSpec has has_sinks=False (declare them at start-up, "
+                             "so the provider chosen can serve them)")
+        if sinks is None and self.spec.has_sinks:
+            raise ValueError("a layer declared with sinks (LayerSpec.has_sinks=True) must be bound with its sinks "
+                             "tensor: LayerRunner.bind(sinks=...)")
+        self._bind(sinks=sinks, k_descale=k_descale, v_descale=v_descale)
+        self._unbound_sinks = False
+
+    def _bind(self, *, sinks, k_descale, v_descale) -> None:
+        self._args = LayerArgs.make(self._call, device=self.device, kv_dtype=self.spec.kv_dtype, sinks=sinks,
+                                    alibi_slopes=self._alibi, k_descale=k_descale, v_descale=v_descale)
+        self._cascade_args = self._args.without_sinks()  # the merge adds the sinks once
+
 
     def graph_capture_reason(self) -> Optional[str]:
         """None when every provider this layer may run can be captured in a graph, else why not."""
@@ -88,20 +110,20 @@ class LayerRunner:
 
     # ---- MLA (DeepSeek-V2/V3): absorbed attention over the latent cache ------------------
     def forward_mla(self, plan: StepPlan, q: torch.Tensor, latent_cache: torch.Tensor,
-                    out: Optional[torch.Tensor] = None, *, kv_descale: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Absorbed MLA for any step: q [T, H, latent_dim] = [q_nope W_UK | q_rope], latent_cache
         [P, page, 1, latent_dim] -> out [T, H, kv_lora_rank] (the engine applies W_UV).
 
         MQA over one latent row per token, the values being the row's first kv_lora_rank columns
-        (a view, no copy); every mode the step plan has (decode, extend, verify, mixed) runs so.
+        (a view, no copy); every mode the step plan has (decode, extend, verify, mixed) runs so. An FP8
+        latent cache's descale is bound once: ``bind(k_descale=s, v_descale=s)``.
         """
         m = self.spec.mla
         if m is None:
             raise ValueError("forward_mla on a layer configured without MLA dims (LayerSpec.for_mla)")
         if latent_cache.dim() != 4 or latent_cache.shape[2] != 1 or latent_cache.shape[3] != m.latent_dim:
             raise ValueError(f"MLA latent cache must be [pages, page, 1, {m.latent_dim}], got {list(latent_cache.shape)}")
-        return self.forward(plan, q, latent_cache, latent_cache[..., : m.kv_lora_rank], out,
-                            k_descale=kv_descale, v_descale=kv_descale)
+        return self.forward(plan, q, latent_cache, latent_cache[..., : m.kv_lora_rank], out)
 
     def write_latent(self, c_kv: torch.Tensor, k_rope: torch.Tensor, latent_cache: torch.Tensor,
                      slot_mapping: torch.Tensor, scale=None) -> None:
@@ -130,18 +152,16 @@ class LayerRunner:
         write_kv(self.decode_provider, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
 
     def forward_varlen(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
-                       max_seqlen: int, out: torch.Tensor, sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+                       max_seqlen: int, out: torch.Tensor) -> torch.Tensor:
         """Encoder / encoder-only self-attention straight on q/k/v (no cache): [T, H, D] each.
 
         Only the first cu_seqlens[-1] rows are real; they are written into ``out``.
         """
-        res = self.prefill_provider.flash_attn_varlen_func(
+        self.prefill_provider.flash_attn_varlen_func(
             q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=self.spec.scale,
-            causal=self.spec.causal, window_size=self.spec.window, softcap=self.spec.softcap, sinks=sinks,
-            alibi_slopes=self._alibi, out=out,
+            causal=self.spec.causal, window_size=self.spec.window, softcap=self.spec.softcap,
+            sinks=self._args.sinks, alibi_slopes=self._alibi, out=out,
         )
-        if res.data_ptr() != out.data_ptr():
-            out.copy_(res)
         return out
 
     def _launch(self, plan: StepPlan, which: str, provider: KernelProvider, call: PagedCall) -> PagedLaunch:
@@ -184,22 +204,16 @@ class LayerRunner:
             return plan.spec_expand
         return plan.main
 
-    def forward(
-        self,
-        plan: StepPlan,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        out: Optional[torch.Tensor] = None,
-        *,
-        sinks: Optional[torch.Tensor] = None,
-        k_descale: Optional[torch.Tensor] = None,
-        v_descale: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
-        """q [num_tokens, Hq, D] -> out [num_tokens, Hq, Dv] (written into ``out`` when given).
+    def forward(self, plan: StepPlan, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """q [num_tokens, Hq, D] -> out [num_tokens, Hq, Dv] (written into ``out`` when given), with the
+        layer's bound tensors (``bind``).
 
         Only the first plan.num_tokens rows of q/out are real; padding rows are left alone.
         """
+        if self._unbound_sinks:
+            raise ValueError("a layer declared with sinks (LayerSpec.has_sinks=True) ran before its sinks were "
+                             "bound: LayerRunner.bind(sinks=...)")
         n = plan.num_tokens
         if out is None:
             out = torch.empty(q.shape[0], self.spec.num_q_heads, self._call.v_head_dim, dtype=q.dtype,
@@ -210,21 +224,19 @@ class LayerRunner:
         which = self._which(plan)
 
         if plan.spec_expand is None or which == "encoder":
-            res = self._launch(plan, which, provider, self._call).run(q_real, k_cache, v_cache, out_real, sinks,
-                                                                       self._alibi, k_descale, v_descale)
-            if res is not out_real and res.data_ptr() != out_real.data_ptr():
-                out_real.copy_(res)
+            self._launch(plan, which, provider, self._call).run(q_real, k_cache, v_cache, out_real, layer=self._args)
             return out
 
         # top-k > 1 speculative step: prefix part (drafts see the whole prefix) + tree part, merged.
         # (Window and local layers are refused with top-k > 1 at construction.)
-        o_a, lse_a = self._launch(plan, which, provider, self._cascade_call).run(
-            q_real, k_cache, v_cache, None, None, self._alibi, k_descale, v_descale)
+        o_a, o_b = torch.empty_like(out_real), torch.empty_like(out_real)
+        _, lse_a = self._launch(plan, which, provider, self._cascade_call).run(
+            q_real, k_cache, v_cache, o_a, layer=self._cascade_args)
         kc = k_cache.view(-1, 1, *k_cache.shape[2:])  # page size 1 view: expand tables hold slots
         vc = v_cache.view(-1, 1, *v_cache.shape[2:])
         spec_provider = self.spec_provider or provider
-        o_b, lse_b = self._launch(plan, "spec", spec_provider, self._cascade_call).run(
-            q_real, kc, vc, None, None, self._alibi, k_descale, v_descale)
-        merged, _ = provider.merge_state(o_a, lse_a, o_b, lse_b, sinks=sinks)  # the sink joins once, there
+        _, lse_b = self._launch(plan, "spec", spec_provider, self._cascade_call).run(
+            q_real, kc, vc, o_b, layer=self._cascade_args)
+        merged, _ = provider.merge_state(o_a, lse_a, o_b, lse_b, sinks=self._args.sinks)  # the sink joins once
         out_real.copy_(merged)
         return out

@@ -14,8 +14,8 @@ from typing import ClassVar, Optional
 
 import torch
 
-from .contract import (FP8_DTYPES, FLOAT_DTYPES, AttnPlan, PagedCall, check_descale, check_paged_call,
-                       check_paged_layer, check_paged_step, check_per_head)
+from .contract import (FP8_DTYPES, FLOAT_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall,
+                       check_paged_layer, check_paged_step, is_fp8)
 
 _DTYPE_NAMES = {
     torch.float32: "float32",
@@ -186,12 +186,12 @@ class KernelProvider:
         reasons.extend(self.extra_reasons(req))
         return reasons
 
-    # ---- the contract: plan once per step, run per layer ---------------------------------
+    # ---- the contract: plan once per step, bind once per layer, run per layer --------------
     def plan_paged(self, step: AttnPlan, call: PagedCall, **options) -> "PagedLaunch":
         """Per-step part of a paged call: validate the step's tensors once and fix the launch.
 
-        The result's ``run()`` is the per-layer part (O(1) checks, then the launch). Providers with
-        launch decisions (split-K, tiles, workspace) override ``_launch``.
+        The result's ``run(q, k_cache, v_cache, out, layer=...)`` is the per-layer part (O(1) checks, then
+        the launch). Providers with launch decisions (split-K, tiles, workspace) override ``_launch``.
         """
         check_paged_step(step)
         return self._launch(step, call, **options)
@@ -203,32 +203,69 @@ class KernelProvider:
         return PagedLaunch(self, step, call)
 
     def _run_paged(self, step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor,
-                   v_cache: torch.Tensor, out: Optional[torch.Tensor], sinks: Optional[torch.Tensor],
-                   alibi_slopes: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
-                   v_descale: Optional[torch.Tensor]):  # pragma: no cover - abstract
-        """The launch, on validated inputs: -> out [total_q, Hq, Dv] (, lse [Hq, total_q] fp32)."""
+                   v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs):  # pragma: no cover - abstract
+        """The launch, on validated inputs. Writes out [total_q, Hq, Dv] (rows past cu_seqlens_q[-1] left
+        alone) and returns it (, lse [Hq, total_q] fp32 when the call asks for it)."""
         raise NotImplementedError
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-                                softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, sinks=None,
-                                alibi_slopes=None, k_descale=None, v_descale=None, return_softmax_lse=False,
-                                out=None, batch_invariant: Optional[bool] = None, **launch_options):
-        """The one-call contract for direct users (DESIGN.md): every check once, then plan + run.
+    def call_request(self, q: torch.Tensor, k_cache: torch.Tensor, call: PagedCall, step: AttnPlan,
+                     layer: LayerArgs) -> KernelRequest:
+        """The KernelRequest one direct call amounts to (what ``not_supported_reasons`` judges)."""
+        return KernelRequest(
+            device_type=q.device.type, dtype=q.dtype, kv_dtype=k_cache.dtype, head_dim=call.head_dim,
+            num_q_heads=call.num_q_heads, num_kv_heads=call.num_kv_heads, page_size=step.page_size,
+            v_head_dim=call.v_head_dim, causal=call.causal, window=call.window, softcap=call.softcap,
+            has_sinks=layer.sinks is not None, has_alibi=layer.alibi_slopes is not None, return_lse=call.return_lse,
+            phase=Phase.DECODE if step.max_seqlen_q <= 1 else Phase.PREFILL, batch_invariant=call.batch_invariant,
+            mla=call.mla)
 
-        ``batch_invariant`` (default: $VLLM_XPU_ATTN_BATCH_INVARIANT) asks for outputs bitwise
-        independent of the rest of the batch (providers that declare the feature).
+    def flash_attn_with_kvcache(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
+                                **kwargs):
+        """The one-call contract for direct users: the same checks as plan -> bind -> run (step, layer
+        arguments, layer tensors, stride rule), then the provider's own declared capabilities (probe
+        results included): a call they exclude is refused with the provider's reasons, never run.
+
+        q [total_q, Hq, D], k_cache/v_cache [pages, page, Hkv, D|Dv], page_table int32 [B, max_pages],
+        cache_seqlens int32 [B], cu_seqlens_q int32 [B+1] -> out [total_q, Hq, Dv] (written into ``out``
+        when given) (, lse [Hq, total_q] fp32). ``batch_invariant`` (default: $VLLM_XPU_ATTN_BATCH_INVARIANT)
+        asks for outputs bitwise independent of the rest of the batch.
         """
-        check_paged_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, causal=causal,
-                         window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
-                         k_descale=k_descale, v_descale=v_descale, out=out, check_values=False)
+        return self._one_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
+                              gate=True, **kwargs)
+
+    def probe_call(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, **kwargs):
+        """``flash_attn_with_kvcache`` without the capability gate: for a provider's own probes, which are
+        how it finds those capabilities (every input check still runs)."""
+        return self._one_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
+                              gate=False, **kwargs)
+
+    def _one_call(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, *, gate: bool,
+                  softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, sinks=None, alibi_slopes=None,
+                  k_descale=None, v_descale=None, return_softmax_lse=False, out=None,
+                  batch_invariant: Optional[bool] = None, **launch_options):
+        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if q.dim() != 3 or k_cache.dim() != 4 or v_cache.dim() != 4:
+            raise ValueError(f"q must be [total_q, Hq, D] and k_cache/v_cache [num_pages, page_size, Hkv, D] (NHD "
+                             f"pages), got {list(q.shape)}, {list(k_cache.shape)} and {list(v_cache.shape)}")
         page = k_cache.shape[1]
-        step = AttnPlan(cu_seqlens_q, cache_seqlens, page_table, int(max_seqlen_q), page_table.shape[1] * page, page)
+        width = page_table.shape[1] if isinstance(page_table, torch.Tensor) and page_table.dim() == 2 else 0
+        step = AttnPlan(cu_seqlens_q, cache_seqlens, page_table, int(max_seqlen_q), width * page, page)
+        check_paged_step(step)
         call = PagedCall.make(q.shape[1], k_cache.shape[2], q.shape[2], v_cache.shape[3], softmax_scale=softmax_scale,
                               causal=causal, window=window_size, softcap=softcap, return_lse=return_softmax_lse,
                               batch_invariant=batch_invariant_requested() if batch_invariant is None
                               else bool(batch_invariant))
-        return self._launch(step, call, **launch_options).run_checked(q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale,
-                                                    v_descale)
+        check_paged_layer(step, call, q, k_cache, v_cache, out)
+        layer = LayerArgs.make(call, device=q.device, kv_dtype=k_cache.dtype, sinks=sinks, alibi_slopes=alibi_slopes,
+                               k_descale=k_descale, v_descale=v_descale, batch=step.batch_size)
+        reasons = self.not_supported_reasons(self.call_request(q, k_cache, call, step, layer)) if gate else []
+        if reasons:
+            raise ValueError(f"provider {self.name!r} cannot run this call: " + "; ".join(reasons))
+        if out is None:
+            out = torch.empty(q.shape[0], call.num_q_heads, call.v_head_dim, dtype=q.dtype, device=q.device)
+        return self._launch(step, call, **launch_options).run(q, k_cache, v_cache, out, layer=layer)
 
     def flash_attn_varlen_func(self, *args, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -258,28 +295,27 @@ class PagedLaunch:
         self.call = call
         self._seen: Optional[tuple] = None  # the last layer signature that passed the checks
 
-    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: Optional[torch.Tensor] = None,
-            sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
-            k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None):
-        """q [total_q, Hq, D], caches [P, page, Hkv, D|Dv] -> out [total_q, Hq, Dv] (, lse [Hq, total_q])."""
-        # layers of a step mostly repeat one signature: check it fully once, then compare one tuple
+    def check(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+              layer: LayerArgs) -> None:
+        """The per-layer checks: in full once per signature (layers of a step mostly repeat one), else one
+        tuple compare; a [batch, Hkv] descale against this step's batch."""
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor [total_q, {self.call.num_q_heads}, {self.call.v_head_dim}] "
+                            f"(every provider writes into it), got {type(out).__name__}")
         sig = (q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, v_cache.dtype, q.device,
-               k_cache.device, v_cache.device, None if out is None else (out.shape, out.dtype, out.device))
+               k_cache.device, v_cache.device, out.shape, out.dtype, out.device, layer.has_descale)
         if sig != self._seen:
             check_paged_layer(self.step, self.call, q, k_cache, v_cache, out)
+            if layer.has_descale and not is_fp8(k_cache.dtype):
+                raise ValueError(f"k_descale/v_descale bound but the KV cache is {k_cache.dtype}, not FP8")
             self._seen = sig
-        if sinks is not None:
-            check_per_head("sinks", sinks, self.call.num_q_heads, q.device)
-        if alibi_slopes is not None:
-            check_per_head("alibi_slopes", alibi_slopes, self.call.num_q_heads, q.device)
-        if k_descale is not None or v_descale is not None:
-            if not (k_cache.dtype in FP8_DTYPES):
-                raise ValueError(f"k_descale/v_descale given but the KV cache is {k_cache.dtype}, not FP8")
-            b = self.step.page_table.shape[0]
-            check_descale("k_descale", k_descale, b, self.call.num_kv_heads)
-            check_descale("v_descale", v_descale, b, self.call.num_kv_heads)
-        return self.run_checked(q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale)
+        if layer.descale_batch and layer.descale_batch != self.step.page_table.shape[0]:
+            raise ValueError(f"k_descale/v_descale are [batch, num_kv_heads] for batch {layer.descale_batch}, "
+                             f"but this step has {self.step.page_table.shape[0]} sequences")
 
-    def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        return self.provider._run_paged(self.step, self.call, q, k_cache, v_cache, out, sinks, alibi_slopes,
-                                        k_descale, v_descale)
+    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, *,
+            layer: LayerArgs = NO_LAYER_ARGS):
+        """q [total_q, Hq, D], caches [P, page, Hkv, D|Dv] -> writes and returns out [total_q, Hq, Dv]
+        (, lse [Hq, total_q] fp32 when the call asks for it). ``layer``: the layer's bound tensors."""
+        self.check(q, k_cache, v_cache, out, layer)
+        return self.provider._run_paged(self.step, self.call, q, k_cache, v_cache, out, layer)

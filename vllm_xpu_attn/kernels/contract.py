@@ -1,7 +1,9 @@
 """The kernel call contract shared by every provider, and its input checks.
 
-The contract is FlashAttention-3's ``flash_attn_with_kvcache`` with a paged KV cache
-(see docs/DESIGN or ../shared/DESIGN.md). Checks come in two tiers:
+The contract is FlashAttention-3's ``flash_attn_with_kvcache`` with a paged KV cache. One check path,
+in three parts, each run once where its inputs are fixed: ``check_paged_step`` per step (the step's
+index tensors), ``LayerArgs.make`` per layer (sinks, ALiBi slopes, FP8 descales: bound once), and
+``check_paged_layer`` per distinct layer signature (q, caches, out). Checks come in two tiers:
 
 * structural checks (shapes, dtypes, devices): free, run by every provider;
 * value checks (cu_seqlens monotone, page table long enough, page ids in range):
@@ -130,8 +132,13 @@ def check_per_head(name: str, t: Optional[torch.Tensor], num_heads: int, device:
         _fail(ValueError, f"{name} must have shape [num_q_heads]=[{num_heads}], got {list(t.shape)}")
     if not t.is_floating_point():
         _fail(TypeError, f"{name} must be a floating tensor, got {t.dtype}")
-    if t.device != device:
+    if not same_device(t.device, device):
         _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """One device, where an index left out (``cuda``) matches any index of that type."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def check_descale(name: str, t: Optional[torch.Tensor], batch: int, num_kv_heads: int) -> None:
@@ -187,60 +194,16 @@ def check_paged_step(step: AttnPlan) -> None:
 
 def check_paged_layer(step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       out: Optional[torch.Tensor]) -> None:
-    """One layer's tensors against its step and call: O(1), run per layer (the rest is checked once)."""
-    if q.dim() != 3 or q.shape[1] != call.num_q_heads or q.shape[2] != call.head_dim:
-        _fail(ValueError, f"q must be [total_q, {call.num_q_heads}, {call.head_dim}], got {list(q.shape)}")
-    if k_cache.dim() != 4 or v_cache.dim() != 4 or k_cache.shape[1] != step.page_size or \
-            k_cache.shape[2] != call.num_kv_heads or k_cache.shape[3] != call.head_dim or \
-            v_cache.shape[:3] != k_cache.shape[:3] or v_cache.shape[3] != call.v_head_dim:
-        _fail(ValueError, f"k_cache/v_cache must be [pages, {step.page_size}, {call.num_kv_heads}, "
-                          f"{call.head_dim}/{call.v_head_dim}], got {list(k_cache.shape)} and {list(v_cache.shape)}")
-    if q.device != step.cache_seqlens.device or k_cache.device != q.device or v_cache.device != q.device:
-        _fail(ValueError, f"q ({q.device}), k/v caches ({k_cache.device}, {v_cache.device}) and the step's "
-                          f"tensors ({step.cache_seqlens.device}) must share a device")
-    kv = k_cache.dtype
-    if kv != v_cache.dtype or (kv != q.dtype and not is_fp8(kv)) or q.dtype not in FLOAT_DTYPES:
-        _fail(TypeError, f"q {q.dtype} with caches {k_cache.dtype}/{v_cache.dtype}: the cache must be q's dtype "
-                         "(float32/float16/bfloat16) or FP8")
-    if out is not None and out.device != q.device:
-        _fail(ValueError, f"out is on {out.device} but q is on {q.device}")
-    if out is not None and (out.shape != (q.shape[0], call.num_q_heads, call.v_head_dim) or out.dtype != q.dtype):
-        _fail(ValueError, f"out must be [{q.shape[0]}, {call.num_q_heads}, {call.v_head_dim}] {q.dtype}, "
-                          f"got {list(out.shape)} {out.dtype}")
-
-
-def check_paged_call(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    page_table: torch.Tensor,
-    cache_seqlens: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    max_seqlen_q: int,
-    *,
-    causal: bool,
-    window_size: Sequence[int],
-    softcap: float,
-    sinks: Optional[torch.Tensor],
-    alibi_slopes: Optional[torch.Tensor],
-    k_descale: Optional[torch.Tensor],
-    v_descale: Optional[torch.Tensor],
-    out: Optional[torch.Tensor],
-    check_values: bool,
-) -> None:
-    """Raise ValueError/TypeError naming the problem for a bad paged-attention call."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
-                    ("cache_seqlens", cache_seqlens), ("cu_seqlens_q", cu_seqlens_q)):
+    """One layer's tensors against its step and call (O(1); callers run it once per distinct signature).
+    ``out`` None: the caller allocates it after this check."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)) + ((("out", out),) if out is not None else ()):
         if not isinstance(t, torch.Tensor):
             _fail(TypeError, f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if q.dim() != 3:
         _fail(ValueError, f"q must be [total_q, num_q_heads, head_dim], got shape {list(q.shape)}")
     if k_cache.dim() != 4 or v_cache.dim() != 4:
-        _fail(
-            ValueError,
-            "k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim] (NHD pages), got "
-            f"{list(k_cache.shape)} and {list(v_cache.shape)}",
-        )
+        _fail(ValueError, "k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim] (NHD pages), got "
+                          f"{list(k_cache.shape)} and {list(v_cache.shape)}")
     if q.dtype not in FLOAT_DTYPES:
         _fail(TypeError, f"q dtype {q.dtype} unsupported: use one of float32, float16, bfloat16")
     if k_cache.dtype != v_cache.dtype:
@@ -249,47 +212,30 @@ def check_paged_call(
         _fail(TypeError, f"KV cache dtype {k_cache.dtype} unsupported: use q's dtype or float8_e4m3fn/float8_e5m2")
     if not is_fp8(k_cache.dtype) and k_cache.dtype != q.dtype:
         _fail(TypeError, f"q dtype {q.dtype} and KV cache dtype {k_cache.dtype} differ (only FP8 caches may differ)")
-    if not is_fp8(k_cache.dtype) and (k_descale is not None or v_descale is not None):
-        _fail(ValueError, f"k_descale/v_descale given but the KV cache is {k_cache.dtype}, not FP8")
-    num_pages, page_size, hkv, d = k_cache.shape
-    total_q, hq, dq = q.shape
-    if page_size < 1:
-        _fail(ValueError, f"page size must be >= 1, got {page_size}")
+    if q.shape[1] != call.num_q_heads:
+        _fail(ValueError, f"q has {q.shape[1]} heads but the layer has num_q_heads={call.num_q_heads}")
+    if q.shape[2] != call.head_dim:
+        _fail(ValueError, f"head_dim of q ({q.shape[2]}) differs from the layer's head_dim ({call.head_dim})")
     if v_cache.shape[:3] != k_cache.shape[:3]:
-        _fail(ValueError, f"v_cache shape {list(v_cache.shape)} does not match k_cache {list(k_cache.shape)} in pages/page size/heads")
-    if dq != d:
-        _fail(ValueError, f"head_dim of q ({dq}) differs from head_dim of k_cache ({d})")
-    if hkv < 1 or hq % hkv != 0:
-        _fail(ValueError, f"num_q_heads ({hq}) must be a multiple of num_kv_heads ({hkv}) for GQA/MQA")
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
-                    ("cache_seqlens", cache_seqlens), ("cu_seqlens_q", cu_seqlens_q)):
-        if t.device != q.device:
-            _fail(ValueError, f"{name} is on {t.device} but q is on {q.device}")
-    if page_table.dim() != 2:
-        _fail(ValueError, f"page_table must be [batch, max_pages], got shape {list(page_table.shape)}")
-    for name, t in (("page_table", page_table), ("cache_seqlens", cache_seqlens), ("cu_seqlens_q", cu_seqlens_q)):
-        if t.dtype not in INDEX_DTYPES:
-            _fail(TypeError, f"{name} must be int32 (or int64), got {t.dtype}")
-    batch = page_table.shape[0]
-    if cache_seqlens.shape != (batch,):
-        _fail(ValueError, f"cache_seqlens must be [batch]=[{batch}] (page_table rows), got {list(cache_seqlens.shape)}")
-    if cu_seqlens_q.shape != (batch + 1,):
-        _fail(ValueError, f"cu_seqlens_q must be [batch + 1]=[{batch + 1}], got {list(cu_seqlens_q.shape)}")
-    if int(max_seqlen_q) < 0:
-        _fail(ValueError, f"max_seqlen_q must be >= 0, got {max_seqlen_q}")
-    check_window(window_size, causal)
-    if softcap < 0:
-        _fail(ValueError, f"softcap must be >= 0 (0 disables it), got {softcap}")
-    check_per_head("sinks", sinks, hq, q.device)
-    check_per_head("alibi_slopes", alibi_slopes, hq, q.device)
-    check_descale("k_descale", k_descale, batch, hkv)
-    check_descale("v_descale", v_descale, batch, hkv)
-    if out is not None:
-        want = (total_q, hq, v_cache.shape[-1])
-        if tuple(out.shape) != want or out.dtype != q.dtype:
-            _fail(ValueError, f"out must be {list(want)} {q.dtype}, got {list(out.shape)} {out.dtype}")
-    if check_values:
-        check_paged_values(page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, total_q, page_size, num_pages, causal)
+        _fail(ValueError, f"v_cache shape {list(v_cache.shape)} does not match k_cache {list(k_cache.shape)} in "
+                          "pages/page size/heads")
+    if k_cache.shape[1] != step.page_size:
+        _fail(ValueError, f"k_cache pages hold {k_cache.shape[1]} slots but the step's page_size is {step.page_size}")
+    if k_cache.shape[2] != call.num_kv_heads:
+        _fail(ValueError, f"k_cache has {k_cache.shape[2]} KV heads but the layer has num_kv_heads={call.num_kv_heads}")
+    if k_cache.shape[3] != call.head_dim:
+        _fail(ValueError, f"head_dim of q ({call.head_dim}) differs from head_dim of k_cache ({k_cache.shape[3]})")
+    if v_cache.shape[3] != call.v_head_dim:
+        _fail(ValueError, f"v_cache head dim {v_cache.shape[3]} differs from the layer's v_head_dim {call.v_head_dim}")
+    if not (same_device(q.device, step.cache_seqlens.device) and k_cache.device == q.device
+            and v_cache.device == q.device):
+        _fail(ValueError, f"q ({q.device}), k/v caches ({k_cache.device}, {v_cache.device}) and the step's "
+                          f"tensors ({step.cache_seqlens.device}) must share a device")
+    if out is not None and out.device != q.device:
+        _fail(ValueError, f"out is on {out.device} but q is on {q.device}")
+    if out is not None and (out.shape != (q.shape[0], call.num_q_heads, call.v_head_dim) or out.dtype != q.dtype):
+        _fail(ValueError, f"out must be [{q.shape[0]}, {call.num_q_heads}, {call.v_head_dim}] {q.dtype}, "
+                          f"got {list(out.shape)} {out.dtype}")
 
 
 def check_paged_values(
@@ -329,3 +275,72 @@ def check_paged_values(
             lo, hi = int(used.min()), int(used.max())
             if lo < 0 or hi >= num_pages:
                 _fail(ValueError, f"page_table row {b} references page {lo if lo < 0 else hi}, outside [0, {num_pages})")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LayerArgs:
+    """A layer's per-layer tensors, validated once when bound and passed to every ``run`` by reference.
+
+    sinks [Hq] float (one extra logit per head), alibi_slopes [Hq] float, k_descale / v_descale float32
+    scalar, [1] or FA3's [batch, Hkv] (FP8 caches only). ``key`` is what a compiled launch specialises on
+    (presence, dtype, 16-byte alignment, per-head descale stride); ``tensors`` the present ones in the
+    kernels' parameter order (sinks, alibi, k_descale, v_descale). Build with ``LayerArgs.make``.
+    """
+
+    sinks: Optional[torch.Tensor] = None
+    alibi_slopes: Optional[torch.Tensor] = None
+    k_descale: Optional[torch.Tensor] = None
+    v_descale: Optional[torch.Tensor] = None
+    key: tuple = (None, None, None, None)
+    tensors: tuple = ()
+    descale_batch: int = 0  # > 0: the batch a [batch, Hkv] descale was made for (checked against each step)
+
+    @property
+    def has_descale(self) -> bool:
+        return self.k_descale is not None or self.v_descale is not None
+
+    @staticmethod
+    def make(call: "PagedCall", *, device: torch.device, kv_dtype: torch.dtype, sinks: Optional[torch.Tensor] = None,
+             alibi_slopes: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
+             v_descale: Optional[torch.Tensor] = None, batch: Optional[int] = None) -> "LayerArgs":
+        """Validate a layer's tensors against its call, device and cache dtype once (ValueError/TypeError
+        naming the argument), and fix what the kernels specialise on. ``batch``: the one step a direct
+        call runs (its [batch, Hkv] descales are checked against it here)."""
+        device = torch.device(device)
+        check_per_head("sinks", sinks, call.num_q_heads, device)
+        check_per_head("alibi_slopes", alibi_slopes, call.num_q_heads, device)
+        if (k_descale is not None or v_descale is not None) and not is_fp8(kv_dtype):
+            _fail(ValueError, f"k_descale/v_descale given but the KV cache is {kv_dtype}, not FP8")
+        rows = 0
+        for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+            if t is None:
+                continue
+            check_descale(name, t, batch if batch is not None else (t.shape[0] if t.dim() == 2 else 1),
+                          call.num_kv_heads)
+            if not same_device(t.device, device):
+                _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
+            if t.numel() != 1:
+                if rows and t.shape[0] != rows:
+                    _fail(ValueError, f"k_descale and v_descale must have the same shape, got {list(k_descale.shape)} "
+                                      f"and {list(v_descale.shape)}")
+                rows = t.shape[0]
+        if (k_descale is None) != (v_descale is None) and rows:
+            _fail(ValueError, "per-head descales ([batch, num_kv_heads]) need both k_descale and v_descale")
+
+        def spec(t):
+            if t is None:
+                return None
+            return (t.dtype, (t.data_ptr() & 15) == 0, t.numel() != 1, t.stride(0) if t.numel() != 1 else 0)
+
+        four = (sinks, alibi_slopes, k_descale, v_descale)
+        return LayerArgs(sinks, alibi_slopes, k_descale, v_descale, tuple(spec(t) for t in four),
+                         tuple(t for t in four if t is not None), rows)
+
+    def without_sinks(self) -> "LayerArgs":
+        """The same layer's arguments with the sinks left out (the parts of a cascade: the merge adds them)."""
+        if self.sinks is None:
+            return self
+        return dataclasses.replace(self, sinks=None, key=(None,) + self.key[1:], tensors=self.tensors[1:])
+
+
+NO_LAYER_ARGS = LayerArgs()

@@ -286,6 +286,7 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         page_size = compat.get_current_vllm_config().cache_config.block_size
         # Providers are chosen now, so an unservable layer fails at start-up with every reason.
         self.runner = LayerRunner(self.spec, current_platform.device_type, page_size)
+        self._bound_to = None  # the vLLM layer whose sinks / FP8 scales the runner holds (bound at its first run)
         why = self.runner.graph_capture_reason()
         if why:  # the builders (made after the layers) then declare NEVER
             _GRAPH_UNSAFE.add(why)
@@ -309,16 +310,19 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
             raise NotImplementedError("vllm-xpu-attn: fused output quantization is not supported")
         if attn_metadata is None:  # profiling / warm-up run
             return output
+        if self._bound_to is not layer:  # once: after weight loading, which updates these tensors in place
+            k_descale, v_descale = self._descales(layer)
+            self.runner.bind(sinks=self.sinks, k_descale=k_descale, v_descale=v_descale)
+            self._bound_to = layer
         out = output.view(-1, self.num_heads, self.head_size)
         plan = attn_metadata.plan
         n = plan.num_tokens
         if self.spec.kind in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY):
             self.runner.forward_varlen(query[:n], key[:n], value[:n], plan.main.cu_seqlens_q, plan.main.max_seqlen_q,
-                                       out[:n], sinks=self.sinks)
+                                       out[:n])
             return output
         k_cache, v_cache = self._caches(kv_cache)
-        k_descale, v_descale = self._descales(layer)
-        self.runner.forward(plan, query, k_cache, v_cache, out, sinks=self.sinks, k_descale=k_descale, v_descale=v_descale)
+        self.runner.forward(plan, query, k_cache, v_cache, out)
         return output
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:

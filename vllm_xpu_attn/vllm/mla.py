@@ -179,6 +179,7 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
                                       batch_invariant=compat.vllm_batch_invariant() or batch_invariant_requested())
         self.page_size = cfg.cache_config.block_size
         self.runner = LayerRunner(self.spec, current_platform.device_type, self.page_size)
+        self._bound_to = None  # the vLLM layer whose FP8 scale the runner holds (bound at its first decode)
         reason = self.runner.graph_capture_reason()
         if reason:
             _GRAPH_UNSAFE.add(reason)
@@ -213,7 +214,11 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
         q = torch.cat(q, dim=-1)
         cache = compat.mla_cache_view(kv_c_and_k_pe_cache, self.kv_cache_dtype)
         out = torch.empty(q.shape[0], self.num_heads, self.kv_lora_rank, dtype=q.dtype, device=q.device)
-        self.runner.forward_mla(dec.plan, q, cache, out, kv_descale=self._kv_scale(layer._k_scale))
+        if self._bound_to is not layer:  # once: after weight loading, which updates _k_scale in place
+            scale = self._kv_scale(layer._k_scale)
+            self.runner.bind(k_descale=scale, v_descale=scale)
+            self._bound_to = layer
+        self.runner.forward_mla(dec.plan, q, cache, out)
         return out, None
 
     # ---- prefill: un-absorbed causal MHA ----------------------------------------------
@@ -244,9 +249,7 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
                   self.runner.mha_provider.name)
             k, v, cu_k, max_k = self._with_context(kv_c_and_k_pe_cache, pre, k_scale, k_new, v_new)
         out = output.view(n, self.num_heads, self.v_head_dim)
-        res = self.runner.forward_mla_mha(q, k, v, cu_q, cu_k, int(pre.max_query_len), max_k, out=out)
-        if res.data_ptr() != out.data_ptr():
-            out.copy_(res)
+        self.runner.forward_mla_mha(q, k, v, cu_q, cu_k, int(pre.max_query_len), max_k, out=out)
 
     def _with_context(self, cache: torch.Tensor, pre, k_scale, k_new, v_new):
         """Each prefill row's keys = its cached context (read from the latent cache, decompressed) then its new

@@ -89,7 +89,7 @@ import functools
 import inspect
 import os
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 __all__ = ["FastLaunch", "fast_launch_supported", "VERIFIED_TRITON"]
 
@@ -360,6 +360,27 @@ class FastLaunch:
         b = self._bound
         return factory(b["get_device"], b["device"], b["get_stream"], b["hooks"], b["hook_chain"], b["run"],
                        b["function"], b["meta"], b["lmeta"], self.grid, *vals)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The runtime parameters' names, in the order a call passes them."""
+        return self._names
+
+    def call_named(self, args: dict[str, Any]) -> None:
+        """Launch with every runtime argument given by name (the checked path's call)."""
+        self(*[args[n] for n in self._names])
+
+    def bind_named(self, args: dict[str, Any], free: Sequence[str], slots: Optional[dict[str, int]] = None) -> Callable:
+        """``bind`` by parameter name: every runtime argument of ``args`` is baked in except those named in
+        ``free`` (the closure takes them, in parameter order) and ``slots`` {name: k} (read from ``S[k]``)."""
+        index = {n: i for i, n in enumerate(self._names)}
+        unknown = sorted(set(free) | set(slots or ()) - set(index))
+        if unknown:
+            raise KeyError(f"FastLaunch.bind_named: {unknown} are not runtime parameters of "
+                           f"{getattr(self.fn, '__name__', self.fn)}")
+        skip = set(free) | set(slots or ())
+        fixed = {index[n]: args[n] for n in self._names if n not in skip}
+        return self.bind(fixed, {index[n]: k for n, k in (slots or {}).items()})
 
     def _bind_recipe(self, which: tuple[int, ...], slots: tuple[tuple[int, int], ...] = ()):
         """(factory, constant values with holes, [(hole, runtime index)]) for ``bind`` with these fixed

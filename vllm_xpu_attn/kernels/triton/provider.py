@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 import torch
 
 from ..base import Feature, KernelProvider, KernelRequest, PagedLaunch
-from ..contract import (FLOAT_DTYPES, FP8_DTYPES, AttnPlan, PagedCall, call_id, check_paged_step, check_per_head,
-                        check_write_kv, is_fp8)
+from ..contract import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, call_id,
+                        check_paged_step, check_per_head, check_write_kv, is_fp8)
 
 # Tile sizes per device family and phase: (BLOCK_M, BLOCK_N, num_warps, num_stages[, grf_mode]).
 # Measured on an H200 (docs/benchmarks.md); Intel entries are conservative starting points
@@ -149,9 +149,8 @@ class TritonProvider(KernelProvider):
                 self._configs[key] = cfg
         return TritonLaunch(self, step, call, cfg, addrs)
 
-    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        return self._launch(step, call).run_checked(q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale,
-                                                    v_descale)
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):
+        return self._launch(step, call)._execute(q, k_cache, v_cache, out, layer)[0]
 
     def workspace(self, device: torch.device, numel: int) -> torch.Tensor:
         """fp32 scratch of >= numel elements (split-K partials), owned by the provider and reused across
@@ -172,6 +171,16 @@ class TritonProvider(KernelProvider):
         self._scales: dict[tuple, torch.Tensor] = {}
         self._launchers: dict[tuple, object] = {}
         self._configs: dict[tuple, "LaunchConfig"] = {}
+
+    def clear_caches(self) -> None:
+        """Forget every launch configuration and compiled launcher (the next steps re-plan and re-arm)."""
+        self._configs.clear()
+        self._launchers.clear()
+
+    def launched_variants(self, kernel: Optional[str] = None) -> list[dict]:
+        """The constexprs of every specialisation this provider has armed (of ``kernel`` by name, or all):
+        which kernel variants the steps so far launched."""
+        return [dict(k[2]) for k in self._launchers if kernel is None or getattr(k[0], "__name__", "") == kernel]
 
     def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, spec_key: tuple,
                  options: Optional[dict] = None):
@@ -238,7 +247,8 @@ class TritonProvider(KernelProvider):
             vc = torch.zeros(1, 1, *v.shape[1:], dtype=v.dtype, device=v.device)
             table = torch.zeros(batch, 1, dtype=torch.int32, device=q.device)
         return self.flash_attn_with_kvcache(q, kc, vc, table, lens, cu_seqlens_q.to(torch.int32), max_seqlen_q,
-                                            softmax_scale, causal, window_size, softcap, sinks, alibi_slopes,
+                                            softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                                            softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
                                             return_softmax_lse=return_softmax_lse, out=out)
 
     def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
@@ -370,79 +380,80 @@ class LaunchConfig:
         self.fast: dict[tuple, tuple] = {}
 
 
+# per-layer arguments of the attention kernel (the hot closure takes them per call; everything else is fixed
+# for the configuration or read from the step's address slots)
+_LAYER_TENSORS = ("SINKS", "ALIBI", "KDS", "VDS")
+_STEP_SLOTS = {"PT": 0, "SEQ": 1, "CUQ": 2}
+
+
 class TritonLaunch(PagedLaunch):
     """One step's sub-plan x one layer configuration: the step's tensors and their device addresses over
     a LaunchConfig (tiles, split count, grid, armed launchers) shared with every step of that shape."""
 
-    __slots__ = ("cfg", "addrs", "_last")
+    __slots__ = ("cfg", "addrs")
 
     def __init__(self, provider: "TritonProvider", step: AttnPlan, call: PagedCall, cfg: LaunchConfig,
                  addrs: Optional[tuple[int, int, int]]):
         PagedLaunch.__init__(self, provider, step, call)
         self.cfg = cfg
         self.addrs = addrs  # (page_table, cache_seqlens, cu_seqlens_q) device addresses, the closures' S
-        self._last: Optional[tuple] = None
 
     def __getattr__(self, name):  # the configuration's decisions read as the launch's (tests, benchmarks)
         if name in LaunchConfig.__slots__:
             return getattr(self.cfg, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: Optional[torch.Tensor] = None,
-            sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
-            k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None):
+    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, *,
+            layer: LayerArgs = NO_LAYER_ARGS):
         """PagedLaunch.run with a per-layer hot path: the layers of a step repeat one signature (shapes,
-        strides, dtypes, devices, 16-byte alignment), and so do the steps of one configuration, so a
-        signature that passed the checks and armed the compiled launchers once is looked up in one dict and
-        launched with device addresses (the step's read from ``addrs``). Everything else (sinks, ALiBi, FP8
-        descales, LSE, no ``out``, MLA) takes the checked path every call."""
+        strides, dtypes, devices, 16-byte alignment, the bound layer tensors' specialisation), and so do the
+        steps of one configuration, so a signature that passed the checks and armed the compiled launchers
+        once is looked up in one dict and launched with device addresses (the step's read from ``addrs``,
+        the layer's bound tensors from ``layer``). LSE calls and MLA take the checked path every call."""
         cfg = self.cfg
         if cfg.desc:
             _ensure_scratch_allocator()
-        if out is None or sinks is not None or alibi_slopes is not None or k_descale is not None or \
-                v_descale is not None or self.call.return_lse or cfg.mla_decode or self.addrs is None:
-            return PagedLaunch.run(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale)
+        s = self.addrs
+        if s is None or self.call.return_lse or cfg.mla_decode or not isinstance(out, torch.Tensor):
+            self.check(q, k_cache, v_cache, out, layer)
+            return self._execute(q, k_cache, v_cache, out, layer)[0]
         qa, ka, va, oa = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
         key = (q.shape, k_cache.shape, v_cache.shape, out.shape, q.stride(), k_cache.stride(), v_cache.stride(),
                out.stride(), q.dtype, k_cache.dtype, v_cache.dtype, out.dtype, q.get_device(), k_cache.get_device(),
-               v_cache.get_device(), out.get_device(), ((qa | ka | va | oa) & 15) == 0)
+               v_cache.get_device(), out.get_device(), ((qa | ka | va | oa) & 15) == 0, layer.key)
         hot = cfg.hot.get(key)
-        if hot is None:
-            self._last = None
-            res = PagedLaunch.run(self, q, k_cache, v_cache, out)
-            last = self._last  # set by run_checked when it launched
-            if last is not None and key[-1] and last[0].takes_addresses and (last[1] is None or
-                                                                            last[1].takes_addresses):
-                attn, merge, args, margs = last
-                # attention: q/k/v (0-2) and out (10) per layer, the step's tensors (3-5) per step from S,
-                # every other argument fixed for the configuration; merge: out (2) per layer, cu_seqlens_q (5)
-                fixed = dict(enumerate((None,) * 11 + args))
-                for i in (0, 1, 2, 3, 4, 5, 10):
-                    del fixed[i]
-                mfixed = {i: a for i, a in enumerate(margs[:2] + (None,) + margs[2:]) if i not in (2, 5)}
-                cfg.hot[key] = (attn.bind(fixed, {3: 0, 4: 1, 5: 2}),
-                                merge.bind(mfixed, {5: 2}) if merge is not None else None)
-            return res
-        attn, merge = hot
-        s = self.addrs
-        attn(s, qa, ka, va, oa)
-        if merge is not None:
-            merge(s, oa)
-        return out
+        if hot is not None:
+            attn, merge = hot
+            attn(s, qa, ka, va, *layer.tensors, oa)
+            if merge is not None:
+                merge(s, oa, *layer.tensors[:1] if layer.sinks is not None else ())
+            return out
+        self.check(q, k_cache, v_cache, out, layer)
+        res, launched = self._execute(q, k_cache, v_cache, out, layer)
+        if launched is not None and key[-2]:
+            attn, merge, args, margs = launched
+            if attn.takes_addresses and (merge is None or merge.takes_addresses):
+                present = tuple(n for n, t in zip(_LAYER_TENSORS, (layer.sinks, layer.alibi_slopes, layer.k_descale,
+                                                                     layer.v_descale)) if t is not None)
+                cfg.hot[key] = (
+                    attn.bind_named(args, free=("Q", "K", "V", "O") + present, slots=_STEP_SLOTS),
+                    merge.bind_named(margs, free=("O",) + (("SINKS",) if layer.sinks is not None else ()),
+                                     slots={"CUQ": 2}) if merge is not None else None)
+        return res
 
-    def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+    def _execute(self, q, k_cache, v_cache, out, layer: LayerArgs):
+        """The checked launch: -> (result, (attn, merge, attention args, merge args) by name, or None when
+        nothing was launched or the launch is not one the hot path replays)."""
         step, call, cfg = self.step, self.call, self.cfg
-        if cfg.desc:
-            _ensure_scratch_allocator()
+        sinks, alibi_slopes, k_descale, v_descale = layer.sinks, layer.alibi_slopes, layer.k_descale, layer.v_descale
         total_q, hq = q.shape[0], call.num_q_heads
         qs, ks, vs = q.stride(), k_cache.stride(), v_cache.stride()
         if qs[-1] != 1 or ks[-1] != 1 or vs[-1] != 1:
             raise ValueError("triton provider: q, k_cache and v_cache need a contiguous last (head_dim) dimension")
-        if out is None:
-            out = torch.empty(total_q, hq, call.v_head_dim, dtype=q.dtype, device=q.device)
         lse = torch.empty(hq, total_q, dtype=torch.float32, device=q.device) if call.return_lse else None
+        done = (out, lse) if call.return_lse else out
         if total_q == 0 or cfg.grid[0] == 0:
-            return (out, lse) if call.return_lse else out
+            return done, None
         splits, bdv = cfg.num_splits, cfg.bdv
         per_head = k_descale is not None and k_descale.numel() != 1
         # absent optional pointers go as None: Triton specialises them away (constexpr None; the kernel
@@ -454,53 +465,48 @@ class TritonLaunch(PagedLaunch):
         else:
             o_part = l_part = None
         os_ = out.stride()
-        sinks_, lse_ = sinks, lse
         # the compiled specialisation these arguments need (beyond the configuration's)
         sig = (total_q, qs, ks, vs, os_, q.dtype, k_cache.dtype, _al(q), _al(k_cache), _al(v_cache), _al(out),
-               None if lse is None else _al(lse), None if o_part is None else (_al(o_part), _al(l_part)),
-               None if sinks is None else (sinks.dtype, _al(sinks)),
-               None if alibi_slopes is None else (alibi_slopes.dtype, _al(alibi_slopes)),
-               None if k_descale is None else (per_head, k_descale.stride(0) if per_head else 0, _al(k_descale),
-                                               None if v_descale is None else _al(v_descale)),
+               None if lse is None else _al(lse), None if o_part is None else (_al(o_part), _al(l_part)), layer.key,
                cfg.desc and q.dtype in _DESC_DTYPES and _desc_layer_ok(k_cache, v_cache, step.page_size))
         fast = cfg.fast.get(sig)
         if fast is None:
-            fast = cfg.fast[sig] = self._launchers(sig, q, total_q, sinks is not None, alibi_slopes is not None,
-                                                   k_descale is not None, per_head)
+            fast = cfg.fast[sig] = self._launchers(sig, q, total_q, layer, per_head)
         attn, merge = fast
         if cfg.mla_decode:
             if v_cache.data_ptr() != k_cache.data_ptr() or per_head:
                 raise ValueError("triton MLA decode: v_cache must be the first v_head_dim columns of k_cache (one "
                                  "latent cache) and the descale one per-tensor value")
-            attn(q, k_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
-                 k_descale, out, lse_, o_part, l_part,
-                 qs[0], qs[1], ks[0], ks[1], os_[0], os_[1], step.page_table.stride(0), total_q, hq,
-                 call.softmax_scale)
+            attn.call_named(dict(
+                Q=q, KV=k_cache, PT=step.page_table, SEQ=step.cache_seqlens, CUQ=step.cu_seqlens_q, KDS=k_descale,
+                O=out, LSE=lse, OP=o_part, LP=l_part, stride_qt=qs[0], stride_qh=qs[1], stride_kp=ks[0],
+                stride_ks=ks[1], stride_ot=os_[0], stride_oh=os_[1], stride_ptb=step.page_table.stride(0),
+                total_q=total_q, num_q_heads=hq, scale=call.softmax_scale))
+            launched = None
         else:
-            # the arguments after ``out`` (the hot path in run() replays them for later layers)
-            args = (lse_, o_part, l_part, qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1],
-                    step.page_table.stride(0), k_descale.stride(0) if per_head else 0, total_q, hq,
-                    call.softmax_scale, call.softcap, k_cache.shape[0] * step.page_size)
-            attn(q, k_cache, v_cache, step.page_table, step.cache_seqlens, step.cu_seqlens_q,
-                 sinks_, alibi_slopes, k_descale, v_descale, out, *args)
-            margs = ()
-            if merge is not None:  # merge(o_part, l_part, out, *margs[2:])
-                margs = (o_part, l_part, lse_, sinks_, step.cu_seqlens_q, os_[0], os_[1], total_q, hq,
-                         step.page_table.shape[0])
-                merge(*margs[:2], out, *margs[2:])
-            if sinks is None and alibi_slopes is None and k_descale is None and v_descale is None:
-                self._last = (attn, merge, args, margs)
-            return (out, lse) if call.return_lse else out
+            args = dict(
+                Q=q, K=k_cache, V=v_cache, PT=step.page_table, SEQ=step.cache_seqlens, CUQ=step.cu_seqlens_q,
+                SINKS=sinks, ALIBI=alibi_slopes, KDS=k_descale, VDS=v_descale, O=out, LSE=lse, OP=o_part, LP=l_part,
+                stride_qt=qs[0], stride_qh=qs[1], stride_kp=ks[0], stride_ks=ks[1], stride_kh=ks[2],
+                stride_vp=vs[0], stride_vs=vs[1], stride_vh=vs[2], stride_ot=os_[0], stride_oh=os_[1],
+                stride_ptb=step.page_table.stride(0), stride_ds_b=k_descale.stride(0) if per_head else 0,
+                total_q=total_q, num_q_heads=hq, scale=call.softmax_scale, softcap=call.softcap,
+                kv_rows=k_cache.shape[0] * step.page_size)
+            attn.call_named(args)
+            launched = (attn, None, args, None)
         if merge is not None:
-            merge(o_part, l_part, out, lse_, sinks_, step.cu_seqlens_q, os_[0], os_[1], total_q, hq,
-                  step.page_table.shape[0])
-        return (out, lse) if call.return_lse else out
+            margs = dict(OP=o_part, LP=l_part, O=out, LSE=lse, SINKS=sinks, CUQ=step.cu_seqlens_q, stride_ot=os_[0],
+                         stride_oh=os_[1], total_q=total_q, num_q_heads=hq, batch=step.page_table.shape[0])
+            merge.call_named(margs)
+            if launched is not None:
+                launched = (attn, merge, launched[2], margs)
+        return done, launched
 
-    def _launchers(self, sig: tuple, q: torch.Tensor, total_q: int, has_sinks: bool, has_alibi: bool,
-                   has_descale: bool, per_head: bool):
+    def _launchers(self, sig: tuple, q: torch.Tensor, total_q: int, layer: LayerArgs, per_head: bool):
         from .kernels import _merge_splits, _mla_attn_kernel, _paged_attn_kernel
 
         step, cfg = self.step, self.cfg
+        has_sinks, has_alibi, has_descale = layer.sinks is not None, layer.alibi_slopes is not None, layer.has_descale
         # the step's own part of the specialisation: its int arguments and its tensors' alignment
         spec_key = (sig, total_q, self.call.num_q_heads, step.page_table.stride(0), step.page_table.shape[0],
                     step.page_table.dtype, step.cache_seqlens.dtype, step.cu_seqlens_q.dtype, _al(step.page_table),

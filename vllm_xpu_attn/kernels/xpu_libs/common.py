@@ -136,10 +136,9 @@ def tiny_paged_case(device, page_size: int, q_lens: list[int], k_lens: list[int]
     return mv(q), mv(kc), mv(vc), mv(table), mv(lens), mv(cu), max(q_lens)
 
 
-def empty_result(q: torch.Tensor, v_cache: torch.Tensor, out: Optional[torch.Tensor], lse: bool):
-    """The contract's result for zero queries: out [0, Hq, Dv] (and lse [Hq, 0] fp32)."""
-    o = out if out is not None else q.new_empty(0, q.shape[1], v_cache.shape[-1])
-    return (o, torch.empty(q.shape[1], 0, dtype=torch.float32, device=q.device)) if lse else o
+def empty_result(q: torch.Tensor, out: torch.Tensor, lse: bool):
+    """The contract's result for zero queries: out (and lse [Hq, 0] fp32)."""
+    return (out, torch.empty(q.shape[1], 0, dtype=torch.float32, device=q.device)) if lse else out
 
 
 def int32_contiguous(step: AttnPlan) -> AttnPlan:

@@ -79,13 +79,13 @@ class IpexProvider(XpuLibProvider):
             raise RuntimeError(why)
         return mod.llm.modules.PagedAttention
 
-    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
-            return empty_result(q, v_cache, out, call.return_lse)
-        if sinks is not None or alibi_slopes is not None or call.return_lse or k_descale is not None:
+            return empty_result(q, out, call.return_lse)
+        if layer.tensors or call.return_lse:
             raise ValueError("ipex provider: no sinks, ALiBi, LSE or FP8 (the registry should not route here)")
         scale = call.softmax_scale if call.softmax_scale is not None else q.shape[-1] ** -0.5
-        dst = out if out is not None and out.is_contiguous() else torch.empty(
+        dst = out if out.is_contiguous() else torch.empty(
             q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype, device=q.device)
         cu_k = torch.nn.functional.pad(torch.cumsum(step.cache_seqlens, 0, dtype=torch.int32), (1, 0))  # on device
         left, right = int(call.window[0]), int(call.window[1])
@@ -94,10 +94,9 @@ class IpexProvider(XpuLibProvider):
             int(step.max_seqlen_q), int(step.page_table.shape[1] * k_cache.shape[1]), scale, call.causal,
             step.page_table, None, window_size_left=left,
             window_size_right=0 if call.causal and right != -1 else right, softcap=float(call.softcap) if call.softcap > 0 else -1.0)
-        if out is not None and dst is not out:
+        if dst is not out:  # the vendor op writes a contiguous output only
             out.copy_(dst)
-            return out
-        return dst
+        return out
 
     def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         raise NotImplementedError("ipex provider returns no LSE, so it never takes part in a cascade")

@@ -34,7 +34,7 @@ from typing import Optional
 import torch
 
 from ..base import Feature, KernelRequest, PagedLaunch, Phase
-from ..contract import FP8_DTYPES, AttnPlan
+from ..contract import FP8_DTYPES, NO_LAYER_ARGS, AttnPlan
 from ..torch_ops import write_kv_torch
 from .common import (XpuLibProvider, empty_result, Probes, compare, fa3_window, int32_contiguous, is_fp8, next_pow2,
                      per_tensor_scale, tiny_paged_case, try_import)
@@ -61,9 +61,9 @@ class SglMlaLaunch(PagedLaunch):
         self.workspace = workspace
         self.num_kv_splits = num_kv_splits
 
-    def run_checked(self, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        return self.provider._run_paged(self.step, self.call, q, k_cache, v_cache, out, sinks, alibi_slopes,
-                                        k_descale, v_descale, mla_launch=self)
+    def run(self, q, k_cache, v_cache, out, *, layer=NO_LAYER_ARGS):
+        self.check(q, k_cache, v_cache, out, layer)
+        return self.provider._run_mla(self, q, k_cache, v_cache, out, layer)
 
 
 class SglKernelProvider(XpuLibProvider):
@@ -108,7 +108,7 @@ class SglKernelProvider(XpuLibProvider):
         from ..reference import paged_attention  # the oracle (a function, not a provider) judges the answer
 
         case = tiny_paged_case(self._device(), page, q_lens, k_lens)
-        got = self.flash_attn_with_kvcache(*case, return_softmax_lse=lse, **kw)
+        got = self.probe_call(*case, return_softmax_lse=lse, **kw)
         want = paged_attention(*case, return_softmax_lse=lse, **kw)
         if not lse:
             return compare(got, want, "out")
@@ -287,9 +287,9 @@ class SglKernelProvider(XpuLibProvider):
             raise RuntimeError(why)
         return mod
 
-    def _run_mla(self, launch: SglMlaLaunch, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
+    def _run_mla(self, launch: SglMlaLaunch, q, k_cache, v_cache, out, layer):
         step, call = launch.step, launch.call
-        if sinks is not None or alibi_slopes is not None or k_descale is not None or v_descale is not None:
+        if layer.tensors:
             raise ValueError("sgl_kernel flash_mla_decode takes no sinks, ALiBi or FP8 descales")
         if q.dtype not in MLA_DTYPES or k_cache.dtype != q.dtype:
             raise ValueError(f"sgl_kernel flash_mla_decode: q {q.dtype} and latent cache {k_cache.dtype} must be one "
@@ -302,7 +302,7 @@ class SglKernelProvider(XpuLibProvider):
                              "576] (CHECK_INPUT, mla_decode.cpp:148); got a strided one")
         total_q, batch = q.shape[0], step.page_table.shape[0]
         if total_q == 0 or batch == 0:
-            return out if out is not None else q.new_empty(total_q, call.num_q_heads, MLA_LATENT)
+            return out
         if total_q != batch:
             raise ValueError(f"sgl_kernel flash_mla_decode: one query per request, got {total_q} queries for "
                              f"{batch} requests (attention.py:97-99)")
@@ -311,26 +311,22 @@ class SglKernelProvider(XpuLibProvider):
         kv = k_cache.view(-1, step.page_size, MLA_LATENT + MLA_ROPE)  # [pages, page, 576] (attention.py:75)
         o = self._module_mla().flash_mla_decode(q_nope, q_pe, kv, step.cache_seqlens, step.page_table,
                                                 launch.workspace, float(call.softmax_scale), launch.num_kv_splits)
-        if out is None:
-            return o
-        out.copy_(o)  # no out= in the vendor API (attention.py:115-119)
+        out.copy_(o)  # no out= in the vendor API (attention.py:115-119): the one copy, here
         return out
 
     # ---- the contract -----------------------------------------------------------------
-    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale,
-                   mla_launch: Optional[SglMlaLaunch] = None):
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):
         if call.mla:
-            if mla_launch is None:
-                raise ValueError("sgl_kernel: an MLA call runs through the launch plan_paged() returns")
-            return self._run_mla(mla_launch, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale)
-        if alibi_slopes is not None:
+            raise ValueError("sgl_kernel: an MLA call runs through the launch plan_paged() returns")
+        sinks, k_descale, v_descale = layer.sinks, layer.k_descale, layer.v_descale
+        if layer.alibi_slopes is not None:
             raise ValueError("sgl_kernel flash_attn has no ALiBi parameter; the registry should not route ALiBi here")
         kd = vd = None
         if is_fp8(k_cache.dtype):
             kd = per_tensor_scale("k_descale", k_descale, q.device)
             vd = per_tensor_scale("v_descale", v_descale, q.device)
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
-            return empty_result(q, v_cache, out, call.return_lse)
+            return empty_result(q, out, call.return_lse)
         res = self._module().flash_attn_with_kvcache(
             q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=step.cache_seqlens,
             page_table=step.page_table, cu_seqlens_q=step.cu_seqlens_q,
@@ -339,9 +335,10 @@ class SglKernelProvider(XpuLibProvider):
             sinks=sinks.to(q.dtype) if sinks is not None else None, k_descale=kd, v_descale=vd,
             return_softmax_lse=call.return_lse, out=out,
         )
-        if call.return_lse:
-            return res[0], res[1]  # main 9cf16bf9 returns (out, lse, *rest), PR #330 (out, lse)
-        return res
+        o = res[0] if call.return_lse else res  # main 9cf16bf9 returns (out, lse, *rest), PR #330 (out, lse)
+        if o.data_ptr() != out.data_ptr():  # a build that ignores out= (one place)
+            out.copy_(o)
+        return (out, res[1]) if call.return_lse else out
 
     def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,

@@ -139,33 +139,42 @@ class VllmXpuKernelsProvider(XpuLibProvider):
         self.unavailable_reason()  # installs the fallback refusal
         return mod
 
-    def _run_paged(self, step, call, q, k_cache, v_cache, out, sinks, alibi_slopes, k_descale, v_descale):
-        if alibi_slopes is not None or call.softcap > 0 or call.return_lse:
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):
+        if layer.alibi_slopes is not None or call.softcap > 0 or call.return_lse:
             raise ValueError("vllm_xpu_kernels provider: no ALiBi, softcap or LSE (the registry should not route here)")
         kd = vd = None
         if is_fp8(k_cache.dtype):
-            kd = own_storage(per_tensor_scale("k_descale", k_descale, q.device))
-            vd = own_storage(per_tensor_scale("v_descale", v_descale, q.device))
+            kd = own_storage(per_tensor_scale("k_descale", layer.k_descale, q.device))
+            vd = own_storage(per_tensor_scale("v_descale", layer.v_descale, q.device))
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
-            return empty_result(q, v_cache, out, call.return_lse)
+            return empty_result(q, out, call.return_lse)
         max_k = int(step.page_table.shape[1] * k_cache.shape[1])  # an upper bound; a host value, no sync
-        return self._module().flash_attn_varlen_func(
+        sinks = layer.sinks
+        res = self._module().flash_attn_varlen_func(
             q, k_cache, v_cache, int(step.max_seqlen_q), step.cu_seqlens_q, max_k,
             seqused_k=step.cache_seqlens, softmax_scale=call.softmax_scale, causal=call.causal,
             window_size=list(fa3_window(call.window, call.causal)), block_table=step.page_table,
             out=out, k_descale=kd, v_descale=vd, s_aux=sinks.to(q.dtype) if sinks is not None else None,
         )
+        if res is not None and res.data_ptr() != out.data_ptr():  # a build that ignores out= (one place)
+            out.copy_(res)
+        return out
 
     def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
                                alibi_slopes=None, return_softmax_lse=False, out=None):
         if alibi_slopes is not None or softcap > 0 or return_softmax_lse:
             raise ValueError("vllm_xpu_kernels provider: no ALiBi, softcap or LSE")
-        return self._module().flash_attn_varlen_func(
+        res = self._module().flash_attn_varlen_func(
             q, k, v, int(max_seqlen_q), cu_seqlens_q.to(torch.int32).contiguous(), int(max_seqlen_k),
             cu_seqlens_k=cu_seqlens_k.to(torch.int32).contiguous(), softmax_scale=softmax_scale, causal=causal,
             window_size=list(fa3_window(window_size, causal)), out=out,
             s_aux=sinks.to(q.dtype) if sinks is not None else None)
+        if out is None:
+            return res
+        if res is not None and res.data_ptr() != out.data_ptr():  # a build that ignores out= (one place)
+            out.copy_(res)
+        return out
 
     def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         raise NotImplementedError("vllm_xpu_kernels provider returns no LSE, so it never takes part in a cascade")

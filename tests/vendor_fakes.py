@@ -1,0 +1,40 @@
+"""The vendor libraries' models (tests/fakes) switched on for a test module.
+
+The fakes run each vendor kernel's semantics on CPU tensors, so while they are on, the vendor providers
+(which declare only "xpu") also declare "cpu": the one-call API's capability gate then judges everything
+else a build declares, as it would on an XPU.
+"""
+
+import contextlib
+import os
+import sys
+
+from vllm_xpu_attn.kernels import get_provider, reload_provider
+
+FAKES = os.path.join(os.path.dirname(__file__), "fakes")
+VENDORS = ("sgl_kernel", "vllm_xpu_kernels", "ipex")
+VENDOR_MODULES = ("sgl_kernel", "vllm_xpu_kernels", "intel_extension_for_pytorch", "_common")
+
+
+def reset_instances() -> None:
+    for n in VENDORS:
+        reload_provider(n)
+
+
+@contextlib.contextmanager
+def vendor_fakes():
+    sys.path.insert(0, FAKES)
+    reset_instances()
+    classes = {type(get_provider(n)) for n in VENDORS}
+    saved = {c: c.devices for c in classes}
+    for c in classes:
+        c.devices = c.devices | {"cpu"}
+    try:
+        yield
+    finally:
+        for c, d in saved.items():
+            c.devices = d
+        sys.path.remove(FAKES)
+        for m in [m for m in sys.modules if m.split(".")[0] in VENDOR_MODULES]:
+            del sys.modules[m]
+        reset_instances()
