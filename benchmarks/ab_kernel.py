@@ -34,8 +34,7 @@ def main():
             q, kc, vc, pt, seq, cu = paged_inputs(batch, q_len, k_len, gen)
             for name, fn in variants.items():
                 K._paged_attn_kernel = fn  # the provider imports it at launcher creation
-                tri._launchers.clear()
-                tri._configs.clear()
+                tri.clear_caches()
                 f = lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len)  # noqa: E731
                 t = bench_tp(f, n=20 if q_len > 1 else 50)
                 if q_len == 1:

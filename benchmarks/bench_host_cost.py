@@ -65,6 +65,8 @@ OLD_DIR = os.path.join(PEERS_DIR, "old_vxa")
 OLD_REFERENCE_US = {  # figures quoted in issue #11 (before this work), for the reader
     "ours_one_call": 61.0, "vllm_unified": "92-95", "sglang_decode": "79-84", "plan_b256": 41.5}
 TARGETS_US = {"per_layer_host": 20.0, "plan_step_b256": 30.0}
+BEFORE_REF = "2c1686f"  # --features: the package before per-layer tensors were bound once (run() by position)
+FEATURES = ("plain", "sinks", "alibi", "fp8")
 
 
 def parse_args(argv=None):
@@ -74,6 +76,11 @@ def parse_args(argv=None):
     ap.add_argument("--no-old", action="store_true", help="skip the old package")
     ap.add_argument("--no-peers", action="store_true", help="skip vLLM / SGLang")
     ap.add_argument("--out", default=None, help="output dir (default: $OUT, else benchmarks/out)")
+    ap.add_argument("--features", action="store_true",
+                    help="only the per-feature layer cost (plain / sinks / ALiBi / FP8 KV), this tree vs --before")
+    ap.add_argument("--before", default=BEFORE_REF, help="git ref of the package --features compares against")
+    ap.add_argument("--rounds", type=int, default=2, help="--features: alternating rounds of each package")
+    ap.add_argument("--feature-worker", default=None, help=argparse.SUPPRESS)  # internal: result path
     ap.add_argument("--old-worker", default=None, help=argparse.SUPPRESS)  # internal: result path
     ap.add_argument("--cfg", default=None, help=argparse.SUPPRESS)  # internal: config JSON
     return ap.parse_args(argv)
@@ -577,6 +584,157 @@ def old_worker(path: str, cfg: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# per-feature layer cost: plain vs sinks vs ALiBi vs FP8 KV, this package vs the one before
+# ------------------------------------------------------------------------------------------------
+
+def measure_features(torch, cfg: dict, timer: Timer) -> dict:
+    """A simulated decode step (plan_step + every layer's LayerRunner.forward) per feature and case.
+
+    Works on either interface: this one binds each layer's sinks / FP8 descales once (LayerRunner.bind);
+    the package before passed them to every forward call (what the engines' adapters did).
+    """
+    from vllm_xpu_attn import core
+
+    dtype = getattr(torch, cfg["dtype"])
+    dev, page, nl, hq = cfg["device"], cfg["page"], cfg["layers"], cfg["hq"]
+    binds = hasattr(core.LayerRunner, "bind")
+    res = {}
+    for feature in FEATURES:
+        kw = dict(num_q_heads=hq, num_kv_heads=cfg["hkv"], head_dim=cfg["d"], scale=cfg["d"] ** -0.5, dtype=dtype,
+                  kv_dtype=torch.float8_e4m3fn if feature == "fp8" else dtype)
+        if feature == "sinks":
+            kw["has_sinks"] = True
+        if feature == "alibi":
+            kw["alibi_slopes"] = tuple(2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq))
+        spec = core.LayerSpec(**kw)
+        runners = [core.LayerRunner(spec, dev, page, override="triton") for _ in range(nl)]
+        for b, k in cfg["feature_cases"]:
+            c = build_case(torch, cfg, b, k, nl)
+            if feature == "fp8":
+                c["caches"] = [(kc.to(torch.float8_e4m3fn), vc.to(torch.float8_e4m3fn)) for kc, vc in c["caches"]]
+            per_layer = []
+            for i in range(nl):
+                extra = {}
+                if feature == "sinks":
+                    extra["sinks"] = torch.randn(hq, device=dev, dtype=torch.float32)
+                if feature == "fp8":
+                    extra["k_descale"] = torch.full((1,), 0.5, device=dev, dtype=torch.float32)
+                    extra["v_descale"] = torch.full((1,), 0.25, device=dev, dtype=torch.float32)
+                if binds:
+                    runners[i].bind(**extra)
+                    extra = {}
+                per_layer.append(extra)
+            seq, pt, max_k = c["seq_lens"], c["page_table"], c["max_k"]
+
+            def make_plan():
+                return core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=seq, max_seqlen_k=max_k,
+                                                      num_tokens=b, page_size=page, page_table=pt))
+
+            layer_calls = [functools.partial(lambda plan, rn, kc, vc, o, ex: rn.forward(plan, c["q"], kc, vc, o, **ex),
+                                             rn=runners[i], kc=c["caches"][i][0], vc=c["caches"][i][1],
+                                             o=c["outs"][i], ex=per_layer[i]) for i in range(nl)]
+            try:
+                res[f"{feature}/{case_name(b, k)}"] = time_steps(timer, make_plan, layer_calls, cfg["steps"],
+                                                                 cfg["repeats"])
+            except Exception as e:  # noqa: BLE001 - report, keep going
+                res[f"{feature}/{case_name(b, k)}"] = {"error": _err(e)}
+            del c, layer_calls
+    return res
+
+
+def feature_worker(path: str, cfg: dict) -> None:
+    if cfg["cpu"]:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    import vllm_xpu_attn
+
+    timer = Timer(torch, cfg)
+    res = {"package": os.path.abspath(vllm_xpu_attn.__file__), "results": measure_features(torch, cfg, timer)}
+    with open(path, "w") as f:
+        json.dump(res, f)
+
+
+def _export(ref: str, dest: str) -> None:
+    if os.path.isfile(os.path.join(dest, "vllm_xpu_attn", "__init__.py")):
+        return
+    blob = subprocess.run(["git", "-C", REPO, "archive", ref, "vllm_xpu_attn"], check=True, capture_output=True).stdout
+    os.makedirs(dest, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(dest)  # noqa: S202 - our own repository's archive
+
+
+def run_features(args) -> None:
+    """This tree and ``--before`` in alternating subprocesses (same machine, same run), per-layer host cost
+    of each feature; ratios: feature / plain (same package, same round) and this plain / before's plain."""
+    cfg = make_cfg(args.cpu)
+    cfg["feature_cases"] = [[1, 512], [8, 512]] if not args.cpu else [[2, 40]]
+    before_dir = os.path.join(PEERS_DIR, f"vxa_{args.before}")
+    _export(args.before, before_dir)
+    out_dir = args.out or os.environ.get("OUT") or os.path.join(HERE, "out")
+    os.makedirs(out_dir, exist_ok=True)
+    packages = {"this": REPO, "before": before_dir}
+    rounds = {name: [] for name in packages}
+    for r in range(args.rounds):
+        for name in (("this", "before") if r % 2 == 0 else ("before", "this")):
+            path = os.path.join(out_dir, f".feature_worker_{name}.json")
+            env = dict(os.environ, PYTHONPATH=packages[name])
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--feature-worker", path, "--cfg",
+                                   json.dumps(cfg)], env=env, capture_output=True, text=True, cwd=out_dir)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name} worker exit {proc.returncode}: {(proc.stderr or proc.stdout)[-3000:]}")
+            with open(path) as f:
+                rounds[name].append(json.load(f))
+            os.remove(path)
+            print(f"  round {r} {name}: {rounds[name][-1]['package']}", flush=True)
+    field = "per_layer_incl_plan_us"
+    summary = {}
+    for case in cfg["feature_cases"]:
+        cname = case_name(*case)
+        for name in packages:
+            for feature in FEATURES:
+                vals = [rr["results"][f"{feature}/{cname}"].get(field) for rr in rounds[name]]
+                ratios = [rr["results"][f"{feature}/{cname}"].get(field) / rr["results"][f"plain/{cname}"][field]
+                          for rr in rounds[name] if rr["results"][f"plain/{cname}"].get(field)]
+                summary[f"{name}/{feature}/{cname}"] = {"us": vals, "vs_plain": [round(x, 3) for x in ratios]}
+        this_plain = [rr["results"][f"plain/{cname}"][field] for rr in rounds["this"]]
+        before_plain = [rr["results"][f"plain/{cname}"][field] for rr in rounds["before"]]
+        summary[f"plain_this_vs_before/{cname}"] = round(statistics.median(this_plain) /
+                                                          statistics.median(before_plain), 3)
+    result = {"what": "per-layer host cost of a 32-layer decode step incl. plan_step (us), per feature; "
+                      f"this tree vs git {args.before}, {args.rounds} alternating rounds",
+              "field": field, "config": cfg, "summary": summary, "rounds": rounds}
+    path = os.path.join(out_dir, "host_cost_features.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    for k, v in summary.items():
+        print(f"  {k}: {v}")
+    plot_features(result, os.path.join(out_dir, "host_cost_features.png"))
+    print(f"wrote {path}")
+
+
+def plot_features(result: dict, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    cases = [case_name(*c) for c in result["config"]["feature_cases"]]
+    fig, axes = plt.subplots(1, len(cases), figsize=(5 * len(cases), 3.5), squeeze=False)
+    for ax, cname in zip(axes[0], cases):
+        for j, name in enumerate(("before", "this")):
+            ys = [statistics.median(result["summary"][f"{name}/{f}/{cname}"]["us"]) for f in FEATURES]
+            ax.bar([i + 0.4 * j for i in range(len(FEATURES))], ys, width=0.4, label=name)
+        ax.set_xticks([i + 0.2 for i in range(len(FEATURES))], FEATURES)
+        ax.set_title(f"decode {cname}: host us / layer (incl. plan)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ------------------------------------------------------------------------------------------------
 # report
 # ------------------------------------------------------------------------------------------------
 
@@ -685,6 +843,12 @@ def verdicts(result: dict) -> dict:
 
 def main() -> None:
     args = parse_args()
+    if args.feature_worker:
+        feature_worker(args.feature_worker, json.loads(args.cfg))
+        return
+    if args.features:
+        run_features(args)
+        return
     if args.old_worker:
         old_worker(args.old_worker, json.loads(args.cfg))
         return

@@ -147,8 +147,7 @@ def main():
                 tp.TritonProvider.tensor_descriptors = use_desc
                 if cfg is not None:
                     tp.TUNING[fam]["prefill"] = cfg
-                tri._launchers.clear()
-                tri._configs.clear()
+                tri.clear_caches()
                 f = lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len)  # noqa: E731
                 try:
                     err = (f().float() - ref.float()).abs().max().item()

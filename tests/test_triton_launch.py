@@ -308,6 +308,15 @@ def test_bind_bakes_fixed_arguments_as_addresses(monkeypatch):
     assert launches[-1][12] == 222 and len(launches) == 4
     with pytest.raises(IndexError, match="overlapping"):
         fl.bind({2: t}, {2: 0})
+    # by name (what the provider uses): free names stay in place, slots read per call, the rest baked in
+    named = fl.bind_named(dict(X=x, n=48, T=t, scale=0.25, OUT=out), free=("X", "OUT"))
+    named(x, out)
+    assert launches[-1][9:15] == (x, 64, 48, t.data_ptr(), 0.25, out)
+    named_slotted = fl.bind_named(dict(X=x, n=48, T=t, scale=0.25, OUT=out), free=("X", "OUT"), slots={"T": 1})
+    named_slotted((0, 333), x, out)
+    assert launches[-1][12] == 333
+    with pytest.raises(KeyError, match=r"\['BLOCK', 'nope'\] are not runtime parameters"):
+        fl.bind_named(dict(X=x, n=48, T=t, scale=0.25, OUT=out), free=("nope", "BLOCK"))
     current["dev"] = 1
     with pytest.raises(RuntimeError, match="planned on"):
         bound(x, out)

@@ -375,3 +375,79 @@ def test_missing_library_is_a_reason_not_a_crash(monkeypatch):
     reasons = get_provider("sgl_kernel").not_supported_reasons(req())
     assert any("sgl_kernel.flash_attn not importable" in r for r in reasons)
     _reset_instances()
+
+
+# ---- the one-call API honours each provider's declared capabilities (probe results included) ----------
+def _gate_case(name, **over):
+    """(provider, args, kwargs) of a call each vendor build serves, with ``over`` applied."""
+    d = 64
+    q, kc, vc, table, lens, cu, mq = _case(d=d)
+    kw = dict(causal=True)
+    kw.update({k: torch.ones(q.shape[1]) if v == "per_head" else v for k, v in over.items()})
+    return get_provider(name), (q, kc, vc, table, lens, cu, mq), kw
+
+
+SGL_REFUSALS = {  # build -> capability -> (call change, the provider's reason)
+    "9cf16bf9": {"softcap": (dict(softcap=30.0), "does not apply softcap"),
+                 "lse": (dict(return_softmax_lse=True), "does not return a correct LSE"),
+                 "alibi": (dict(alibi_slopes="per_head"), "no alibi support")},
+    "pr491": {"alibi": (dict(alibi_slopes="per_head"), "no alibi support"),
+              "lse_with_sinks": (dict(return_softmax_lse=True, sinks="per_head"), "no LSE with sinks")},
+}
+
+
+def _sgl_on(monkeypatch, build):
+    import sgl_kernel.flash_attn as fake
+
+    monkeypatch.setattr(fake, "BUILD", build)
+    _reset_instances()
+    get_provider("sgl_kernel").probe_device = "cpu"
+
+
+@pytest.mark.parametrize("build,cap", [(b, c) for b, caps in SGL_REFUSALS.items() for c in caps])
+def test_one_call_refuses_what_the_sgl_build_cannot_do(monkeypatch, build, cap):
+    """A direct call reaches the vendor only if the provider's declarations and its probes of the installed
+    build allow it: softcap on a build that ignores it, LSE on one that never writes it, etc. are refused with
+    the provider's own reason, and the vendor is never called (no silently wrong values)."""
+    from _common import CALLS
+
+    _sgl_on(monkeypatch, build)
+    change, why = SGL_REFUSALS[build][cap]
+    prov, args, kw = _gate_case("sgl_kernel", **change)
+    prov.capabilities()  # the build's probes call the vendor once; run them before counting the call's own
+    n = len(CALLS)
+    with pytest.raises(ValueError, match=f"provider 'sgl_kernel' cannot run this call: .*{why}"):
+        prov.flash_attn_with_kvcache(*args, **kw)
+    assert len(CALLS) == n, "a refused call reached the vendor"
+
+
+def test_one_call_serves_what_the_newer_sgl_build_can(monkeypatch):
+    """The same calls on the build that applies softcap and writes the LSE run and match the oracle."""
+    _sgl_on(monkeypatch, "pr491")
+    prov, args, kw = _gate_case("sgl_kernel", softcap=30.0, return_softmax_lse=True)
+    out, lse = prov.flash_attn_with_kvcache(*args, **kw)
+    want, want_lse = _naive(args, causal=True, softcap=30.0)
+    assert_close_to(out.float(), want, torch.bfloat16)
+    assert_lse_close(lse, want_lse)
+
+
+@pytest.mark.parametrize("name,change,why", [
+    ("vllm_xpu_kernels", dict(softcap=30.0), "no softcap support"),
+    ("vllm_xpu_kernels", dict(alibi_slopes="per_head"), "no alibi support"),
+    ("vllm_xpu_kernels", dict(return_softmax_lse=True), "no lse support"),
+    ("ipex", dict(sinks="per_head"), "no sinks support"),
+    ("ipex", dict(return_softmax_lse=True), "no lse support"),
+    ("ipex", dict(k_cache="fp8"), "KV dtype float8_e4m3fn not in"),
+])
+def test_one_call_refuses_undeclared_capabilities(ipex_on, name, change, why):
+    from _common import CALLS
+
+    if change.get("k_cache") == "fp8":
+        prov, args, kw = _gate_case(name)
+        args = (args[0], args[1].to(torch.float8_e4m3fn), args[2].to(torch.float8_e4m3fn), *args[3:])
+    else:
+        prov, args, kw = _gate_case(name, **change)
+    n = len(CALLS)
+    with pytest.raises(ValueError, match=f"provider '{name}' cannot run this call: .*{why}"):
+        prov.flash_attn_with_kvcache(*args, **kw)
+    assert len(CALLS) == n, "a refused call reached the vendor"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from layouts import assert_close_to, assert_lse_close, layouts
 from vllm_xpu_attn import core
-from vllm_xpu_attn.kernels import get_provider
+from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
 
 if not torch.cuda.is_available():
     raise RuntimeError("gpu_check_triton needs a CUDA device")
@@ -154,6 +154,7 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
     vc = torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype)
     descale = torch.tensor([0.5], device=DEV) if feature == "fp8" else None
     sinks = torch.randn(hq, generator=g).to(DEV) if feature == "sinks" else None
+    runner.bind(sinks=sinks, k_descale=descale, v_descale=descale)
     # static inputs, as an engine's graph runner keeps them
     req_to_token = torch.zeros(bs + 1, width, dtype=torch.int64, device=DEV)
     req_idx = torch.zeros(bs, dtype=torch.int64, device=DEV)
@@ -166,7 +167,7 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
         plan = StepPlan(Mode.DECODE, core.decode_plan(seq_lens, table, ps, width), bs)
         if spec.local_attention:
             plan.local = core.local_attention_plan(64, torch.ones_like(seq_lens), plan.main.cache_seqlens, table, ps, 1)
-        runner.forward(plan, q, kc, vc, out, sinks=sinks, k_descale=descale, v_descale=descale)
+        runner.forward(plan, q, kc, vc, out)
 
     def new_batch(seed):
         gg = torch.Generator().manual_seed(seed)
@@ -210,27 +211,43 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
         assert torch.isfinite(out[real:].float()).all()
 
 
-@pytest.mark.parametrize("case", ["decode", "decode_split", "prefill", "prefill_p64", "strided_q", "interleaved"])
+@pytest.mark.parametrize("case", ["decode", "decode_split", "prefill", "prefill_p64", "strided_q", "interleaved",
+                                  "sinks_split", "alibi", "fp8", "fp8_prefill"])
 def test_layer_hot_path_many_layers_and_steps(case):
     """TritonLaunch.run's hot path (every layer after a configuration's first: one dict lookup, device
     addresses, no per-layer checks; kept across steps, the step's addresses read per step) vs the
     reference provider, layer by layer, over fresh plans (new tables, lengths, cu_seqlens) per step: 6
     layers each with its own caches and outputs, decode (with and without split-K), prefill, a q that is
-    a strided view of a fused qkv projection as vLLM passes it, and two live plans of one shape whose
-    layers interleave (as two KV-cache groups' plans do: one configuration, two sets of addresses)."""
+    a strided view of a fused qkv projection as vLLM passes it, two live plans of one shape whose
+    layers interleave (as two KV-cache groups' plans do: one configuration, two sets of addresses), and
+    layers with their own bound sinks (split-K: the merge adds them), ALiBi slopes or FP8 descales."""
     hq, hkv, d, ps, layers = 16, 4, 128, 16, 6
     if case == "prefill_p64":  # page 64: the tensor-descriptor prefill kernel on sm90
         ps = 64
     bs = 3
-    ctx = 2048 if case == "decode_split" else 300
-    nq = 40 if case.startswith("prefill") else 1
+    ctx = 2048 if case in ("decode_split", "sinks_split") else 300
+    nq = 40 if case.startswith("prefill") or case == "fp8_prefill" else 1
     g = torch.Generator().manual_seed(5)
     n_pages = bs * (ctx // ps + 4) + 1
-    caches = [(torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).bfloat16(),
-               torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).bfloat16()) for _ in range(layers)]
+    kv_dtype = torch.float8_e4m3fn if case.startswith("fp8") else torch.bfloat16
+    caches = [(torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype),
+               torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype)) for _ in range(layers)]
+    slopes = tuple(2.0 ** (-(h + 1) / 2) for h in range(hq)) if case == "alibi" else None
     spec = core.LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=torch.bfloat16,
-                          kv_dtype=torch.bfloat16)
+                          kv_dtype=kv_dtype, has_sinks=case == "sinks_split", alibi_slopes=slopes)
     runners = [core.LayerRunner(spec, DEV, ps, override="triton") for _ in range(layers)]
+    bound = []  # each layer's own tensors, bound once, as the adapters do
+    for rn in runners:
+        extra = {}
+        if case == "sinks_split":
+            extra["sinks"] = torch.randn(hq, generator=g).to(DEV)
+        if case.startswith("fp8"):
+            extra["k_descale"] = (torch.rand(1, generator=g) + 0.5).to(DEV)
+            extra["v_descale"] = (torch.rand(1, generator=g) + 0.5).to(DEV)
+        rn.bind(**extra)
+        if slopes is not None:
+            extra["alibi_slopes"] = torch.tensor(slopes, device=DEV)
+        bound.append(extra)
     cfgs = set()
     per = (ctx + ps - 1) // ps
 
@@ -258,12 +275,12 @@ def test_layer_hot_path_many_layers_and_steps(case):
                 rn.forward(plan, q, kc, vc, out)
                 m = plan.main
                 want = REF.flash_attn_with_kvcache(q, kc, vc, m.page_table, m.cache_seqlens, m.cu_seqlens_q, nq,
-                                                   softmax_scale=spec.scale, causal=True)
+                                                   softmax_scale=spec.scale, causal=True, **bound[li])
                 assert_close_to(out.float().cpu(), want.double().cpu(), torch.bfloat16)
         for plan in plans:
             launch = next(iter(plan.launches.values()))
             cfgs.add(id(launch.cfg))
-            if case == "decode_split":
+            if case in ("decode_split", "sinks_split"):
                 assert launch.num_splits > 1
         if step_i == 0:
             armed = len(launch.cfg.hot)
@@ -299,14 +316,14 @@ def test_cuda_graph_capture_of_descriptor_prefill():
         return TRITON.flash_attn_with_kvcache(q, kc, vc, table, lens, cu, nq)
 
     new_batch(0)
-    TRITON._configs.clear()
+    TRITON.clear_caches()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up compiles outside capture
         step()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    cfg = next(c for c in TRITON._configs.values() if c.phase == "prefill" and c.block_m)
+    cfg = TRITON.plan_paged(AttnPlan(cu, lens, table, nq, per * ps, ps), PagedCall.make(hq, hkv, d)).cfg
     if torch.cuda.get_device_capability()[0] >= 9:
         assert cfg.desc, "sm90 prefill at page 64 should take the tensor-descriptor kernel"
     graph = torch.cuda.CUDAGraph()

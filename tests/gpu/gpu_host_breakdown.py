@@ -8,7 +8,7 @@ of host seconds per call for N back-to-back calls rotating over 32 layers' cache
 
   forward        LayerRunner.forward(plan, q, k, v, out)       (the engine-facing per-layer call)
   launch_run     PagedLaunch.run(...)                           (the O(1) checks + run_checked)
-  run_checked    TritonLaunch.run_checked(...)                  (signature key + launcher call)
+  run_checked    TritonLaunch._execute(...)                     (signature key + launcher call)
   fastlaunch     the armed FastLaunch closure with the real arguments
   kernel_run_tensors / kernel_run_ints   CompiledKernel.run directly: tensors vs data_ptr() ints
   floor_*        an empty 1-pointer kernel through its launcher; torch's own empty kernel (x.zero_())
@@ -30,6 +30,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from vllm_xpu_attn import core  # noqa: E402
+from vllm_xpu_attn.kernels.contract import NO_LAYER_ARGS  # noqa: E402
 
 DEV = torch.device("cuda")
 N, REPEATS, LAYERS = 2000, 15, 32
@@ -77,8 +78,8 @@ def main():
     launch = next(iter(plan.launches.values()))
     res["launch_run"] = host_us([lambda i=i: launch.run(q, caches[i][0], caches[i][1], outs[i])
                                  for i in range(LAYERS)])
-    res["run_checked"] = host_us([lambda i=i: launch.run_checked(q, caches[i][0], caches[i][1], outs[i], None, None,
-                                                                 None, None) for i in range(LAYERS)])
+    res["run_checked"] = host_us([lambda i=i: launch._execute(q, caches[i][0], caches[i][1], outs[i], NO_LAYER_ARGS)
+                                  for i in range(LAYERS)])
     attn, merge = next(iter(launch.cfg.fast.values()))
     res["armed"] = attn.armed
     res["num_splits"] = launch.num_splits
@@ -155,10 +156,10 @@ def main():
                 spent[name] += time.perf_counter() - t0
         return w
 
-    orig = (L.FastLaunch.bind, P.TritonProvider.plan_paged, P.TritonLaunch.run_checked)
+    orig = (L.FastLaunch.bind, P.TritonProvider.plan_paged, P.TritonLaunch._execute)
     L.FastLaunch.bind = timed("bind", orig[0])
     P.TritonProvider.plan_paged = timed("plan_paged", orig[1])
-    P.TritonLaunch.run_checked = timed("run_checked", orig[2])
+    P.TritonLaunch._execute = timed("run_checked", orig[2])
     steps, first, later = 300, 0.0, 0.0
     try:
         for s_ in range(steps):
@@ -175,7 +176,7 @@ def main():
             if s_ % 50 == 0:
                 torch.cuda.synchronize()
     finally:
-        L.FastLaunch.bind, P.TritonProvider.plan_paged, P.TritonLaunch.run_checked = orig
+        L.FastLaunch.bind, P.TritonProvider.plan_paged, P.TritonLaunch._execute = orig
     res["first_layer_us"] = round(first / steps * 1e6, 2)
     res["later_layers_us"] = round(later / steps * 1e6, 2)
     res["first_layer_parts_us"] = {k: round(v / steps * 1e6, 2) for k, v in spent.items()}

@@ -111,7 +111,7 @@ class KernelRequest:
 class KernelProvider:
     """Base class. Subclasses set the ClassVars and implement the four calls.
 
-    Calls (shapes as in DESIGN.md):
+    Calls (shapes: total_q query rows of B requests; P pages of ``page`` slots):
       flash_attn_with_kvcache(q [total_q, Hq, D], k_cache/v_cache [P, page, Hkv, D], page_table
         int32 [B, max_pages], cache_seqlens int32 [B], cu_seqlens_q int32 [B+1], max_seqlen_q, ...)
         -> out [total_q, Hq, Dv] (, lse [Hq, total_q] fp32)

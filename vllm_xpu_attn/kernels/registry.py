@@ -26,7 +26,7 @@ _PROVIDER_PATHS: dict[str, str] = {
     "reference": "vllm_xpu_attn.kernels.reference:ReferenceProvider",
 }
 
-# The order each device prefers (DESIGN.md). CPU: only the reference is correct and useful;
+# The order each device prefers: vendor libraries first where present. CPU: only the reference is correct and useful;
 # triton on CPU runs only through its interpreter (tests), never by default.
 PRIORITY: dict[str, list[str]] = {
     "xpu": ["sgl_kernel", "vllm_xpu_kernels", "ipex", "triton", "reference"],

@@ -374,7 +374,7 @@ class FastLaunch:
         """``bind`` by parameter name: every runtime argument of ``args`` is baked in except those named in
         ``free`` (the closure takes them, in parameter order) and ``slots`` {name: k} (read from ``S[k]``)."""
         index = {n: i for i, n in enumerate(self._names)}
-        unknown = sorted(set(free) | set(slots or ()) - set(index))
+        unknown = sorted((set(free) | set(slots or ())) - set(index))
         if unknown:
             raise KeyError(f"FastLaunch.bind_named: {unknown} are not runtime parameters of "
                            f"{getattr(self.fn, '__name__', self.fn)}")
