@@ -114,23 +114,23 @@ def _runtime_types(kernel: str, *, q: str, kv: str, sinks=False, alibi=False, fp
     if kernel == "_paged_attn_kernel":
         return dict(Q=_ptr(qt), K=_ptr(kt), V=_ptr(kt), PT="*i32", SEQ="*i32", CUQ="*i32", SINKS=opt(sinks),
                     ALIBI=opt(alibi), KDS=opt(fp8), VDS=opt(fp8), O=_ptr(qt), LSE=opt(lse), OP=opt(splits > 1),
-                    LP=opt(splits > 1), scale="fp32", softcap="fp32")
+                    LP=opt(splits > 1), ERR="*i32", scale="fp32", softcap="fp32")
     if "mla" in kernel:  # _mla_attn_kernel (named _mla_decode_kernel before)
         return dict(Q=_ptr(qt), KV=_ptr(kt), PT="*i32", SEQ="*i32", CUQ="*i32", KDS=opt(fp8), O=_ptr(qt),
-                    LSE=opt(lse), OP=opt(splits > 1), LP=opt(splits > 1), scale="fp32")
+                    LSE=opt(lse), OP=opt(splits > 1), LP=opt(splits > 1), ERR="*i32", scale="fp32")
     if kernel == "_merge_splits":
         return dict(OP="*fp32", LP="*fp32", O=_ptr(qt), LSE=opt(lse), SINKS=opt(sinks), CUQ="*i32")
     if kernel == "_merge_state_kernel":
         return dict(OA=_ptr(qt), LA="*fp32", OB=_ptr(qt), LB="*fp32", SINKS="*fp32", O=_ptr(qt), L="*fp32")
     if kernel == "_write_kv_kernel":
-        return dict(X=_ptr(qt), C=_ptr(kt), SLOT="*i64", SCALE="*fp32")
+        return dict(X=_ptr(qt), C=_ptr(kt), SLOT="*i64", SCALE="*fp32", ERR="*i32")
     if kernel == "_token_pages_kernel":  # SGLang's req_to_token (int32) rows by req_pool_indices (int64)
-        return dict(TT="*i32", ROWS="*i64", OUT="*i32", n_pages="i32")
+        return dict(TT="*i32", ROWS="*i64", OUT="*i32", ERR="*i32", n_pages="i32")
     raise KeyError(kernel)
 
 
 # int arguments that are not 16-divisible in general (sizes, per-head descale strides, table widths)
-UNALIGNED_INTS = {"total_q", "num_q_heads", "batch", "total", "stride_ptb", "kv_rows"}
+UNALIGNED_INTS = {"total_q", "num_q_heads", "batch", "total", "stride_ptb", "kv_rows", "pt_cols", "n_slots", "n_rows"}
 
 
 def _case(target, kernel, name, types, consts, warps, stages, grf, *, phase, d, q, kv, feats, need_dpas=False,

@@ -79,6 +79,8 @@ def naive_paged_attention(
                 if not all_logits:
                     continue  # no key, no sink: out 0, lse -inf
                 m = max(all_logits)
+                if m == -math.inf:
+                    continue  # nothing but sinks of -inf: out 0, lse -inf (FlashAttention's empty-row convention)
                 denom = sum(math.exp(x - m) for x in all_logits)
                 lse[h, row] = m + math.log(denom)
                 if visible:

@@ -169,8 +169,10 @@ def test_token_pages_kernel_equals_the_torch_conversion(page, with_rows):
     n_pages = -(-max_k // page)
     want = paging.token_table_to_page_table(pool, page, max_k, row_index=idx)
     out = torch.full((3 if with_rows else pool_rows, n_pages), -1, dtype=torch.int32)
-    _token_pages_kernel[(out.shape[0],)](pool, idx if with_rows else pool, out, pool.stride(0), n_pages, PAGE=page,
-                                         HAS_ROWS=with_rows, BLOCK=64)
+    err = torch.zeros(16, dtype=torch.int32)
+    _token_pages_kernel[(out.shape[0],)](pool, idx if with_rows else pool, out, err, pool.stride(0), n_pages,
+                                         pool.shape[0], PAGE=page, HAS_ROWS=with_rows, BLOCK=64)
+    assert not err.any()
     assert torch.equal(out, want)
 
 

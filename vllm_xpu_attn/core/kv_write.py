@@ -19,6 +19,11 @@ def check_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, spec_kv_dtype: 
         )
     if k_cache.dtype not in KV_DTYPES:
         raise TypeError(f"KV cache dtype {k_cache.dtype} unsupported (float32/float16/bfloat16/float8_e4m3fn/float8_e5m2)")
+    if v_cache.dtype != k_cache.dtype or v_cache.shape[:3] != k_cache.shape[:3]:
+        raise ValueError(f"v_cache {list(v_cache.shape)} {v_cache.dtype} must match k_cache {list(k_cache.shape)} "
+                         f"{k_cache.dtype} in dtype, pages, page size and KV heads")
+    if v_cache.device != k_cache.device:
+        raise ValueError(f"v_cache is on {v_cache.device} but k_cache is on {k_cache.device}")
     if k_cache.dtype != spec_kv_dtype:
         raise TypeError(f"KV cache dtype {k_cache.dtype} differs from the layer's configured KV dtype {spec_kv_dtype}")
 

@@ -11,6 +11,8 @@ from typing import Callable, Optional, Union
 
 import torch
 
+from ..kernels.guard import flag_torch
+
 from .types import AttnPlan
 
 
@@ -63,7 +65,17 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
             return pages
     firsts = token_table[:, : n_pages * page_size : page_size]  # strided: first token of each page
     if row_index is not None:
-        firsts = firsts.index_select(0, row_index)  # [B, n_pages]: one gather of the strided columns
+        pool_rows = token_table.shape[0]
+        if firsts.device.type == "cpu":  # values readable for free: refuse a row outside the pool
+            if row_index.numel() and (int(row_index.min()) < 0 or int(row_index.max()) >= pool_rows):
+                bad = int(torch.nonzero((row_index < 0) | (row_index >= pool_rows))[0, 0])
+                raise ValueError(f"token_rows[{bad}]={int(row_index[bad])} is outside the token table's {pool_rows} "
+                                 "rows")
+            firsts = firsts.index_select(0, row_index)  # [B, n_pages]: one gather of the strided columns
+        else:  # no host sync: such a request reads row 0, is flagged, and gets page -1 (answered with NaN rows)
+            bad = (row_index < 0) | (row_index >= pool_rows)
+            flag_torch(4, bad, row_index)
+            firsts = firsts.index_select(0, row_index.clamp(0, max(pool_rows - 1, 0))).masked_fill_(bad[:, None], -1)
     if page_size == 1:
         pages = firsts  # slots are pages: no kernel at all
     elif page_size & (page_size - 1) == 0:

@@ -15,6 +15,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from . import cross, local_attn, paging, spec_decode
+from ..kernels.guard import FLAGS
 from .types import AttnPlan, Mode, StepPlan
 
 SwaMapping = Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
@@ -77,6 +78,28 @@ class StepInputs:
     spec: SpecDecodeShape = SpecDecodeShape()
     custom_mask: Optional[torch.Tensor] = None
     draft_slots: Optional[torch.Tensor] = None
+
+    def __post_init__(self) -> None:
+        # O(1) shape/type checks naming the argument (no values read: no host sync)
+        if not isinstance(self.mode, Mode):
+            try:
+                self.mode = Mode(self.mode)  # Mode is a str enum: its value strings name the same modes
+            except ValueError:
+                raise ValueError(f"mode must be a Mode ({', '.join(m.value for m in Mode)}), got {self.mode!r}") from None
+        if isinstance(self.page_size, bool) or not isinstance(self.page_size, int) or self.page_size < 1:
+            raise ValueError(f"page_size must be an int >= 1, got {self.page_size!r}")
+        if not isinstance(self.seq_lens, torch.Tensor) or self.seq_lens.dim() != 1:
+            raise ValueError("seq_lens must be an int tensor [batch], got "
+                             f"{list(self.seq_lens.shape) if isinstance(self.seq_lens, torch.Tensor) else type(self.seq_lens).__name__}")
+        bs = self.seq_lens.shape[0]
+        if self.query_lens is not None and self.query_lens.shape != (bs,):
+            raise ValueError(f"seq_lens [{bs}] and query_lens {list(self.query_lens.shape)} disagree on the batch size")
+        if self.cu_seqlens_q is not None and self.cu_seqlens_q.shape != (bs + 1,):
+            raise ValueError(f"seq_lens [{bs}] and cu_seqlens_q {list(self.cu_seqlens_q.shape)} disagree on the batch "
+                             f"size (cu_seqlens_q must be [batch + 1]=[{bs + 1}])")
+        if int(self.max_seqlen_k) < 0 or int(self.max_seqlen_q) < 0 or int(self.num_tokens) < 0:
+            raise ValueError(f"max_seqlen_k ({self.max_seqlen_k}), max_seqlen_q ({self.max_seqlen_q}) and num_tokens "
+                             f"({self.num_tokens}) must be >= 0")
 
 
 def check_step_config(page_size: int, attention_chunk_size: Optional[int] = None) -> None:
@@ -150,7 +173,10 @@ def _queries(inp: StepInputs, bs: int) -> torch.Tensor:
 
 
 def plan_step(inp: StepInputs) -> StepPlan:
-    """StepInputs -> StepPlan with every sub-plan the step's layers need. Sync-free."""
+    """StepInputs -> StepPlan with every sub-plan the step's layers need. Sync-free.
+
+    Raises for bad index values the kernels found on the device in an earlier step (kernels/guard.py)."""
+    FLAGS.poll(inp.seq_lens.device)
     mode, page = inp.mode, inp.page_size
     bs = int(inp.seq_lens.shape[0])
     seq_lens = inp.seq_lens

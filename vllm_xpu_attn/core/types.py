@@ -8,7 +8,8 @@ from typing import Optional
 
 import torch
 
-from ..kernels.contract import AttnPlan  # the step tensors of one call: one type from core to kernel
+from ..kernels.contract import (  # AttnPlan: the step tensors of one call, one type from core to kernel
+    FLOAT_DTYPES, KV_DTYPES, AttnPlan, check_dims, check_scale, check_softcap)
 
 
 class AttentionKind(str, enum.Enum):
@@ -103,8 +104,15 @@ class LayerSpec:
             raise ValueError(f"head counts must be positive, got Hq={self.num_q_heads}, Hkv={self.num_kv_heads}")
         if self.num_q_heads % self.num_kv_heads:
             raise ValueError(f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
-        if self.head_dim <= 0:
-            raise ValueError(f"head size must be positive, got {self.head_dim}")
+        check_dims(self.head_dim, self.v_head_dim)
+        check_scale(self.scale)
+        check_softcap(self.softcap)
+        if not isinstance(self.kind, AttentionKind):
+            raise TypeError(f"kind must be an AttentionKind, got {self.kind!r}")
+        if self.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"dtype {self.dtype} unsupported: use one of float32, float16, bfloat16")
+        if self.kv_dtype not in KV_DTYPES:
+            raise TypeError(f"kv_dtype {self.kv_dtype} unsupported: use the model dtype or float8_e4m3fn/float8_e5m2")
         if self.window_left < -1:
             raise ValueError(f"window_left must be >= -1 (-1 = no sliding window), got {self.window_left}")
         if self.softcap < 0:

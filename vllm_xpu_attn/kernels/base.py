@@ -14,6 +14,7 @@ from typing import ClassVar, Optional
 
 import torch
 
+from .guard import FLAGS
 from .contract import (FP8_DTYPES, FLOAT_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall,
                        check_paged_layer, check_paged_step, is_fp8)
 
@@ -265,7 +266,11 @@ class KernelProvider:
             raise ValueError(f"provider {self.name!r} cannot run this call: " + "; ".join(reasons))
         if out is None:
             out = torch.empty(q.shape[0], call.num_q_heads, call.v_head_dim, dtype=q.dtype, device=q.device)
-        return self._launch(step, call, **launch_options).run(q, k_cache, v_cache, out, layer=layer)
+        FLAGS.poll(q.device)  # a direct call is a step of its own: report what an earlier one found
+        res = self._launch(step, call, **launch_options).run(q, k_cache, v_cache, out, layer=layer)
+        if q.device.type == "cpu" or FLAGS.sync:  # free on the CPU (nothing to wait for)
+            FLAGS.check_now(q.device)
+        return res
 
     def flash_attn_varlen_func(self, *args, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -74,15 +74,14 @@ class PagedCall:
              softcap: float = 0.0, return_lse: bool = False, batch_invariant: bool = False,
              mla: bool = False) -> "PagedCall":
         """Validated constructor (defaults resolved: scale 1/sqrt(D), Dv = D)."""
-        if num_kv_heads < 1 or num_q_heads % num_kv_heads:
-            _fail(ValueError, f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads}) for GQA/MQA")
-        if softcap < 0:
-            _fail(ValueError, f"softcap must be >= 0 (0 disables it), got {softcap}")
-        scale = float(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim))
-        if not (0.0 < scale < math.inf):  # the kernels take a row's max before scaling (needs scale > 0)
-            _fail(ValueError, f"softmax_scale must be a finite number > 0, got {softmax_scale}")
+        if num_kv_heads < 1 or num_q_heads < 1 or num_q_heads % num_kv_heads:
+            _fail(ValueError, f"num_q_heads ({num_q_heads}) must be a positive multiple of num_kv_heads "
+                              f"({num_kv_heads}) for GQA/MQA")
+        check_dims(head_dim, v_head_dim)
+        softcap = check_softcap(softcap)
+        scale = check_scale(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim))
         return PagedCall(num_q_heads, num_kv_heads, head_dim, v_head_dim or head_dim,
-                         scale, bool(causal), check_window(window, causal), float(softcap), bool(return_lse),
+                         scale, bool(causal), check_window(window, causal), softcap, bool(return_lse),
                          bool(batch_invariant), bool(mla))
 
 
@@ -105,6 +104,44 @@ def is_fp8(dtype: torch.dtype) -> bool:
 
 def _fail(cls: type, msg: str) -> None:
     raise cls(msg)
+
+
+# Larger scales overflow fp32 logits for ordinary activations (|q.k| ~ 1e34 is already inf at 1e4 x
+# 1e34); no model uses a scale above a few units. A documented bound gives an error instead of NaN/zeros.
+MAX_SOFTMAX_SCALE = 1e4
+
+
+def check_scale(scale) -> float:
+    """softmax_scale: a finite number in (0, MAX_SOFTMAX_SCALE]. The kernels take a row's max before
+    scaling, which needs scale > 0."""
+    try:
+        s = float(scale)
+    except (TypeError, ValueError):
+        _fail(TypeError, f"softmax_scale must be a number, got {type(scale).__name__}")
+    if not (0.0 < s <= MAX_SOFTMAX_SCALE):
+        _fail(ValueError, f"softmax_scale must be a finite number in (0, {MAX_SOFTMAX_SCALE:g}], got {scale}")
+    return s
+
+
+def check_softcap(softcap) -> float:
+    """softcap: 0 (off) or a finite number > 0 (tanh capping at +-softcap)."""
+    try:
+        c = float(softcap)
+    except (TypeError, ValueError):
+        _fail(TypeError, f"softcap must be a number, got {type(softcap).__name__}")
+    if not (0.0 <= c < math.inf):
+        _fail(ValueError, f"softcap must be 0 (off) or a finite number > 0, got {softcap}")
+    return c
+
+
+def check_dims(head_dim, v_head_dim=None) -> None:
+    """head_dim an int >= 1; v_head_dim None (= head_dim) or an int >= 1 (0 is not a synonym for None)."""
+    for name, v in (("head_dim", head_dim), ("v_head_dim", v_head_dim)):
+        if v is None and name == "v_head_dim":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            _fail(ValueError, f"{name} must be an int >= 1{' or None (= head_dim)' if name == 'v_head_dim' else ''}, "
+                              f"got {v!r}")
 
 
 def check_window(window_size: Sequence[int], causal: bool) -> tuple[int, int]:
@@ -167,6 +204,41 @@ def check_write_kv(name: str, new: torch.Tensor, cache: torch.Tensor, slot_mappi
         _fail(TypeError, f"{name} dtype {new.dtype} does not match KV cache dtype {cache.dtype}")
 
 
+def check_write_kv_all(k: Optional[torch.Tensor], v: Optional[torch.Tensor], k_cache: torch.Tensor,
+                       v_cache: Optional[torch.Tensor], slot_mapping: torch.Tensor) -> None:
+    """Everything ``write_kv`` can check without reading values, for K and V both, before either is written
+    (a failed check never leaves a half-written cache). v / v_cache None: an MLA latent write."""
+    if not isinstance(slot_mapping, torch.Tensor) or slot_mapping.dtype not in INDEX_DTYPES or slot_mapping.dim() != 1:
+        _fail(TypeError, "slot_mapping must be an int32/int64 tensor [tokens], got "
+                         f"{getattr(slot_mapping, 'dtype', type(slot_mapping).__name__)} "
+                         f"{list(getattr(slot_mapping, 'shape', []))}")
+    for name, new, cache in (("k", k, k_cache), ("v", v, v_cache)):
+        if new is None and cache is None:
+            continue
+        if not isinstance(new, torch.Tensor) or not isinstance(cache, torch.Tensor):
+            _fail(TypeError, f"{name} and {name}_cache must both be tensors (or both None for v in a latent write)")
+        if cache.dim() != 4:
+            _fail(ValueError, f"{name}_cache must be [num_pages, page_size, num_kv_heads, head_dim], got "
+                              f"{list(cache.shape)}")
+        check_write_kv(name, new, cache, slot_mapping)
+        if new.device != cache.device or slot_mapping.device != cache.device:
+            _fail(ValueError, f"{name} ({new.device}), {name}_cache ({cache.device}) and slot_mapping "
+                              f"({slot_mapping.device}) must share a device")
+        if new.stride(-1) != 1 or cache.stride(-1) != 1:
+            _fail(ValueError, f"write_kv: the head_dim dimension of {name} and {name}_cache must be contiguous")
+    if v_cache is not None and k_cache.shape[:2] != v_cache.shape[:2]:
+        _fail(ValueError, f"v_cache {list(v_cache.shape)} and k_cache {list(k_cache.shape)} differ in pages/page size")
+
+
+def check_write_kv_slots(slot_mapping: torch.Tensor, num_slots: int) -> None:
+    """Host-side value check of the slots (synchronising: the reference, CPU tensors): < 0 = skip, else
+    below num_slots."""
+    if slot_mapping.numel() and int(slot_mapping.max()) >= num_slots:
+        bad = int(torch.nonzero(slot_mapping >= num_slots)[0, 0])
+        _fail(ValueError, f"slot_mapping[{bad}]={int(slot_mapping[bad])} is outside the KV cache's {num_slots} slots "
+                          "(num_pages x page_size)")
+
+
 def check_paged_step(step: AttnPlan) -> None:
     """The step tensors, once per step: index dtypes, shapes, one device. No host sync."""
     for name in ("page_table", "cache_seqlens", "cu_seqlens_q"):
@@ -204,6 +276,9 @@ def check_paged_layer(step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache:
     if k_cache.dim() != 4 or v_cache.dim() != 4:
         _fail(ValueError, "k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim] (NHD pages), got "
                           f"{list(k_cache.shape)} and {list(v_cache.shape)}")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
+        if t is not None and t.shape[-1] > 1 and t.stride(-1) != 1:  # FlashAttention's rule; kernels load rows
+            _fail(ValueError, f"{name} must have a contiguous last (head_dim) dimension, got strides {list(t.stride())}")
     if q.dtype not in FLOAT_DTYPES:
         _fail(TypeError, f"q dtype {q.dtype} unsupported: use one of float32, float16, bfloat16")
     if k_cache.dtype != v_cache.dtype:
@@ -246,9 +321,12 @@ def check_paged_values(
     total_q: int,
     page_size: int,
     num_pages: int,
-    causal: bool = True,
 ) -> None:
-    """Host-side value checks (synchronising). Used by the reference and in debug mode."""
+    """Host-side value checks (synchronising). Used by the reference and in debug mode.
+
+    A row with more queries than keys is legal (FlashAttention's convention): its first queries see no
+    key and get out = 0, LSE = -inf (the sink's logit with sinks); decode padding rows are (1 query, 0 keys).
+    """
     cu = cu_seqlens_q.tolist()
     lens = cache_seqlens.tolist()
     if cu and cu[0] != 0:
@@ -262,9 +340,6 @@ def check_paged_values(
         _fail(ValueError, f"max_seqlen_q={max_seqlen_q} is smaller than the longest query ({max(q_lens)})")
     if any(n < 0 for n in lens):
         _fail(ValueError, f"cache_seqlens must be >= 0, got {lens}")
-    for b, (ql, kl) in enumerate(zip(q_lens, lens)):
-        if causal and ql > kl:
-            _fail(ValueError, f"sequence {b}: {ql} queries but only {kl} keys (cache_seqlens counts prefix + new tokens)")
     max_pages = page_table.shape[1]
     for b, kl in enumerate(lens):
         need = -(-kl // page_size)

@@ -10,7 +10,8 @@ from typing import Optional
 
 import torch
 
-from .contract import check_write_kv, is_fp8
+from .contract import check_write_kv_all, check_write_kv_slots, is_fp8
+from .guard import flag_torch
 
 
 def merge_state_torch(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor,
@@ -43,12 +44,19 @@ def write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=N
     k/v [T, Hkv, D] in the model dtype; caches [P, page, Hkv, D] (model dtype or FP8, in which case
     values are divided by k_scale / v_scale and saturated to the FP8 range).
     """
+    check_write_kv_all(k, v, k_cache, v_cache, slot_mapping)  # both, before either is written
+    num_slots = k_cache.shape[0] * k_cache.shape[1]
+    if slot_mapping.device.type == "cpu":
+        check_write_kv_slots(slot_mapping, num_slots)
+        keep = slot_mapping >= 0
+    else:  # no host sync: out-of-range slots are skipped and flagged (guard.py), raised at a step boundary
+        over = slot_mapping >= num_slots
+        keep = (slot_mapping >= 0) & ~over
+        flag_torch(3, over, slot_mapping)
     for name, new, cache, scale in (("k", k, k_cache, k_scale), ("v", v, v_cache, v_scale)):
         if new is None:
             continue
-        check_write_kv(name, new, cache, slot_mapping)
         flat = cache.view(-1, *cache.shape[2:])
-        keep = slot_mapping >= 0
         slots = slot_mapping[keep].long()
         vals = new[keep]
         if is_fp8(cache.dtype):

@@ -40,8 +40,15 @@ def _tanh(x):
 
 
 @triton.jit
-def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row,
-                stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
+def _flag(ERR, code: tl.constexpr, index, value):
+    """Record a bad index value found on the device (kernels/guard.py reads it at a step boundary)."""
+    tl.atomic_max(ERR + 2 * code, (index + 1).to(tl.int32))
+    tl.atomic_xchg(ERR + 2 * code + 1, value.to(tl.int32))
+
+
+@triton.jit
+def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo,
+                ERR, b, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
                 qk_scale, qk_scale_log2, softcap, slope, offs_d, offs_dv,
                 WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr,
                 DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -54,17 +61,28 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
     by the scores' mask; ZERO_V (descriptor path, the block that holds ``hi``): V rows past ``hi`` are zeroed,
     since a page's unwritten tail may hold NaN/Inf and p = 0 there does not cancel it (0 x NaN = NaN). Only
     that block pays for it: the select takes V through registers, which costs the whole kernel spill when it
-    sits in the loop."""
+    sits in the loop.
+
+    Bounds (guard.py): a page id outside [0, n_pages) reads page 0 instead, is flagged, and turns the
+    tile's l_i to NaN (its rows come out NaN). ``vis_lo``: the tile's first key inside the window (0 without
+    one): V rows before it are not read (slots that left every row's window may hold anything)."""
     j = start + tl.arange(0, BLOCK_N)
     j_ok = j < hi
+    pg_bad = False
+    if USE_DESC or PAGE % BLOCK_N == 0:
+        # the whole key block lies in one page: one page id
+        pg = tl.load(pt_row + start // PAGE).to(tl.int64)
+        pg_bad = (pg < 0) | (pg >= n_pages)
+        if pg_bad:
+            _flag(ERR, 2, b, pg)
+        pg = tl.where(pg_bad, 0, pg)
     if USE_DESC:
         # slot row of the block's first key (the block lies in one page: PAGE % BLOCK_N == 0); int32 (the
         # provider checks pages x PAGE < 2**31)
-        r = tl.load(pt_row + start // PAGE).to(tl.int32) * PAGE + start % PAGE  # (int64 tables too)
+        r = pg.to(tl.int32) * PAGE + start % PAGE  # (int64 tables too)
         k = k_desc.load([r, kvh * stride_kh])
     elif PAGE % BLOCK_N == 0:
-        # the whole key block lies in one page: one page id, affine addresses (vectorisable loads)
-        pg = tl.load(pt_row + start // PAGE).to(tl.int64)
+        # affine addresses within the one page (vectorisable loads)
         k_base = K + pg * stride_kp + kvh * stride_kh
         v_base = V + pg * stride_vp + kvh * stride_vh
         in_page = (start % PAGE + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -72,6 +90,11 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
         v_row = v_base + in_page * stride_vs
     else:
         page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
+        page_bad = ((page < 0) | (page >= n_pages)) & j_ok
+        pg_bad = tl.max(page_bad.to(tl.int32), 0) > 0
+        if pg_bad:
+            _flag(ERR, 2, b, tl.max(tl.where(page_bad, page, -(1 << 40)), 0))
+        page = tl.where(page_bad, 0, page)
         slot_off = (j % PAGE).to(tl.int64)
         k_row = K + page * stride_kp + slot_off * stride_ks + kvh * stride_kh
         v_row = V + page * stride_vp + slot_off * stride_vs + kvh * stride_vh
@@ -128,12 +151,16 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
+    l_i = tl.where(pg_bad, float("nan"), l_i)
+    v_ok = j_ok
+    if WIN_LEFT >= 0:
+        v_ok = v_ok & (j >= vis_lo)
     if USE_DESC:
         v = v_desc.load([r, kvh * stride_vh])
         if ZERO_V:
-            v = tl.where(j_ok[:, None], v, 0.0)
+            v = tl.where(v_ok[:, None], v, 0.0)
     elif MASKED:
-        v = tl.load(v_row[:, None] + offs_dv[None, :], mask=j_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
+        v = tl.load(v_row[:, None] + offs_dv[None, :], mask=v_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
     elif DV == BLOCK_DV:
         v = tl.load(v_row[:, None] + offs_dv[None, :])
     else:
@@ -148,10 +175,10 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
 
 # per-step sizes (a cache's slot count, the token count, the table width): not specialised on their value
 # (== 1, % 16), so one compiled kernel serves every step of a layer instead of up to three
-@triton.jit(do_not_specialize=["kv_rows", "total_q", "num_q_heads", "stride_ptb", "stride_ds_b"])
+@triton.jit(do_not_specialize=["kv_rows", "total_q", "num_q_heads", "stride_ptb", "stride_ds_b", "pt_cols"])
 def _paged_attn_kernel(
     Q, K, V, PT, SEQ, CUQ, SINKS, ALIBI, KDS, VDS,
-    O, LSE, OP, LP,
+    O, LSE, OP, LP, ERR,
     stride_qt, stride_qh,
     stride_kp, stride_ks, stride_kh,
     stride_vp, stride_vs, stride_vh,
@@ -159,7 +186,7 @@ def _paged_attn_kernel(
     stride_ptb,
     stride_ds_b,
     total_q, num_q_heads,
-    scale, softcap, kv_rows,
+    scale, softcap, kv_rows, pt_cols,
     WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr,
     PAGE: tl.constexpr, GROUP: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -178,8 +205,22 @@ def _paged_attn_kernel(
     split = kvh_split % NUM_SPLITS
 
     q_start = tl.load(CUQ + b)
-    q_len = tl.load(CUQ + b + 1) - q_start
+    q_end = tl.load(CUQ + b + 1)
     k_len = tl.load(SEQ + b)
+    # bounds (guard.py): rows outside q/out and keys beyond the table row are never touched; such a
+    # sequence is flagged and its rows that exist come out NaN (l_i starts NaN)
+    rows_bad = (q_start < 0) | (q_end < q_start) | (q_end > total_q)
+    keys_bad = (k_len < 0) | (k_len > pt_cols * PAGE)
+    if rows_bad:
+        if (tile == 0) & (kvh_split == 0):
+            _flag(ERR, 0, b, q_end)
+        q_start = tl.minimum(tl.maximum(q_start, 0), total_q)
+        q_end = tl.minimum(tl.maximum(q_end, q_start), total_q)
+    if keys_bad:
+        if (tile == 0) & (kvh_split == 0):
+            _flag(ERR, 1, b, k_len)
+        k_len = tl.minimum(tl.maximum(k_len, 0), pt_cols * PAGE)
+    q_len = q_end - q_start
     # ALIGN_ROWS (batch-invariant mode): tiles cover fixed absolute (position, head) rows, so a query
     # sits at the same place in its tile however its sequence's queries were chunked or batched
     # (matrix units and BLAS kernels may round a row differently by its place in the tile)
@@ -238,9 +279,13 @@ def _paged_attn_kernel(
         hi = tl.minimum(hi, lo + per)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32) + tl.where(rows_bad | keys_bad, float("nan"), 0.0)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     pt_row = PT + b.to(tl.int64) * stride_ptb
+    n_pages = kv_rows // PAGE
+    vis_lo = 0
+    if WIN_LEFT >= 0:
+        vis_lo = pos_lo - WIN_LEFT  # the tile's first key inside a window (its first row's left edge)
     k_desc = K
     v_desc = V
     if USE_DESC:
@@ -267,13 +312,15 @@ def _paged_attn_kernel(
         if WIN_LEFT >= 0:  # window-edge blocks exist only with a left window (no loop compiled otherwise)
             for start in range(lo, full_lo, BLOCK_N):
                 acc, l_i, m_i = _attn_block(
-                    acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp,
+                    acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
+                    stride_kp,
                     stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
                     slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL,
                     HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
         for start in range(full_lo, full_hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
-                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
+                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
+                    stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
                 HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, False, False)
@@ -284,21 +331,24 @@ def _paged_attn_kernel(
             tail_hi = tl.maximum(hi // BLOCK_N * BLOCK_N, full_hi)
         for start in range(full_hi, tail_hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
-                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
+                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
+                    stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
                 HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, not USE_DESC)
         if USE_DESC:
             if tail_hi < hi:
                 acc, l_i, m_i = _attn_block(
-                    acc, l_i, m_i, q, tail_hi, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp,
+                    acc, l_i, m_i, q, tail_hi, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
+                    stride_kp,
                     stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
                     slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL,
                     HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
     else:
         for start in range(lo, hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
-                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, stride_kp, stride_ks,
+                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
+                    stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
                 HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
@@ -310,24 +360,26 @@ def _paged_attn_kernel(
         if HAS_SINKS:
             sink = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * LOG2E
             m_fin = tl.maximum(m_i, sink)
-            l_i = l_i * tl.exp2(m_i - m_fin) + tl.exp2(sink - m_fin)
-            acc = acc * tl.exp2(m_i - m_fin)[:, None]
+            m_fin_safe = tl.where(m_fin == float("-inf"), 0.0, m_fin)  # no key and a sink of -inf
+            l_i = l_i * tl.exp2(m_i - m_fin_safe) + tl.exp2(sink - m_fin_safe)
+            acc = acc * tl.exp2(m_i - m_fin_safe)[:, None]
             m_i = m_fin
-        has = l_i > 0
-        o = acc / tl.where(has, l_i, 1.0)[:, None]
+        # a row that saw no key: out 0, LSE -inf (the sink's logit with a sink); l_i NaN (bad input) stays NaN
+        empty = l_i == 0
+        o = acc / tl.where(empty, 1.0, l_i)[:, None]
         tl.store(o_base + (dt * stride_ot + dh * stride_oh)[:, None] + offs_dv[None, :],
                  o.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < DV))
         if WRITE_LSE:
-            lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+            lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
             tl.store(LSE + head.to(tl.int64) * total_q + out_rows, lse, mask=row_ok)
     else:
-        # partial result of this split, unnormalised-by-sink: o = acc / l, lse in natural log
-        has = l_i > 0
-        o = acc / tl.where(has, l_i, 1.0)[:, None]
+        # partial result of this split, unnormalised-by-sink: o = acc / l, lse in natural log (NaN stays NaN)
+        empty = l_i == 0
+        o = acc / tl.where(empty, 1.0, l_i)[:, None]
         base = split.to(tl.int64) * total_q * num_q_heads
         idx = base + out_rows * num_q_heads + head
         tl.store(OP + idx[:, None] * BLOCK_DV + offs_dv[None, :], o, mask=row_ok[:, None])
-        lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
         tl.store(LP + idx, lse, mask=row_ok)
 
 
@@ -392,14 +444,18 @@ def _merge_state_kernel(OA, LA, OB, LB, SINKS, O, L, stride_t, stride_h, total, 
     tl.store(L + h * total + t, tl.where(has, m_safe + tl.log(dn), float("-inf")))
 
 
-@triton.jit
-def _write_kv_kernel(X, C, SLOT, SCALE, stride_xt, stride_xh, stride_cp, stride_cs, stride_ch,
+@triton.jit(do_not_specialize=["n_slots"])
+def _write_kv_kernel(X, C, SLOT, SCALE, ERR, stride_xt, stride_xh, stride_cp, stride_cs, stride_ch, n_slots,
                      H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_D: tl.constexpr,
                      QUANT: tl.constexpr, FMAX: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     slot = tl.load(SLOT + t).to(tl.int64)
-    if slot < 0:
+    if slot < 0:  # padding (the engines' convention)
+        return
+    if slot >= n_slots:  # bounds (guard.py): never written, flagged
+        if h == 0:
+            _flag(ERR, 3, t, slot)
         return
     offs = tl.arange(0, BLOCK_D)
     msk = offs < D
@@ -415,11 +471,11 @@ def _write_kv_kernel(X, C, SLOT, SCALE, stride_xt, stride_xh, stride_cp, stride_
         tl.store(dst, x.to(C.dtype.element_ty), mask=msk)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["kv_rows", "pt_cols"])
 def _mla_attn_kernel(
-    Q, KV, PT, SEQ, CUQ, KDS, O, LSE, OP, LP,
+    Q, KV, PT, SEQ, CUQ, KDS, O, LSE, OP, LP, ERR,
     stride_qt, stride_qh, stride_kp, stride_ks, stride_ot, stride_oh, stride_ptb,
-    total_q, num_q_heads, scale,
+    total_q, num_q_heads, scale, kv_rows, pt_cols,
     PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, HAS_DESCALE: tl.constexpr, WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr,
 ):
@@ -434,10 +490,23 @@ def _mla_attn_kernel(
     tile = tl.program_id(1)
     split = tl.program_id(2)
     q_start = tl.load(CUQ + b)
-    q_len = tl.load(CUQ + b + 1) - q_start
+    q_end = tl.load(CUQ + b + 1)
+    k_len = tl.load(SEQ + b)
+    # bounds as in _paged_attn_kernel (guard.py)
+    rows_bad = (q_start < 0) | (q_end < q_start) | (q_end > total_q)
+    keys_bad = (k_len < 0) | (k_len > pt_cols * PAGE)
+    if rows_bad:
+        if (tile == 0) & (split == 0):
+            _flag(ERR, 0, b, q_end)
+        q_start = tl.minimum(tl.maximum(q_start, 0), total_q)
+        q_end = tl.minimum(tl.maximum(q_end, q_start), total_q)
+    if keys_bad:
+        if (tile == 0) & (split == 0):
+            _flag(ERR, 1, b, k_len)
+        k_len = tl.minimum(tl.maximum(k_len, 0), pt_cols * PAGE)
+    q_len = q_end - q_start
     if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
         return
-    k_len = tl.load(SEQ + b)
     rows = tile * BLOCK_H + tl.arange(0, BLOCK_H)
     t = rows // num_q_heads
     heads = rows % num_q_heads
@@ -463,13 +532,19 @@ def _mla_attn_kernel(
         lo = split * per
         hi = tl.minimum(hi, lo + per)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32) + tl.where(rows_bad | keys_bad, float("nan"), 0.0)
     acc = tl.zeros([BLOCK_H, D_C], tl.float32)
     pt_row = PT + b.to(tl.int64) * stride_ptb
+    n_pages = kv_rows // PAGE
     for start in range(lo, hi, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
         j_ok = j < hi
         page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
+        page_bad = ((page < 0) | (page >= n_pages)) & j_ok
+        pg_bad = tl.max(page_bad.to(tl.int32), 0) > 0
+        if pg_bad:
+            _flag(ERR, 2, b, tl.max(tl.where(page_bad, page, -(1 << 40)), 0))
+        page = tl.where(page_bad, 0, page)
         row = KV + page * stride_kp + (j % PAGE).to(tl.int64) * stride_ks
         kc = tl.load(row[:, None] + offs_c[None, :], mask=j_ok[:, None], other=0.0)  # [BLOCK_N, D_C]: K and V
         kr = tl.load(row[:, None] + D_C + offs_r[None, :], mask=j_ok[:, None], other=0.0)
@@ -486,7 +561,7 @@ def _mla_attn_kernel(
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = tl.where(pg_bad, float("nan"), l_i * alpha + tl.sum(p, 1))
         if FP32_DOT:
             acc = acc * alpha[:, None] + tl.dot(p, kc.to(tl.float32), input_precision="ieee")
         else:
@@ -494,9 +569,9 @@ def _mla_attn_kernel(
         m_i = m_new
 
     acc = acc * kv_scale
-    has = l_i > 0
-    o = acc / tl.where(has, l_i, 1.0)[:, None]
-    lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+    empty = l_i == 0  # no key: out 0, LSE -inf; NaN (bad input) stays NaN
+    o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
     if NUM_SPLITS == 1:
         tl.store(O + q_rows[:, None] * stride_ot + heads[:, None].to(tl.int64) * stride_oh + offs_c[None, :],
                  o.to(O.dtype.element_ty), mask=r_ok[:, None])
@@ -509,17 +584,25 @@ def _mla_attn_kernel(
 
 
 @triton.jit
-def _token_pages_kernel(TT, ROWS, OUT, stride_tt, n_pages, PAGE: tl.constexpr, HAS_ROWS: tl.constexpr,
+def _token_pages_kernel(TT, ROWS, OUT, ERR, stride_tt, n_pages, n_rows, PAGE: tl.constexpr, HAS_ROWS: tl.constexpr,
                         BLOCK: tl.constexpr):
     """Token table -> page table, one program per request: OUT[b, j] = TT[row(b), j * PAGE] // PAGE with
-    row(b) = ROWS[b] (a pool row, SGLang's req_pool_indices) or b. Slots are >= 0 (engine allocation)."""
+    row(b) = ROWS[b] (a pool row, SGLang's req_pool_indices) or b. Slots are >= 0 (engine allocation).
+    A pool row outside [0, n_rows) is flagged (guard.py) and its pages written as -1, which the attention
+    kernels flag again and answer with NaN rows."""
     b = tl.program_id(0).to(tl.int64)
+    row_bad = False
     if HAS_ROWS:
         row = tl.load(ROWS + b).to(tl.int64)
+        row_bad = (row < 0) | (row >= n_rows)
+        if row_bad:
+            _flag(ERR, 4, b, row)
+        row = tl.where(row_bad, 0, row)
     else:
         row = b
+        row_bad = b < 0  # never: one type for the select below
     for start in range(0, n_pages, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         m = cols < n_pages
         slot = tl.load(TT + row * stride_tt + cols.to(tl.int64) * PAGE, mask=m, other=0)
-        tl.store(OUT + b * n_pages + cols, (slot // PAGE).to(tl.int32), mask=m)
+        tl.store(OUT + b * n_pages + cols, tl.where(row_bad, -1, slot // PAGE).to(tl.int32), mask=m)

@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from ..guard import FLAGS
 from .launch import FastLaunch, fast_launch_supported
 
 _BLOCK = 256
@@ -46,7 +47,7 @@ def token_pages(token_table: torch.Tensor, page_size: int, n_pages: int,
     stride = token_table.stride(0)
     key = (batch, page_size, row_index is not None, dev, token_table.dtype, rows.dtype,
            token_table.data_ptr() & 15 == 0, rows.data_ptr() & 15 == 0, out.data_ptr() & 15 == 0,
-           _int_class(stride), _int_class(n_pages))
+           _int_class(stride), _int_class(n_pages), _int_class(token_table.shape[0]))
     fl = _LAUNCHERS.get(key)
     if fl is None:
         from .kernels import _token_pages_kernel
@@ -56,5 +57,5 @@ def token_pages(token_table: torch.Tensor, page_size: int, n_pages: int,
         # unchecked: the key holds every specialisation input (dtypes, alignment, the ints' classes)
         fl = _LAUNCHERS[key] = FastLaunch(_token_pages_kernel, (batch,), dict(PAGE=page_size,
                                           HAS_ROWS=row_index is not None, BLOCK=_BLOCK), 4, 1, check=False)
-    fl(token_table, rows, out, stride, n_pages)
+    fl(token_table, rows, out, FLAGS.buffer(dev), stride, n_pages, token_table.shape[0])
     return out

@@ -14,8 +14,9 @@ from typing import Optional, Sequence
 import torch
 
 from ..base import Feature, KernelProvider, KernelRequest, PagedLaunch
+from ..guard import FLAGS
 from ..contract import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, call_id,
-                        check_paged_step, check_per_head, check_write_kv, is_fp8)
+                        check_paged_step, check_per_head, check_write_kv_all, check_write_kv_slots, is_fp8)
 
 # Tile sizes per device family and phase: (BLOCK_M, BLOCK_N, num_warps, num_stages[, grf_mode]).
 # Measured on an H200 (docs/benchmarks.md); Intel entries are conservative starting points
@@ -270,13 +271,13 @@ class TritonProvider(KernelProvider):
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
         from .kernels import _write_kv_kernel
 
+        check_write_kv_all(k, v, k_cache, v_cache, slot_mapping)  # both, before either is written
+        if slot_mapping.device.type == "cpu":  # values readable for free: refuse before the first store
+            check_write_kv_slots(slot_mapping, k_cache.shape[0] * k_cache.shape[1])
         for name, x, cache, scale in (("k", k, k_cache, k_scale), ("v", v, v_cache, v_scale)):
             if x is None:
                 continue
-            check_write_kv(name, x, cache, slot_mapping)
             quant = is_fp8(cache.dtype)
-            if x.stride(-1) != 1 or cache.stride(-1) != 1:
-                raise ValueError("write_kv: the head_dim dimension must be contiguous")
             if not quant:
                 scale = x  # unread: an unquantised write needs no scale (and no host-made tensor: graph-safe)
             elif scale is None or not isinstance(scale, torch.Tensor):
@@ -286,9 +287,12 @@ class TritonProvider(KernelProvider):
             if x.shape[0] == 0:
                 continue
             _write_kv_kernel[(x.shape[0], x.shape[1])](
-                x, cache, slot_mapping, scale.reshape(-1), x.stride(0), x.stride(1),
-                cache.stride(0), cache.stride(1), cache.stride(2), H=x.shape[1], D=x.shape[2], PAGE=cache.shape[1],
+                x, cache, slot_mapping, scale.reshape(-1), FLAGS.buffer(x.device), x.stride(0), x.stride(1),
+                cache.stride(0), cache.stride(1), cache.stride(2), cache.shape[0] * cache.shape[1],
+                H=x.shape[1], D=x.shape[2], PAGE=cache.shape[1],
                 BLOCK_D=_pow2(x.shape[2], 1), QUANT=quant, FMAX=float(torch.finfo(cache.dtype).max) if quant else 0.0)
+        if FLAGS.sync:
+            FLAGS.check_now(slot_mapping.device)
 
 
 def mla_kernel_fits(call) -> bool:
@@ -414,6 +418,11 @@ class TritonLaunch(PagedLaunch):
         if cfg.desc:
             _ensure_scratch_allocator()
         s = self.addrs
+        if FLAGS.sync:  # debugging: every launch checked, its guard flags read at once (a device sync)
+            self.check(q, k_cache, v_cache, out, layer)
+            res = self._execute(q, k_cache, v_cache, out, layer)[0]
+            FLAGS.check_now(q.device)
+            return res
         if s is None or self.call.return_lse or cfg.mla_decode or not isinstance(out, torch.Tensor):
             self.check(q, k_cache, v_cache, out, layer)
             return self._execute(q, k_cache, v_cache, out, layer)[0]
@@ -479,19 +488,21 @@ class TritonLaunch(PagedLaunch):
                                  "latent cache) and the descale one per-tensor value")
             attn.call_named(dict(
                 Q=q, KV=k_cache, PT=step.page_table, SEQ=step.cache_seqlens, CUQ=step.cu_seqlens_q, KDS=k_descale,
-                O=out, LSE=lse, OP=o_part, LP=l_part, stride_qt=qs[0], stride_qh=qs[1], stride_kp=ks[0],
-                stride_ks=ks[1], stride_ot=os_[0], stride_oh=os_[1], stride_ptb=step.page_table.stride(0),
-                total_q=total_q, num_q_heads=hq, scale=call.softmax_scale))
+                O=out, LSE=lse, OP=o_part, LP=l_part, ERR=FLAGS.buffer(q.device), stride_qt=qs[0], stride_qh=qs[1],
+                stride_kp=ks[0], stride_ks=ks[1], stride_ot=os_[0], stride_oh=os_[1],
+                stride_ptb=step.page_table.stride(0), total_q=total_q, num_q_heads=hq, scale=call.softmax_scale,
+                kv_rows=k_cache.shape[0] * step.page_size, pt_cols=step.page_table.shape[1]))
             launched = None
         else:
             args = dict(
                 Q=q, K=k_cache, V=v_cache, PT=step.page_table, SEQ=step.cache_seqlens, CUQ=step.cu_seqlens_q,
                 SINKS=sinks, ALIBI=alibi_slopes, KDS=k_descale, VDS=v_descale, O=out, LSE=lse, OP=o_part, LP=l_part,
+                ERR=FLAGS.buffer(q.device),
                 stride_qt=qs[0], stride_qh=qs[1], stride_kp=ks[0], stride_ks=ks[1], stride_kh=ks[2],
                 stride_vp=vs[0], stride_vs=vs[1], stride_vh=vs[2], stride_ot=os_[0], stride_oh=os_[1],
                 stride_ptb=step.page_table.stride(0), stride_ds_b=k_descale.stride(0) if per_head else 0,
                 total_q=total_q, num_q_heads=hq, scale=call.softmax_scale, softcap=call.softcap,
-                kv_rows=k_cache.shape[0] * step.page_size)
+                kv_rows=k_cache.shape[0] * step.page_size, pt_cols=step.page_table.shape[1])
             attn.call_named(args)
             launched = (attn, None, args, None)
         if merge is not None:
