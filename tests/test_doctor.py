@@ -17,7 +17,13 @@ def test_doctor_on_this_machine():
     for word in ("torch", "triton", "vllm-xpu-kernels", "sgl_kernel", "ipex", "reference"):
         assert word in out
     assert "not importable" in out  # vendor libraries are absent here, and doctor says why
-    assert "prefill (cpu" in out and "-> reference" in out
+    assert "prefill (cpu" in out and "-> torch_sdpa" in out
+
+
+def test_doctor_softcap_on_the_cpu_goes_to_the_reference():
+    p = run("--softcap", "30")
+    assert p.returncode == 0, p.stderr
+    assert "-> reference" in p.stdout and "no softcap support: torch's fused attention" in p.stdout
 
 
 def test_doctor_explains_an_xpu_configuration():
