@@ -100,10 +100,11 @@ def test_torch_sdpa_one_plan_many_layers(layout, layers):
 
 def test_bucket_decode_rows_bounds_padding():
     lens = [5, 300, 7, 290, 6, 1, 150]
-    buckets = bucket_decode_rows(lens)
+    buckets = bucket_decode_rows(lens, slack=0)
     assert sorted(i for b in buckets for i in b) == list(range(len(lens)))
     for b in buckets:
         assert len(b) * max(lens[i] for i in b) <= 1.5 * sum(lens[i] for i in b) or len(b) == 1
+    assert bucket_decode_rows(lens, slack=10**6) == [[1, 3, 6, 2, 4, 0, 5]]  # padding cheaper than calls
     assert bucket_decode_rows([10] * 8) == [list(range(8))]  # equal lengths: one call
 
 

@@ -32,13 +32,15 @@ from typing import Optional, Sequence
 import torch
 
 from .base import Feature, KernelProvider, KernelRequest, PagedLaunch
-from .contract import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, check_paged_values,
-                       check_per_head, check_window, is_fp8)
+from .contract import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, check_per_head,
+                       check_window, is_fp8)
 from .torch_ops import merge_state_torch, write_kv_torch
 
 NEG_INF = float("-inf")
-# A decode bucket may hold at most this much padding relative to its real keys (bucket cost vs call count).
+# A decode bucket, padded to its longest row, holds at most DECODE_PAD_RATIO x its real keys, or at most
+# DECODE_PAD_SLACK padded keys more (a separate call costs more than gathering a few hundred padded rows).
 DECODE_PAD_RATIO = 1.5
+DECODE_PAD_SLACK = 512
 
 
 def _flash_op():
@@ -46,16 +48,18 @@ def _flash_op():
     return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def bucket_decode_rows(lengths: Sequence[int], pad_ratio: float = DECODE_PAD_RATIO) -> list[list[int]]:
+def bucket_decode_rows(lengths: Sequence[int], pad_ratio: float = DECODE_PAD_RATIO,
+                       slack: int = DECODE_PAD_SLACK) -> list[list[int]]:
     """Group decode rows (indices into ``lengths``, all > 0) so that each group, padded to its longest
-    row, holds at most ``pad_ratio`` x its real keys. Longest first; greedy."""
+    row, holds at most ``pad_ratio`` x its real keys or at most ``slack`` padded keys. Longest first; greedy."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     buckets: list[list[int]] = []
     cur: list[int] = []
     real = 0
     for i in order:
         n = lengths[i]
-        if cur and (len(cur) + 1) * lengths[cur[0]] > pad_ratio * (real + n):
+        padded = (len(cur) + 1) * lengths[cur[0]] if cur else 0
+        if cur and padded > pad_ratio * (real + n) and padded - (real + n) > slack:
             buckets.append(cur)
             cur, real = [], 0
         cur.append(i)
@@ -77,6 +81,31 @@ def _visibility(lq: int, lk: int, causal: bool, window: tuple[int, int]) -> torc
     if right >= 0:
         vis &= rel <= right
     return vis
+
+
+def _check_values(cu: list[int], lens: list[int], max_seqlen_q: int, total_q: int, page: int, width: int,
+                  causal: bool) -> None:
+    """The contract's value checks (contract.check_paged_values, same messages) on the step's host lists;
+    page ids are checked on the pages actually read, when the slots are made."""
+    if cu and cu[0] != 0:
+        raise ValueError(f"cu_seqlens_q must start at 0, got {cu[0]}")
+    q_lens = [b - a for a, b in zip(cu[:-1], cu[1:])]
+    if any(n < 0 for n in q_lens):
+        raise ValueError(f"cu_seqlens_q must be non-decreasing, got {cu}")
+    if cu and cu[-1] > total_q:
+        raise ValueError(f"cu_seqlens_q[-1]={cu[-1]} but q has only {total_q} tokens")
+    if q_lens and max(q_lens) > int(max_seqlen_q):
+        raise ValueError(f"max_seqlen_q={max_seqlen_q} is smaller than the longest query ({max(q_lens)})")
+    if any(n < 0 for n in lens):
+        raise ValueError(f"cache_seqlens must be >= 0, got {lens}")
+    for b, (ql, kl) in enumerate(zip(q_lens, lens)):
+        if causal and ql > kl:
+            raise ValueError(f"sequence {b}: {ql} queries but only {kl} keys (cache_seqlens counts prefix + new "
+                             "tokens)")
+        need = -(-kl // page)
+        if need > width:
+            raise ValueError(f"page_table too short: sequence {b} has {kl} keys = {need} pages of {page}, table has "
+                             f"{width} columns")
 
 
 class _Group:
@@ -129,22 +158,28 @@ class TorchSdpaLaunch(PagedLaunch):
         self._real = 0
 
     def _build(self, num_pages: int, total_q: int) -> None:
+        """Group the step's sequences (module docstring) after the contract's value checks, on host lists."""
         step, call = self.step, self.call
         page = step.page_size
-        check_paged_values(step.page_table, step.cache_seqlens, step.cu_seqlens_q, step.max_seqlen_q, total_q, page,
-                           num_pages, call.causal)
         cu = step.cu_seqlens_q.tolist()
         lens = step.cache_seqlens.tolist()
+        _check_values(cu, lens, step.max_seqlen_q, total_q, page, step.page_table.shape[1], call.causal)
         self._real = cu[-1] if cu else 0
-        table = step.page_table.long()
-        offsets_cache: dict[int, torch.Tensor] = {}
+        table = step.page_table
 
-        def slots_of(b: int, lk: int, pad_to: int) -> torch.Tensor:
-            t = offsets_cache.get(pad_to)
-            if t is None:
-                t = offsets_cache[pad_to] = torch.arange(pad_to)
-            pos = torch.where(t < lk, t, 0)
-            return table[b, pos // page] * page + pos % page
+        def slots_of(seqs: list[int], pad_to: int) -> torch.Tensor:
+            """long [len(seqs) * pad_to]: each sequence's key slots, padded with its first key's slot."""
+            ln = torch.tensor([lens[b] for b in seqs])
+            pos = torch.arange(pad_to).expand(len(seqs), pad_to)
+            pos = torch.where(pos < ln[:, None], pos, 0)
+            pages = table[seqs].long().gather(1, pos // page)  # [n, pad_to] page ids (real keys' pages only)
+            lo, hi = int(pages.min()), int(pages.max())
+            if lo < 0 or hi >= num_pages:
+                bad = (pages < 0) | (pages >= num_pages)
+                row = int(bad.any(1).nonzero()[0, 0])
+                pid = int(pages[row][bad[row]][0])
+                raise ValueError(f"page_table row {seqs[row]} references page {pid}, outside [0, {num_pages})")
+            return (pages * page + pos % page).flatten()
 
         decode, zero_rows, groups = [], [], []
         for b, lk in enumerate(lens):
@@ -164,13 +199,13 @@ class TorchSdpaLaunch(PagedLaunch):
                 continue
             # a square causal block is the kernel's own is_causal (it skips the masked key blocks)
             causal_block = lq == lk and torch.equal(vis, torch.ones(lq, lq, dtype=torch.bool).tril())
-            groups.append(_Group(1, lq, lk, None, q0, q1, slots_of(b, lk, lk), torch.tensor([b]),
+            groups.append(_Group(1, lq, lk, None, q0, q1, slots_of([b], lk), torch.tensor([b]),
                                  None if causal_block or bool(vis.all()) else vis.unsqueeze(0),
                                  torch.arange(lk - lq, lk).unsqueeze(0), causal_block))
         left = call.window[0]
         for bucket in bucket_decode_rows([lens[b] for b in decode]):
             seqs = [decode[i] for i in bucket]
-            lk = max(lens[b] for b in seqs)
+            lk = lens[seqs[0]]  # the longest (buckets are longest first)
             k_pos = torch.arange(lk)
             ln = torch.tensor([lens[b] for b in seqs])
             vis = k_pos[None, :] < ln[:, None]
@@ -178,8 +213,7 @@ class TorchSdpaLaunch(PagedLaunch):
                 vis &= k_pos[None, :] >= (ln - 1 - left)[:, None]
             vis = None if bool(vis.all()) else vis.unsqueeze(1)
             groups.append(_Group(len(seqs), 1, lk, torch.tensor([cu[b] for b in seqs]), None, None,
-                                 torch.cat([slots_of(b, lens[b], lk) for b in seqs]), torch.tensor(seqs), vis,
-                                 (ln - 1).unsqueeze(1), False))
+                                 slots_of(seqs, lk), torch.tensor(seqs), vis, (ln - 1).unsqueeze(1), False))
         self._groups = groups
         self._zero_rows = torch.tensor(zero_rows, dtype=torch.long) if zero_rows else None
 
@@ -247,7 +281,9 @@ class TorchSdpaProvider(KernelProvider):
         fp8 = is_fp8(k_cache.dtype)
         kf, vf = _flat(k_cache), _flat(v_cache)
         sinks = layer.sinks.float() if layer.sinks is not None else None
-        cdt = q.dtype
+        # FP8 caches: descaled rows stay in fp32 (rounding them to a 16-bit q dtype would move every logit), so
+        # the kernel runs in fp32 with q widened too
+        cdt = torch.float32 if fp8 else q.dtype
         for g in launch._groups:
             k = kf.index_select(0, g.slots)  # [n * lk, Hkv, D]
             v = vf.index_select(0, g.slots)
@@ -257,9 +293,9 @@ class TorchSdpaProvider(KernelProvider):
             k = k.view(g.n, g.lk, *k.shape[1:]).transpose(1, 2)  # [n, Hkv, lk, D]
             v = v.view(g.n, g.lk, *v.shape[1:]).transpose(1, 2)
             if g.q_rows is not None:
-                qg = q.index_select(0, g.q_rows).unsqueeze(2)  # [n, Hq, 1, D]
+                qg = q.index_select(0, g.q_rows).unsqueeze(2).to(cdt)  # [n, Hq, 1, D]
             else:
-                qg = q[g.q0:g.q1].transpose(0, 1).unsqueeze(0)  # [1, Hq, lq, D]
+                qg = q[g.q0:g.q1].transpose(0, 1).unsqueeze(0).to(cdt)  # [1, Hq, lq, D]
             if d != width:
                 qg, k = _pad(qg, width), _pad(k, width)
             if dv != width:
@@ -277,7 +313,7 @@ class TorchSdpaProvider(KernelProvider):
                 o = o * torch.exp(lse - with_sink).unsqueeze(-1).to(o.dtype)
                 lse = with_sink
             if g.q_rows is not None:
-                out.index_copy_(0, g.q_rows, o[:, :, 0])
+                out.index_copy_(0, g.q_rows, o[:, :, 0].to(out.dtype))
                 if lse_out is not None:
                     lse_out.index_copy_(1, g.q_rows, lse[:, :, 0].T)
             else:
