@@ -22,12 +22,8 @@ def _naive(layout, **over):
 @given(layout=layouts(), want_lse=st.booleans(), use_out=st.booleans())
 def test_torch_sdpa_matches_naive(layout, want_lse, use_out):
     """Every layout the layouts strategy makes (GQA, pages 1..128, fp32/fp16/bf16, FP8 KV + descales, windows,
-    non-causal, sinks, ALiBi, empty and key-less sequences); softcap is refused (asserted) and dropped."""
+    non-causal, softcap, sinks, ALiBi, empty and key-less sequences)."""
     kw = dict(layout.kwargs)
-    if kw["softcap"]:
-        with pytest.raises(ValueError, match="no softcap support: torch's fused attention takes no logit softcap"):
-            SDPA.flash_attn_with_kvcache(*layout.args(), **kw)
-        kw["softcap"] = 0.0
     out_buf = torch.full((layout.q.shape[0], layout.q.shape[1], layout.v_cache.shape[-1]), float("nan"),
                          dtype=layout.q.dtype) if use_out else None
     res = SDPA.flash_attn_with_kvcache(*layout.args(), **kw, return_softmax_lse=want_lse, out=out_buf)
@@ -35,7 +31,7 @@ def test_torch_sdpa_matches_naive(layout, want_lse, use_out):
     if use_out:
         assert out.data_ptr() == out_buf.data_ptr()
     assert out.dtype == layout.q.dtype and out.shape == layout.q.shape[:2] + (layout.v_cache.shape[-1],)
-    ref_out, ref_lse = _naive(layout, softcap=0.0)
+    ref_out, ref_lse = _naive(layout)
     assert_close_to(out, ref_out, layout.q.dtype, logit_bound=layout.logit_bound())
     if want_lse:
         assert lse.shape == (layout.q.shape[1], layout.q.shape[0]) and lse.dtype == torch.float32
@@ -49,12 +45,11 @@ def test_torch_sdpa_v_head_dim_differs(layout, dv):
     """Dv != D (MLA-like layers): V zero-padded to a common width inside; vs the naive oracle."""
     g = torch.Generator().manual_seed(dv)
     v_cache = torch.randn(*layout.k_cache.shape[:3], dv, generator=g).to(layout.k_cache.dtype)
-    kw = dict(layout.kwargs, softcap=0.0)
     args = list(layout.args())
     args[2] = v_cache
-    out, lse = SDPA.flash_attn_with_kvcache(*args, **kw, return_softmax_lse=True)
+    out, lse = SDPA.flash_attn_with_kvcache(*args, **layout.kwargs, return_softmax_lse=True)
     assert out.shape[-1] == dv
-    ref_out, ref_lse = naive_paged_attention(*args[:6], **{**layout.naive_kwargs(), "softcap": 0.0})
+    ref_out, ref_lse = naive_paged_attention(*args[:6], **layout.naive_kwargs())
     assert_close_to(out, ref_out, layout.q.dtype, logit_bound=layout.logit_bound())
     assert_lse_close(lse, ref_lse)
 
@@ -70,10 +65,9 @@ def test_torch_sdpa_varlen_matches_naive(layout):
     k, v = layout.k_cache[idx, 0], layout.v_cache[idx, 0]
     cu_k = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
     kw = {a: b for a, b in layout.kwargs.items() if a not in ("k_descale", "v_descale")}
-    kw["softcap"] = 0.0
     out, lse = SDPA.flash_attn_varlen_func(layout.q, k, v, layout.cu_seqlens_q, cu_k, layout.max_seqlen_q,
                                           max(lens), **kw, return_softmax_lse=True)
-    ref_out, ref_lse = _naive(layout, softcap=0.0)
+    ref_out, ref_lse = _naive(layout)
     assert_close_to(out, ref_out, torch.float32, logit_bound=layout.logit_bound())
     assert_lse_close(lse, ref_lse)
 
@@ -117,11 +111,10 @@ def _req(**kw):
 
 def test_declared_refusals_name_the_reason():
     assert SDPA.not_supported_reasons(_req(has_sinks=True, has_alibi=True, window=(16, 0), return_lse=True,
-                                           kv_dtype=torch.float8_e5m2, causal=False, v_head_dim=16, mla=True)) == []
-    assert SDPA.not_supported_reasons(_req(softcap=30.0)) == [
-        "no softcap support: torch's fused attention takes no logit softcap (the scores never leave the kernel)"]
+                                           kv_dtype=torch.float8_e5m2, causal=False, v_head_dim=16, mla=True,
+                                           softcap=30.0)) == []
     (why,) = SDPA.not_supported_reasons(_req(batch_invariant=True))
-    assert why.startswith("no batch-invariant support: ")
+    assert why.startswith("no batch-invariant support: the kernel's key blocking")
     assert SDPA.not_supported_reasons(_req(device_type="cuda")) == ["device 'cuda' not in ['cpu']"]
 
 
@@ -131,20 +124,18 @@ def test_cpu_priority_torch_sdpa_then_reference(monkeypatch):
     monkeypatch.delenv("VLLM_XPU_ATTN_KERNEL", raising=False)
     assert select_provider(_req(phase=Phase.DECODE)).name == "torch_sdpa"
     assert select_provider(_req(phase=Phase.PREFILL, has_sinks=True, window=(8, 0))).name == "torch_sdpa"
-    assert select_provider(_req(softcap=30.0)).name == "reference"
+    assert select_provider(_req(softcap=30.0)).name == "torch_sdpa"
     assert select_provider(_req(batch_invariant=True)).name == "reference"
     monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "reference")
     assert select_provider(_req()).name == "reference"
     monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "torch_sdpa")
-    with pytest.raises(ValueError, match="forced .* no softcap support"):
-        select_provider(_req(softcap=30.0))
+    with pytest.raises(ValueError, match="forced .* no batch-invariant support"):
+        select_provider(_req(batch_invariant=True))
 
 
-def test_varlen_refuses_softcap_and_checks_input():
+def test_varlen_checks_input():
     q = torch.randn(3, 2, 8)
     cu = torch.tensor([0, 3], dtype=torch.int32)
-    with pytest.raises(ValueError, match="no softcap support"):
-        SDPA.flash_attn_varlen_func(q, q, q, cu, cu, 3, 3, causal=True, softcap=5.0)
     with pytest.raises(TypeError, match="q/k/v dtypes must match"):
         SDPA.flash_attn_varlen_func(q, q.double(), q, cu, cu, 3, 3)
     with pytest.raises(ValueError, match="cu_seqlens_k must start at 0"):

@@ -20,10 +20,10 @@ def test_doctor_on_this_machine():
     assert "prefill (cpu" in out and "-> torch_sdpa" in out
 
 
-def test_doctor_softcap_on_the_cpu_goes_to_the_reference():
-    p = run("--softcap", "30")
+def test_doctor_cpu_features_stay_on_torch_sdpa():
+    p = run("--softcap", "30", "--sinks", "--alibi", "--window", "16", "--kv-dtype", "fp8_e4m3")
     assert p.returncode == 0, p.stderr
-    assert "-> reference" in p.stdout and "no softcap support: torch's fused attention" in p.stdout
+    assert "prefill (cpu" in p.stdout and "decode (cpu" in p.stdout and "-> reference" not in p.stdout
 
 
 def test_doctor_explains_an_xpu_configuration():

@@ -21,8 +21,9 @@ gather), adds ALiBi to the mask, calls the kernel and scatters the rows into ``o
 Served natively: GQA/MQA, fp32/fp16/bf16, FP8 KV (e4m3/e5m2, scalar or [batch, Hkv] descales),
 sliding windows, non-causal, ALiBi (in the float32 mask), sinks (LSE correction: o *= exp(lse -
 logaddexp(lse, sink))), LSE out, Dv != D and MLA (zero-padded to a common head size, which changes no
-score). Refused with reasons, so the reference serves them: logit softcap (the kernel never exposes
-the scores) and batch-invariant mode (the kernel's key blocking follows the padded length).
+score). Logit softcap: the fused kernel never exposes its scores, so softcap layers run the same groups
+through fp32 matmuls (``softcap_attention``, query rows chunked). Refused with its reason, so the
+reference serves it: batch-invariant mode (the kernel's key blocking follows the padded length).
 """
 
 from __future__ import annotations
@@ -235,12 +236,11 @@ class TorchSdpaProvider(KernelProvider):
     devices = frozenset({"cpu"})
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
-    features = frozenset({Feature.WINDOW, Feature.SINKS, Feature.ALIBI, Feature.LSE, Feature.NON_CAUSAL, Feature.DV,
-                          Feature.MLA})
+    features = frozenset({Feature.WINDOW, Feature.SOFTCAP, Feature.SINKS, Feature.ALIBI, Feature.LSE,
+                          Feature.NON_CAUSAL, Feature.DV, Feature.MLA})
     graph_capture_reason = "reads the step's lengths on the host to group sequences (CPU only: no graphs there)"
     # why each absent feature is absent (added to the generic "no X support")
     WHY = {
-        "softcap": "torch's fused attention takes no logit softcap (the scores never leave the kernel)",
         "batch_invariant": "the kernel's key blocking follows each call's padded length, so a row's bits depend "
                            "on its batch",
     }
@@ -296,15 +296,18 @@ class TorchSdpaProvider(KernelProvider):
                 qg = q.index_select(0, g.q_rows).unsqueeze(2).to(cdt)  # [n, Hq, 1, D]
             else:
                 qg = q[g.q0:g.q1].transpose(0, 1).unsqueeze(0).to(cdt)  # [1, Hq, lq, D]
-            if d != width:
-                qg, k = _pad(qg, width), _pad(k, width)
-            if dv != width:
-                v = _pad(v, width)
             mask = g.mask if layer.alibi_slopes is None else g.alibi_mask(layer.alibi_slopes)
-            # [n, Hq, lq, W], [n, Hq, lq] fp32
-            o, lse = op(qg, k, v, 0.0, g.is_causal, attn_mask=mask, scale=call.softmax_scale)
-            if dv != width:
-                o = o[..., :dv]
+            if call.softcap:  # the fused kernel cannot cap its scores: the scores made here, fp32
+                o, lse = softcap_attention(qg, k, v, mask, g.is_causal, call.softmax_scale, call.softcap)
+            else:
+                if d != width:
+                    qg, k = _pad(qg, width), _pad(k, width)
+                if dv != width:
+                    v = _pad(v, width)
+                # [n, Hq, lq, W], [n, Hq, lq] fp32
+                o, lse = op(qg, k, v, 0.0, g.is_causal, attn_mask=mask, scale=call.softmax_scale)
+                if dv != width:
+                    o = o[..., :dv]
             if g.dead is not None:  # rows that see no key: o = 0, lse = -inf (the kernel says lse 0)
                 lse = lse.masked_fill(g.dead.unsqueeze(1), NEG_INF)
                 o = o.masked_fill(g.dead[:, None, :, None], 0.0)
@@ -358,8 +361,6 @@ class TorchSdpaProvider(KernelProvider):
         if q.dtype not in FLOAT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
             raise TypeError(f"q/k/v dtypes must match and be float32/float16/bfloat16, got {q.dtype}, {k.dtype}, "
                             f"{v.dtype}")
-        if softcap:
-            raise ValueError(f"provider {self.name!r} cannot run this call: no softcap support ({self.WHY['softcap']})")
         check_window(window_size, causal)
         check_per_head("sinks", sinks, q.shape[1], q.device)
         check_per_head("alibi_slopes", alibi_slopes, q.shape[1], q.device)
@@ -384,7 +385,8 @@ class TorchSdpaProvider(KernelProvider):
         return self.flash_attn_with_kvcache(
             q, kc, vc, table, torch.tensor(lens, dtype=torch.int32), cu_seqlens_q.to(torch.int32), max_seqlen_q,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, sinks=sinks,
-            alibi_slopes=alibi_slopes, return_softmax_lse=return_softmax_lse, out=out, batch_invariant=False)
+            softcap=softcap, alibi_slopes=alibi_slopes, return_softmax_lse=return_softmax_lse, out=out,
+            batch_invariant=False)
 
     def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         """o_* [T, H, D], lse_* [H, T] fp32 (natural log), sinks [H] -> (o [T, H, D] o_a.dtype, lse [H, T] fp32)."""
@@ -393,6 +395,44 @@ class TorchSdpaProvider(KernelProvider):
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
         """Scatter k/v [T, Hkv, D] into the paged caches [P, page, Hkv, D] (see torch_ops.write_kv_torch)."""
         write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+
+
+# softcap_attention holds at most this many fp32 scores at once (query rows are processed in chunks)
+SOFTCAP_CHUNK_SCORES = 1 << 24
+
+
+def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool,
+                      scale: float, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with a logit softcap, in fp32 matmuls (the fused kernel never exposes its scores).
+
+    q [n, Hq, lq, D], k [n, Hkv, lk, D], v [n, Hkv, lk, Dv] (query head h reads KV head h // (Hq / Hkv)); mask
+    float additive, broadcastable to [n, Hq, lq, lk], added after the cap (ALiBi comes after the cap too);
+    ``is_causal``: the square causal mask -> (o [n, Hq, lq, Dv] in q's dtype, lse [n, Hq, lq] fp32). A row
+    that sees no key gets o = 0, lse = -inf. Query rows go in chunks of <= SOFTCAP_CHUNK_SCORES scores.
+    """
+    n, hq, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    grp = hq // hkv
+    kf = k.float().transpose(-1, -2)  # [n, Hkv, D, lk]
+    vf = v.float()
+    o = torch.empty(n, hq, lq, v.shape[-1], dtype=q.dtype)
+    lse = torch.empty(n, hq, lq, dtype=torch.float32)
+    step = max(1, SOFTCAP_CHUNK_SCORES // max(1, n * hq * lk))
+    for r0 in range(0, lq, step):
+        r1 = min(lq, r0 + step)
+        qc = q[:, :, r0:r1].float().reshape(n, hkv, grp * (r1 - r0), d)  # heads of one KV head side by side
+        s = torch.matmul(qc, kf).mul_(scale).view(n, hq, r1 - r0, lk)
+        s = torch.tanh(s.div_(softcap)).mul_(softcap)
+        if mask is not None:
+            s = s + mask[:, :, r0:r1]
+        if is_causal:
+            s = s.masked_fill(torch.ones(r1 - r0, lk, dtype=torch.bool).triu(r0 + 1), NEG_INF)
+        m = torch.logsumexp(s, dim=-1)  # [n, Hq, rows]
+        p = torch.exp(s - m.masked_fill(~torch.isfinite(m), 0.0).unsqueeze(-1))
+        oc = torch.matmul(p.view(n, hkv, grp * (r1 - r0), lk), vf).view(n, hq, r1 - r0, -1)
+        o[:, :, r0:r1] = oc
+        lse[:, :, r0:r1] = m
+    return o, lse
 
 
 def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
