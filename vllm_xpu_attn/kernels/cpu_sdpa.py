@@ -225,9 +225,14 @@ class TorchSdpaLaunch(PagedLaunch):
         return self.provider._run_groups(self, q, k_cache, v_cache, out, layer)
 
 
-def _flat(cache: torch.Tensor) -> torch.Tensor:
-    """[P, page, H, D] -> [P * page, H, D] (a view when the cache's pages are dense)."""
-    return cache.flatten(0, 1)
+def _gather(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Rows ``slots`` (long [N], page * page_size + offset) of cache [P, page, H, D] -> [N, H, D]: one
+    index_select over the flat slot view when the pages are dense, else (a cache whose pages are strided
+    apart, e.g. K and V interleaved per page) by page and offset, never copying the whole cache."""
+    if cache.shape[0] <= 1 or cache.stride(0) == cache.shape[1] * cache.stride(1):
+        return cache.flatten(0, 1).index_select(0, slots)
+    page = cache.shape[1]
+    return cache[slots // page, slots % page]
 
 
 class TorchSdpaProvider(KernelProvider):
@@ -279,14 +284,13 @@ class TorchSdpaProvider(KernelProvider):
         width = max(d, dv)
         lse_out = torch.full((hq, q.shape[0]), NEG_INF, dtype=torch.float32) if call.return_lse else None
         fp8 = is_fp8(k_cache.dtype)
-        kf, vf = _flat(k_cache), _flat(v_cache)
         sinks = layer.sinks.float() if layer.sinks is not None else None
         # FP8 caches: descaled rows stay in fp32 (rounding them to a 16-bit q dtype would move every logit), so
         # the kernel runs in fp32 with q widened too
         cdt = torch.float32 if fp8 else q.dtype
         for g in launch._groups:
-            k = kf.index_select(0, g.slots)  # [n * lk, Hkv, D]
-            v = vf.index_select(0, g.slots)
+            k = _gather(k_cache, g.slots)  # [n * lk, Hkv, D]
+            v = _gather(v_cache, g.slots)
             if fp8:
                 k = self._widen(k, layer.k_descale, g, cdt)
                 v = self._widen(v, layer.v_descale, g, cdt)
