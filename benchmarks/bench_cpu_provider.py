@@ -224,6 +224,8 @@ def main() -> int:
 
 
 def plot(report: dict, path: Path) -> None:
+    """Bars: time per token relative to the engine's own backend (1.0 line; 1.5x target line), prefill and
+    decode side by side; each bar labelled with its ratio and its ms per token."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -231,29 +233,32 @@ def plot(report: dict, path: Path) -> None:
 
     rows = report["results"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    colors = {"own": "#888888", "ours": "#1f77b4", "reference": "#ff7f0e"}
-    names = {"own": "engine's own (CPU_ATTN / torch_native)", "ours": "vllm-xpu-attn torch_sdpa",
-             "reference": "vllm-xpu-attn reference (forced)"}
-    for ax, key, title in ((axes[0], "prefill_ms_per_prompt_token", "prefill: ms per prompt token"),
-                           (axes[1], "decode_ms_per_output_token", "decode: ms per output token")):
-        labels = [f"{r['engine']}\n{r['model']}" for r in rows]
-        bks = [b for b in BACKENDS if all(b in r["backends"] for r in rows)]
+    colors = {"ours": "#1f77b4", "reference": "#ff7f0e"}
+    names = {"ours": "vllm-xpu-attn, torch_sdpa (CPU default)", "reference": "vllm-xpu-attn, reference (forced)"}
+    for ax, key, rk, title in (
+            (axes[0], "prefill_ms_per_prompt_token", "ratio_prefill", "prefill (ms per prompt token)"),
+            (axes[1], "decode_ms_per_output_token", "ratio_decode", "decode (ms per output token)")):
+        bks = [b for b in ("ours", "reference") if all(b in r["backends"] for r in rows)]
         w = 0.8 / len(bks)
         for i, b in enumerate(bks):
-            vals = [r["backends"][b][key] for r in rows]
+            vals = [r["backends"][b][rk] for r in rows]
             bars = ax.bar([x + i * w for x in range(len(rows))], vals, w, label=names[b], color=colors[b])
-            if b != "own":
-                rk = "ratio_prefill" if key.startswith("prefill") else "ratio_decode"
-                for bar, r in zip(bars, rows):
-                    ax.annotate(f"x{r['backends'][b][rk]:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                                ha="center", va="bottom", fontsize=8)
+            for bar, r in zip(bars, rows):
+                ax.annotate(f"x{r['backends'][b][rk]:.2f}\n{r['backends'][b][key]:.3g} ms",
+                            (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                            fontsize=7)
+        ax.axhline(1.0, color="#444444", lw=1, label="engine's own (CPU_ATTN / torch_native) = 1")
+        ax.axhline(1.5, color="#aa0000", lw=1, ls="--", label="target: 1.5x")
+        labels = [f"{r['engine']} / {r['model']}\nown {r['backends']['own'][key]:.3g} ms" for r in rows]
         ax.set_xticks([x + w * (len(bks) - 1) / 2 for x in range(len(rows))], labels, fontsize=8)
         ax.set_title(title)
         ax.set_yscale("log")
-        ax.set_ylabel("ms (log scale)")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"CPU, {report['cpu_count']} cores, batch {report['batch']} x {report['max_tokens']} tokens, "
-                 f"median of {report['reps']}; labels: ratio to the engine's own", fontsize=9)
+        allv = [r["backends"][b][rk] for r in rows for b in bks] + [1.0, 1.5]
+        ax.set_ylim(min(allv) * 0.7, max(allv) * 2.0)
+        ax.set_ylabel("time per token / engine's own (log)")
+    axes[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"CPU ({report['cpu_count']} cores), batch {report['batch']} x {report['max_tokens']} tokens, "
+                 f"fp32, median of {report['reps']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
