@@ -50,7 +50,7 @@ def check_load(rep: dict, min_concurrency: int = 64) -> None:
         sd = srv["shutdown"]
         assert sd["clean"] and sd["rc"] == 0 and not sd.get("forced") and not sd["leftover_children"], (b, sd)
         assert srv["ours_served"] == (b == "ours"), (b, srv["plugin_lines"])
-    assert any("'reference' serves" in ln for ln in rep["backends"]["ours"]["server"]["plugin_lines"])
+    assert any("'torch_sdpa' serves" in ln for ln in rep["backends"]["ours"]["server"]["plugin_lines"])
 
 
 def check_identical(rep: dict) -> None:

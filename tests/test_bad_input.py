@@ -114,8 +114,9 @@ def test_write_kv_shape_mismatch():
                      torch.zeros(3, dtype=torch.int64))
 
 
-@pytest.mark.parametrize("name,opts", [("reference", {}), ("triton", {}), ("triton", {"num_splits": 2})],
-                         ids=["reference", "triton", "triton-split-k"])
+@pytest.mark.parametrize("name,opts", [("reference", {}), ("triton", {}), ("triton", {"num_splits": 2}),
+                                       ("torch_sdpa", {})],
+                         ids=["reference", "triton", "triton-split-k", "torch_sdpa"])
 def test_trailing_padding_rows_are_left_alone(name, opts):
     """Rows after cu_seqlens_q[-1] are padding (vLLM pads a graph replay's tokens): untouched, and the
     real rows are what an unpadded call computes."""

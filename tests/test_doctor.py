@@ -17,7 +17,13 @@ def test_doctor_on_this_machine():
     for word in ("torch", "triton", "vllm-xpu-kernels", "sgl_kernel", "ipex", "reference"):
         assert word in out
     assert "not importable" in out  # vendor libraries are absent here, and doctor says why
-    assert "prefill (cpu" in out and "-> reference" in out
+    assert "prefill (cpu" in out and "-> torch_sdpa" in out
+
+
+def test_doctor_cpu_features_stay_on_torch_sdpa():
+    p = run("--softcap", "30", "--sinks", "--alibi", "--window", "16", "--kv-dtype", "fp8_e4m3")
+    assert p.returncode == 0, p.stderr
+    assert "prefill (cpu" in p.stdout and "decode (cpu" in p.stdout and "-> reference" not in p.stdout
 
 
 def test_doctor_explains_an_xpu_configuration():

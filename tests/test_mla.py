@@ -17,7 +17,7 @@ from vllm_xpu_attn.core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs
 H, D_C, D_R, D_H, D_V = 4, 32, 16, 16, 16
 DIMS = MLADims(kv_lora_rank=D_C, qk_rope_head_dim=D_R, qk_nope_head_dim=D_H, v_head_dim=D_V)
 SCALE = (D_H + D_R) ** -0.5
-PROVIDERS = ["reference", "triton"]
+PROVIDERS = ["reference", "triton", "torch_sdpa"]
 
 
 def _case(seed: int, page: int, dtype, decode: bool):
@@ -86,12 +86,13 @@ def test_absorbed_mla_matches_naive(provider, dtype, page, decode):
             at += ql
 
 
+@pytest.mark.parametrize("provider", ["reference", "torch_sdpa"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_unabsorbed_prefill_with_prefix_matches_naive(dtype):
+def test_unabsorbed_prefill_with_prefix_matches_naive(dtype, provider):
     """The engines' MHA prefill: K/V decompressed from the latent (k = [W_UK c ; k_R], v = W_UV c)."""
     c = _case(11, 16, dtype, decode=False)
     spec = LayerSpec.for_mla(H, DIMS, SCALE, dtype=dtype, kv_dtype=dtype)
-    runner = LayerRunner(spec, "cpu", 16, override="reference")
+    runner = LayerRunner(spec, "cpu", 16, override=provider)
     ks, vs = [], []
     for b in range(len(c["k_lens"])):
         k_c = torch.einsum("hnc,kc->khn", c["w_uk"].float(), c["c_kv"][b].float())
@@ -120,7 +121,7 @@ def test_mla_spec_is_checked_at_configuration():
         MLADims(0, 16, 16, 16)
     spec = LayerSpec.for_mla(H, DIMS, SCALE, dtype=torch.float32, kv_dtype=torch.float32)
     r = LayerRunner(spec, "cpu", 16)
-    assert r.providers_used()["mla_prefill_mha"] == "reference"
+    assert r.providers_used() == {"prefill": "torch_sdpa", "decode": "torch_sdpa", "mla_prefill_mha": "torch_sdpa"}
     with pytest.raises(ValueError, match="latent cache must be"):
         plan = plan_step(StepInputs(Mode.DECODE, torch.tensor([3], dtype=torch.int32), 3, 1, 16,
                                     page_table=torch.zeros(1, 1, dtype=torch.int32)))

@@ -1,5 +1,6 @@
 """Provider selection: priority, reasons, override, one error listing every refusal."""
 
+import dataclasses
 import logging
 
 import pytest
@@ -16,13 +17,16 @@ def req(**kw):
     return KernelRequest(**base)
 
 
-def test_cpu_picks_reference_and_logs_once(caplog):
+def test_cpu_picks_reference_for_batch_invariance_and_logs_once(caplog):
     caplog.set_level(logging.INFO, logger="vllm_xpu_attn")
-    r = req(softcap=30.0, has_sinks=True, has_alibi=True, kv_dtype=torch.float8_e4m3fn, dtype=torch.float32)
+    r = req(softcap=30.0, has_sinks=True, has_alibi=True, kv_dtype=torch.float8_e4m3fn, dtype=torch.float32,
+            batch_invariant=True)
     assert select_provider(r).name == "reference"
     assert select_provider(r).name == "reference"
     msgs = [m for m in caplog.messages if "serves" in m]
-    assert len(msgs) == 1 and "reference" in msgs[0]
+    assert len(msgs) == 1 and "reference" in msgs[0] and "torch_sdpa: no batch-invariant support" in msgs[0]
+    r = dataclasses.replace(r, batch_invariant=False)
+    assert select_provider(r).name == "torch_sdpa"
 
 
 def test_unknown_device_and_provider():
@@ -42,11 +46,11 @@ class _Narrow(KernelProvider):
 def test_priority_reasons_and_fallback(monkeypatch):
     register_provider("narrow", _Narrow, devices={"cpu": 0})
     try:
-        # narrow can't: falls to reference, and explain() says why narrow refused
+        # narrow can't: falls to the next (torch_sdpa), explain() says why narrow refused
         rows = dict(explain(req(head_dim=64, softcap=30.0)))
         assert rows["narrow"] == ["head dim 64 not in [128]", "no softcap support"]
-        assert rows["reference"] == []
-        assert select_provider(req(head_dim=64)).name == "reference"
+        assert rows["torch_sdpa"] == [] and rows["reference"] == []
+        assert select_provider(req(head_dim=64)).name == "torch_sdpa"
         assert select_provider(req(head_dim=128)).name == "narrow"
         monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "narrow")
         with pytest.raises(NoProviderError, match="forced .* head dim 64 not in"):

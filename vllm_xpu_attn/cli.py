@@ -84,7 +84,7 @@ def doctor(a: argparse.Namespace) -> int:
     for n in provider_names():
         p = get_provider(n)
         v = p.version()
-        if n in ("triton", "reference"):
+        if n in ("triton", "reference", "torch_sdpa"):
             continue
         caps = "-"
         if p.unavailable_reason() is None:

@@ -33,10 +33,15 @@ def models(tmp_path_factory):
             "gemma3": families.make(str(root / "gemma3"), "gemma3", 0)}
 
 
-def run_sglang(model: str, tmp_path: Path, backend: str, args=(), tag="run") -> dict:
-    out = tmp_path / f"{tag}-{backend}.json"
+def run_sglang(model: str, tmp_path: Path, backend: str, args=(), tag="run", kernel: str | None = None) -> dict:
+    """One SGLang process; ``kernel`` forces this backend's kernel provider (VLLM_XPU_ATTN_KERNEL)."""
+    out = tmp_path / f"{tag}-{backend}{'-' + kernel if kernel else ''}.json"
+    env = sglang_env()
+    env.pop("VLLM_XPU_ATTN_KERNEL", None)
+    if kernel:
+        env["VLLM_XPU_ATTN_KERNEL"] = kernel
     proc = subprocess.run([sys.executable, str(HERE / "run_sglang.py"), model, str(out), "--backend", backend,
-                           *map(str, args)], env=sglang_env(), capture_output=True, text=True, timeout=1200)
+                           *map(str, args)], env=env, capture_output=True, text=True, timeout=1200)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0 or not out.exists():
         raise AssertionError(f"SGLang run failed (rc {proc.returncode}):\n{log[-6000:]}")

@@ -22,9 +22,15 @@ def test_parity_with_radix_prefix_hits(models, tmp_path, arch):
     args = ["--max-tokens", "32", "--prompts-json", prompts, "--repeat", "2"]
     base = run_sglang(models[arch], tmp_path, "torch_native", args, tag="radix")
     ours = run_sglang(models[arch], tmp_path, "xpu_attn", args, tag="radix")
-    assert "xpu_attn (SGLang): providers" in ours["log"]
+    assert "xpu_attn (SGLang): providers {'prefill': 'torch_sdpa', 'decode': 'torch_sdpa'}" in ours["log"]
     assert sum(ours["cached_tokens"][len(SUFFIXES):]) > 0, ours["cached_tokens"]  # prefix hits in round 2
     print(f"{arch}/radix: cached {ours['cached_tokens']}, max diff {assert_parity(base, ours):.2e}")
+    # the reference (the oracle, CPU's second choice) stays covered end to end: forced
+    ref = run_sglang(models[arch], tmp_path, "xpu_attn", args, tag="radix", kernel="reference")
+    assert "xpu_attn (SGLang): providers {'prefill': 'reference', 'decode': 'reference'}" in ref["log"]
+    assert "forced by VLLM_XPU_ATTN_KERNEL" in ref["log"]
+    assert sum(ref["cached_tokens"][len(SUFFIXES):]) > 0, ref["cached_tokens"]
+    print(f"{arch}/radix/forced reference: max diff {assert_parity(base, ref):.2e}")
 
 
 @pytest.mark.parametrize("arch", ["gemma3"])

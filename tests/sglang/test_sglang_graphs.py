@@ -274,10 +274,10 @@ def test_hybrid_swa_pool_extend_and_decode_match_oracle():
 
 
 def test_graph_capture_refused_when_a_layer_provider_syncs():
-    """A layer served by the reference (it reads lengths on the host) cannot be captured: refused at
-    init_cuda_graph_state with the provider's reason, not an obscure capture error later."""
+    """A layer served by a provider that reads the host (the CPU's torch_sdpa and reference) cannot be captured:
+    refused at init_cuda_graph_state with the provider's reason, not an obscure capture error later."""
     req_pool, kv_pool = _pools()
     backend = _backend(_runner(req_pool, kv_pool))
-    backend._runner(_layers()[0], has_sinks=False)  # a configured layer (the CPU picks the reference)
-    with pytest.raises(ValueError, match="reference: the reference reads lengths on the host"):
+    backend._runner(_layers()[0], has_sinks=False)  # a configured layer (the CPU picks torch_sdpa)
+    with pytest.raises(ValueError, match="torch_sdpa: reads the step's lengths on the host"):
         backend.init_cuda_graph_state(max_bs=4, max_num_tokens=4)

@@ -218,19 +218,21 @@ def test_mla_prefill_extend_with_prefix_and_decode_match_naive_mla(page_size, fo
 def test_mla_graph_mode_decode_with_padded_rows(monkeypatch):
     """init_cuda_graph_state + the in-graph plan (static key bound) for MLA decode, padded rows included.
 
-    The CPU's only provider (the reference) reads lengths on the host, so capture is refused with it. The
-    plan's replayability is what is checked here (real capture of the Triton kernels: tests/gpu), so the
-    reference is then declared graph-safe for the test; the MHA-prefill provider, which never runs in a
+    The CPU's providers (torch_sdpa, the reference) read lengths on the host, so capture is refused with them.
+    The plan's replayability is what is checked here (real capture of the Triton kernels: tests/gpu), so the
+    CPU provider is then declared graph-safe for the test; the MHA-prefill provider, which never runs in a
     graph, must not block capture even when it is not graph-safe."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from vllm_xpu_attn.kernels import get_provider
+    from vllm_xpu_attn.kernels.cpu_sdpa import TorchSdpaProvider
     from vllm_xpu_attn.kernels.reference import ReferenceProvider
 
     mqa, mha = _layers()
     backend, req_pool, kv_pool = _setup(layers=[mqa, mha], width=64)
-    with pytest.raises(ValueError, match="reference: the reference reads lengths on the host"):
+    with pytest.raises(ValueError, match="torch_sdpa: reads the step's lengths on the host"):
         backend.init_cuda_graph_state(max_bs=4, max_num_tokens=4)
     monkeypatch.setattr(ReferenceProvider, "graph_capture_reason", None)
+    monkeypatch.setattr(TorchSdpaProvider, "graph_capture_reason", None)
     unsafe = SimpleNamespace(name="syncs", graph_capture_reason="reads the host")
     for r in backend._runners.values():
         monkeypatch.setattr(r, "mha_provider", unsafe, raising=True)

@@ -24,10 +24,15 @@ def models(tmp_path_factory):
             "mistral-swa": make_tiny_model(root / "mistral", "mistral-swa", seed=2, sliding_window=16)}
 
 
-def run_vllm(model: str, tmp_path: Path, *, ours: bool, multiprocess: bool = False, args=(), tag="run") -> dict:
-    """One vLLM process; returns the JSON it wrote plus its combined log under 'log'."""
-    out = tmp_path / f"{tag}-{'ours' if ours else 'vllm'}.json"
+def run_vllm(model: str, tmp_path: Path, *, ours: bool, multiprocess: bool = False, args=(), tag="run",
+             kernel: str | None = None) -> dict:
+    """One vLLM process; returns the JSON it wrote plus its combined log under 'log'. ``kernel`` forces this
+    backend's kernel provider (VLLM_XPU_ATTN_KERNEL), e.g. "reference" to cover the oracle end to end."""
+    out = tmp_path / f"{tag}-{'ours' if ours else 'vllm'}{'-' + kernel if kernel else ''}.json"
     env = dict(os.environ, **BASE_ENV)
+    env.pop("VLLM_XPU_ATTN_KERNEL", None)
+    if kernel:
+        env["VLLM_XPU_ATTN_KERNEL"] = kernel
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
     env["XPU_ATTN_ENABLE"] = "1" if ours else "0"
     proc = subprocess.run([sys.executable, str(HERE / "run_vllm.py"), model, str(out), *map(str, args)],

@@ -106,7 +106,7 @@ def test_impl_matches_naive_mla(vllm_cfg, kv_cache_dtype):
     w_uk = torch.randn(H, D_H, D_C, generator=g) * D_C ** -0.5
     w_uv = torch.randn(H, D_V, D_C, generator=g) * D_C ** -0.5
     impl = _impl(kv_cache_dtype, w_uk, w_uv)
-    assert impl.runner.providers_used()["decode"] == "reference"
+    assert impl.runner.providers_used()["decode"] == "torch_sdpa"
     k_scale = torch.tensor([0.5 if kv_cache_dtype == "fp8" else 1.0])
     layer = types.SimpleNamespace(_k_scale=k_scale)
     cache = _cache(kv_cache_dtype, 24)

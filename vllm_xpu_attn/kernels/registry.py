@@ -23,15 +23,17 @@ _PROVIDER_PATHS: dict[str, str] = {
     "vllm_xpu_kernels": "vllm_xpu_attn.kernels.xpu_libs.vllm_xpu_kernels:VllmXpuKernelsProvider",
     "ipex": "vllm_xpu_attn.kernels.xpu_libs.ipex:IpexProvider",
     "triton": "vllm_xpu_attn.kernels.triton.provider:TritonProvider",
+    "torch_sdpa": "vllm_xpu_attn.kernels.cpu_sdpa:TorchSdpaProvider",
     "reference": "vllm_xpu_attn.kernels.reference:ReferenceProvider",
 }
 
-# The order each device prefers: vendor libraries first where present. CPU: only the reference is correct and useful;
-# triton on CPU runs only through its interpreter (tests), never by default.
+# The order each device prefers: vendor libraries first where present. CPU: torch's fused flash-attention CPU
+# kernel (torch_sdpa), then the reference for what it refuses (softcap, batch-invariant); triton on CPU runs only
+# through its interpreter (tests), never by default.
 PRIORITY: dict[str, list[str]] = {
     "xpu": ["sgl_kernel", "vllm_xpu_kernels", "ipex", "triton", "reference"],
     "cuda": ["sgl_kernel", "triton", "reference"],
-    "cpu": ["reference"],
+    "cpu": ["torch_sdpa", "reference"],
 }
 
 # Page size to use when the engine leaves it to the backend: one every provider of the device can

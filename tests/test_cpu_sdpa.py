@@ -1,0 +1,168 @@
+"""The torch_sdpa CPU provider (torch's flash-attention CPU kernel over gathered pages) against the naive
+oracle (tests/naive.py, fp64, shares no code with the package) on random layouts, and what it refuses."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layouts import assert_close_to, assert_lse_close, layouts
+from naive import naive_paged_attention
+from vllm_xpu_attn.kernels import KernelRequest, Phase, get_provider, select_provider
+from vllm_xpu_attn.kernels.cpu_sdpa import bucket_decode_rows
+
+SDPA = get_provider("torch_sdpa")
+
+
+def _naive(layout, **over):
+    return naive_paged_attention(*layout.args()[:6], **{**layout.naive_kwargs(), **over})
+
+
+@settings(max_examples=300)
+@given(layout=layouts(), want_lse=st.booleans(), use_out=st.booleans())
+def test_torch_sdpa_matches_naive(layout, want_lse, use_out):
+    """Every layout the layouts strategy makes (GQA, pages 1..128, fp32/fp16/bf16, FP8 KV + descales, windows,
+    non-causal, softcap, sinks, ALiBi, empty and key-less sequences)."""
+    kw = dict(layout.kwargs)
+    out_buf = torch.full((layout.q.shape[0], layout.q.shape[1], layout.v_cache.shape[-1]), float("nan"),
+                         dtype=layout.q.dtype) if use_out else None
+    res = SDPA.flash_attn_with_kvcache(*layout.args(), **kw, return_softmax_lse=want_lse, out=out_buf)
+    out, lse = res if want_lse else (res, None)
+    if use_out:
+        assert out.data_ptr() == out_buf.data_ptr()
+    assert out.dtype == layout.q.dtype and out.shape == layout.q.shape[:2] + (layout.v_cache.shape[-1],)
+    ref_out, ref_lse = _naive(layout)
+    assert_close_to(out, ref_out, layout.q.dtype, logit_bound=layout.logit_bound())
+    if want_lse:
+        assert lse.shape == (layout.q.shape[1], layout.q.shape[0]) and lse.dtype == torch.float32
+        assert_lse_close(lse, ref_lse)
+
+
+@settings(max_examples=40)
+@given(layout=layouts(allow_fp8=False, dtypes=[torch.float32, torch.bfloat16], max_batch=6, max_ctx=200),
+       dv=st.sampled_from([8, 24, 48]))
+def test_torch_sdpa_v_head_dim_differs(layout, dv):
+    """Dv != D (MLA-like layers): V zero-padded to a common width inside; vs the naive oracle."""
+    g = torch.Generator().manual_seed(dv)
+    v_cache = torch.randn(*layout.k_cache.shape[:3], dv, generator=g).to(layout.k_cache.dtype)
+    args = list(layout.args())
+    args[2] = v_cache
+    out, lse = SDPA.flash_attn_with_kvcache(*args, **layout.kwargs, return_softmax_lse=True)
+    assert out.shape[-1] == dv
+    ref_out, ref_lse = naive_paged_attention(*args[:6], **layout.naive_kwargs())
+    assert_close_to(out, ref_out, layout.q.dtype, logit_bound=layout.logit_bound())
+    assert_lse_close(lse, ref_lse)
+
+
+@settings(max_examples=40)
+@given(layout=layouts(page_sizes=(1,), allow_fp8=False, dtypes=[torch.float32]))
+def test_torch_sdpa_varlen_matches_naive(layout):
+    """flash_attn_varlen_func on the same data laid out contiguously (page size 1 = one token a page)."""
+    lens = layout.cache_seqlens.tolist()
+    if not lens:
+        return
+    idx = torch.cat([layout.page_table[b, :n].long() for b, n in enumerate(lens)])
+    k, v = layout.k_cache[idx, 0], layout.v_cache[idx, 0]
+    cu_k = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+    kw = {a: b for a, b in layout.kwargs.items() if a not in ("k_descale", "v_descale")}
+    out, lse = SDPA.flash_attn_varlen_func(layout.q, k, v, layout.cu_seqlens_q, cu_k, layout.max_seqlen_q,
+                                          max(lens), **kw, return_softmax_lse=True)
+    ref_out, ref_lse = _naive(layout)
+    assert_close_to(out, ref_out, torch.float32, logit_bound=layout.logit_bound())
+    assert_lse_close(lse, ref_lse)
+
+
+@settings(max_examples=30)
+@given(layout=layouts(allow_fp8=False, dtypes=[torch.float32], allow_features=False, max_batch=8),
+       layers=st.integers(2, 4))
+def test_torch_sdpa_one_plan_many_layers(layout, layers):
+    """One step planned once, run for several layers (different caches) through the per-layer path: each layer
+    matches the oracle (the per-step grouping is shared, never a layer's data)."""
+    from vllm_xpu_attn.kernels.contract import AttnPlan, PagedCall
+
+    q, k_cache, v_cache, table, lens, cu, max_q = layout.args()
+    step = AttnPlan(cu, lens, table, max_q, table.shape[1] * k_cache.shape[1], k_cache.shape[1])
+    call = PagedCall.make(q.shape[1], k_cache.shape[2], q.shape[2])
+    launch = SDPA.plan_paged(step, call)
+    for i in range(layers):
+        kc, vc = k_cache * (i + 1) * 0.5, v_cache - i
+        out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1])
+        launch.run(q, kc, vc, out)
+        ref_out, _ = naive_paged_attention(q, kc, vc, table, lens, cu, causal=True)
+        assert_close_to(out, ref_out, torch.float32)
+
+
+def test_pages_strided_apart():
+    """K and V interleaved per page (kv[:, 0] / kv[:, 1]: each page's rows dense, pages strided apart) are read
+    by page and offset; the result equals the dense cache's."""
+    g = torch.Generator().manual_seed(3)
+    kv = torch.randn(6, 2, 4, 2, 8, generator=g)
+    q = torch.randn(3, 4, 8, generator=g)
+    table = torch.tensor([[5, 1], [2, 0]], dtype=torch.int32)
+    lens = torch.tensor([7, 3], dtype=torch.int32)
+    cu = torch.tensor([0, 2, 3], dtype=torch.int32)
+    kc, vc = kv[:, 0], kv[:, 1]
+    assert not kc.is_contiguous()
+    got = SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens, cu, 2)
+    want = SDPA.flash_attn_with_kvcache(q, kc.contiguous(), vc.contiguous(), table, lens, cu, 2)
+    assert torch.equal(got, want)
+    ref_out, _ = naive_paged_attention(q, kc, vc, table, lens, cu)
+    assert_close_to(got, ref_out, torch.float32)
+
+
+def test_bucket_decode_rows_bounds_padding():
+    lens = [5, 300, 7, 290, 6, 1, 150]
+    buckets = bucket_decode_rows(lens, slack=0)
+    assert sorted(i for b in buckets for i in b) == list(range(len(lens)))
+    for b in buckets:
+        assert len(b) * max(lens[i] for i in b) <= 1.5 * sum(lens[i] for i in b) or len(b) == 1
+    assert bucket_decode_rows(lens, slack=10**6) == [[1, 3, 6, 2, 4, 0, 5]]  # padding cheaper than calls
+    assert bucket_decode_rows([10] * 8) == [list(range(8))]  # equal lengths: one call
+
+
+def _req(**kw):
+    base = dict(device_type="cpu", dtype=torch.float32, kv_dtype=torch.float32, head_dim=32, num_q_heads=4,
+                num_kv_heads=2, page_size=16)
+    base.update(kw)
+    return KernelRequest(**base)
+
+
+def test_declared_refusals_name_the_reason():
+    assert SDPA.not_supported_reasons(_req(has_sinks=True, has_alibi=True, window=(16, 0), return_lse=True,
+                                           kv_dtype=torch.float8_e5m2, causal=False, v_head_dim=16, mla=True,
+                                           softcap=30.0)) == []
+    (why,) = SDPA.not_supported_reasons(_req(batch_invariant=True))
+    assert why.startswith("no batch-invariant support: the kernel's key blocking")
+    assert SDPA.not_supported_reasons(_req(device_type="cuda")) == ["device 'cuda' not in ['cpu']"]
+
+
+def test_cpu_priority_torch_sdpa_then_reference(monkeypatch):
+    """The CPU picks torch_sdpa; what it refuses goes to the reference (logged with its reasons), never silently;
+    forcing the reference still works (VLLM_XPU_ATTN_KERNEL)."""
+    monkeypatch.delenv("VLLM_XPU_ATTN_KERNEL", raising=False)
+    assert select_provider(_req(phase=Phase.DECODE)).name == "torch_sdpa"
+    assert select_provider(_req(phase=Phase.PREFILL, has_sinks=True, window=(8, 0))).name == "torch_sdpa"
+    assert select_provider(_req(softcap=30.0)).name == "torch_sdpa"
+    assert select_provider(_req(batch_invariant=True)).name == "reference"
+    monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "reference")
+    assert select_provider(_req()).name == "reference"
+    monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "torch_sdpa")
+    with pytest.raises(ValueError, match="forced .* no batch-invariant support"):
+        select_provider(_req(batch_invariant=True))
+
+
+def test_varlen_checks_input():
+    q = torch.randn(3, 2, 8)
+    cu = torch.tensor([0, 3], dtype=torch.int32)
+    with pytest.raises(TypeError, match="q/k/v dtypes must match"):
+        SDPA.flash_attn_varlen_func(q, q.double(), q, cu, cu, 3, 3)
+    with pytest.raises(ValueError, match="cu_seqlens_k must start at 0"):
+        SDPA.flash_attn_varlen_func(q, q, q, cu, torch.tensor([0, 2], dtype=torch.int32), 3, 3)
+
+
+def test_bad_page_ids_are_a_clear_error():
+    q = torch.randn(1, 2, 8)
+    kc = torch.randn(2, 4, 1, 8)
+    with pytest.raises(ValueError, match="page_table row 0 references page 5"):
+        SDPA.flash_attn_with_kvcache(q, kc, kc, torch.tensor([[5]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32),
+                                     torch.tensor([0, 1], dtype=torch.int32), 1)

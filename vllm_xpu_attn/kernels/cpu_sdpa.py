@@ -1,0 +1,444 @@
+"""The CPU provider: torch's fused flash-attention CPU kernel over pages gathered by index.
+
+``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, *,
+attn_mask, scale) -> (out, logsumexp)`` is the maintained, vectorised, multi-threaded kernel behind
+``torch.nn.functional.scaled_dot_product_attention`` on the CPU. It takes q [B, Hq, Lq, D] and
+k/v [B, Hkv, Lk, D] (GQA natively: query head h reads KV head h // (Hq / Hkv)), an additive mask
+in q's dtype or float32 broadcastable to [B, Hq, Lq, Lk], and returns the log-sum-exp [B, Hq, Lq]
+float32, which is what the sinks correction and ``return_softmax_lse`` need.
+
+Per step (once, shared by every layer of the step and configuration), ``TorchSdpaLaunch`` turns the
+page table into flat slot indices and groups the sequences:
+
+* decode rows (one query) are bucketed by key length (a bucket's padding is bounded; long and short
+  rows do not share one) and run as one batched call per bucket, padded keys masked;
+* every other sequence (prefill, extend, verify) runs as its own call over exactly its keys, with a
+  bottom-right-aligned causal / window mask.
+
+Per layer it gathers K/V rows with ``index_select`` (FP8 caches are widened and descaled after the
+gather), adds ALiBi to the mask, calls the kernel and scatters the rows into ``out``.
+
+Served natively: GQA/MQA, fp32/fp16/bf16, FP8 KV (e4m3/e5m2, scalar or [batch, Hkv] descales),
+sliding windows, non-causal, ALiBi (in the float32 mask), sinks (LSE correction: o *= exp(lse -
+logaddexp(lse, sink))), LSE out, Dv != D and MLA (zero-padded to a common head size, which changes no
+score). Logit softcap: the fused kernel never exposes its scores, so softcap layers run the same groups
+through fp32 matmuls (``softcap_attention``, query rows chunked). Refused with its reason, so the
+reference serves it: batch-invariant mode (the kernel's key blocking follows the padded length).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from .base import Feature, KernelProvider, KernelRequest, PagedLaunch
+from .contract import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, check_per_head,
+                       check_window, is_fp8)
+from .torch_ops import merge_state_torch, write_kv_torch
+
+NEG_INF = float("-inf")
+# A decode bucket, padded to its longest row, holds at most DECODE_PAD_RATIO x its real keys, or at most
+# DECODE_PAD_SLACK padded keys more (a separate call costs more than gathering a few hundred padded rows).
+DECODE_PAD_RATIO = 1.5
+DECODE_PAD_SLACK = 512
+
+
+def _flash_op():
+    """The CPU flash kernel (None when this torch has none)."""
+    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def bucket_decode_rows(lengths: Sequence[int], pad_ratio: float = DECODE_PAD_RATIO,
+                       slack: int = DECODE_PAD_SLACK) -> list[list[int]]:
+    """Group decode rows (indices into ``lengths``, all > 0) so that each group, padded to its longest
+    row, holds at most ``pad_ratio`` x its real keys or at most ``slack`` padded keys. Longest first; greedy."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    buckets: list[list[int]] = []
+    cur: list[int] = []
+    real = 0
+    for i in order:
+        n = lengths[i]
+        padded = (len(cur) + 1) * lengths[cur[0]] if cur else 0
+        if cur and padded > pad_ratio * (real + n) and padded - (real + n) > slack:
+            buckets.append(cur)
+            cur, real = [], 0
+        cur.append(i)
+        real += n
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+def _visibility(lq: int, lk: int, causal: bool, window: tuple[int, int]) -> torch.Tensor:
+    """bool [lq, lk] (True = the query sees the key), queries aligned to the end of the keys."""
+    left, right = window
+    if causal:
+        right = 0
+    rel = torch.arange(lk)[None, :] - torch.arange(lk - lq, lk)[:, None]  # key - query position
+    vis = torch.ones(lq, lk, dtype=torch.bool)
+    if left >= 0:
+        vis &= rel >= -left
+    if right >= 0:
+        vis &= rel <= right
+    return vis
+
+
+def _check_values(cu: list[int], lens: list[int], max_seqlen_q: int, total_q: int, page: int, width: int,
+                  causal: bool) -> None:
+    """The contract's value checks (contract.check_paged_values, same messages) on the step's host lists;
+    page ids are checked on the pages actually read, when the slots are made."""
+    if cu and cu[0] != 0:
+        raise ValueError(f"cu_seqlens_q must start at 0, got {cu[0]}")
+    q_lens = [b - a for a, b in zip(cu[:-1], cu[1:])]
+    if any(n < 0 for n in q_lens):
+        raise ValueError(f"cu_seqlens_q must be non-decreasing, got {cu}")
+    if cu and cu[-1] > total_q:
+        raise ValueError(f"cu_seqlens_q[-1]={cu[-1]} but q has only {total_q} tokens")
+    if q_lens and max(q_lens) > int(max_seqlen_q):
+        raise ValueError(f"max_seqlen_q={max_seqlen_q} is smaller than the longest query ({max(q_lens)})")
+    if any(n < 0 for n in lens):
+        raise ValueError(f"cache_seqlens must be >= 0, got {lens}")
+    for b, (ql, kl) in enumerate(zip(q_lens, lens)):
+        if causal and ql > kl:
+            raise ValueError(f"sequence {b}: {ql} queries but only {kl} keys (cache_seqlens counts prefix + new "
+                             "tokens)")
+        need = -(-kl // page)
+        if need > width:
+            raise ValueError(f"page_table too short: sequence {b} has {kl} keys = {need} pages of {page}, table has "
+                             f"{width} columns")
+
+
+class _Group:
+    """One kernel call of a step: ``n`` sequences padded to ``lq`` x ``lk``.
+
+    q_rows long [n * lq] (rows of q, for decode buckets) or q0/q1 (one sequence's contiguous rows);
+    slots long [n * lk] flat cache slots (padding repeats the sequence's first slot, a written one);
+    seqs long [n] sequence ids (per-sequence descales); mask float32 [n, 1, lq, lk] additive (0 / -inf)
+    or None (``is_causal``: the kernel's own square causal mask instead); q_pos long [n, lq] query
+    positions; the float32 [n, 1, lq, lk] |key - query| distances (ALiBi) are made on first use; dead
+    bool [n, lq]: rows that see no key (None if none).
+    """
+
+    __slots__ = ("n", "lq", "lk", "q_rows", "q0", "q1", "slots", "seqs", "mask", "dead", "_dist", "q_pos",
+                 "is_causal")
+
+    def __init__(self, n, lq, lk, q_rows, q0, q1, slots, seqs, vis, q_pos, is_causal):
+        self.n, self.lq, self.lk, self.is_causal = n, lq, lk, is_causal
+        self.q_rows, self.q0, self.q1, self.slots, self.seqs = q_rows, q0, q1, slots, seqs
+        self.q_pos = q_pos  # long [n, lq] query positions (ALiBi distances)
+        self.mask = None if vis is None else torch.zeros(vis.shape, dtype=torch.float32).masked_fill_(
+            ~vis, NEG_INF).unsqueeze(1)
+        dead = None if vis is None else ~vis.any(-1)
+        self.dead = dead if dead is not None and bool(dead.any()) else None
+        self._dist = None
+
+    def alibi_mask(self, slopes: torch.Tensor) -> torch.Tensor:
+        """float32 [n, Hq, lq, lk]: the visibility mask minus slope_h * |key - query|."""
+        if self.is_causal:  # ALiBi needs an explicit mask: make the causal one
+            self.mask = torch.zeros(self.lq, self.lk).masked_fill_(
+                torch.ones(self.lq, self.lk, dtype=torch.bool).triu(1), NEG_INF)[None, None]
+            self.is_causal = False
+        if self._dist is None:
+            k_pos = torch.arange(self.lk)
+            self._dist = (k_pos[None, None, :] - self.q_pos[:, :, None]).abs().float().unsqueeze(1)
+        bias = self._dist * -slopes.float()[None, :, None, None]
+        return bias if self.mask is None else bias + self.mask
+
+
+class TorchSdpaLaunch(PagedLaunch):
+    """One step's plan for one call configuration: the groups (built on the first layer's run, since the
+    value checks need the cache's page count), then per layer gather -> kernel -> scatter."""
+
+    __slots__ = ("_groups", "_zero_rows", "_real")
+
+    def __init__(self, provider, step: AttnPlan, call: PagedCall):
+        super().__init__(provider, step, call)
+        self._groups: Optional[list[_Group]] = None
+        self._zero_rows: Optional[torch.Tensor] = None  # rows of sequences with queries but no keys
+        self._real = 0
+
+    def _build(self, num_pages: int, total_q: int) -> None:
+        """Group the step's sequences (module docstring) after the contract's value checks, on host lists."""
+        step, call = self.step, self.call
+        page = step.page_size
+        cu = step.cu_seqlens_q.tolist()
+        lens = step.cache_seqlens.tolist()
+        _check_values(cu, lens, step.max_seqlen_q, total_q, page, step.page_table.shape[1], call.causal)
+        self._real = cu[-1] if cu else 0
+        table = step.page_table
+
+        def slots_of(seqs: list[int], pad_to: int) -> torch.Tensor:
+            """long [len(seqs) * pad_to]: each sequence's key slots, padded with its first key's slot."""
+            ln = torch.tensor([lens[b] for b in seqs])
+            pos = torch.arange(pad_to).expand(len(seqs), pad_to)
+            pos = torch.where(pos < ln[:, None], pos, 0)
+            pages = table[seqs].long().gather(1, pos // page)  # [n, pad_to] page ids (real keys' pages only)
+            lo, hi = int(pages.min()), int(pages.max())
+            if lo < 0 or hi >= num_pages:
+                bad = (pages < 0) | (pages >= num_pages)
+                row = int(bad.any(1).nonzero()[0, 0])
+                pid = int(pages[row][bad[row]][0])
+                raise ValueError(f"page_table row {seqs[row]} references page {pid}, outside [0, {num_pages})")
+            return (pages * page + pos % page).flatten()
+
+        decode, zero_rows, groups = [], [], []
+        for b, lk in enumerate(lens):
+            q0, q1 = cu[b], cu[b + 1]
+            lq = q1 - q0
+            if lq == 0:
+                continue
+            if lk == 0:
+                zero_rows.extend(range(q0, q1))
+                continue
+            if lq == 1:  # one query at the last key sees keys [lk - 1 - left, lk - 1], whatever causal/right
+                decode.append(b)
+                continue
+            vis = _visibility(lq, lk, call.causal, call.window)
+            if not bool(vis.any()):
+                zero_rows.extend(range(q0, q1))
+                continue
+            # a square causal block is the kernel's own is_causal (it skips the masked key blocks)
+            causal_block = lq == lk and torch.equal(vis, torch.ones(lq, lq, dtype=torch.bool).tril())
+            groups.append(_Group(1, lq, lk, None, q0, q1, slots_of([b], lk), torch.tensor([b]),
+                                 None if causal_block or bool(vis.all()) else vis.unsqueeze(0),
+                                 torch.arange(lk - lq, lk).unsqueeze(0), causal_block))
+        left = call.window[0]
+        for bucket in bucket_decode_rows([lens[b] for b in decode]):
+            seqs = [decode[i] for i in bucket]
+            lk = lens[seqs[0]]  # the longest (buckets are longest first)
+            k_pos = torch.arange(lk)
+            ln = torch.tensor([lens[b] for b in seqs])
+            vis = k_pos[None, :] < ln[:, None]
+            if left >= 0:
+                vis &= k_pos[None, :] >= (ln - 1 - left)[:, None]
+            vis = None if bool(vis.all()) else vis.unsqueeze(1)
+            groups.append(_Group(len(seqs), 1, lk, torch.tensor([cu[b] for b in seqs]), None, None,
+                                 slots_of(seqs, lk), torch.tensor(seqs), vis, (ln - 1).unsqueeze(1), False))
+        self._groups = groups
+        self._zero_rows = torch.tensor(zero_rows, dtype=torch.long) if zero_rows else None
+
+    def run(self, q, k_cache, v_cache, out, *, layer: LayerArgs = NO_LAYER_ARGS):
+        self.check(q, k_cache, v_cache, out, layer)
+        if self._groups is None:
+            self._build(k_cache.shape[0], q.shape[0])
+        return self.provider._run_groups(self, q, k_cache, v_cache, out, layer)
+
+
+def _gather(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Rows ``slots`` (long [N], page * page_size + offset) of cache [P, page, H, D] -> [N, H, D]: one
+    index_select over the flat slot view when the pages are dense, else (a cache whose pages are strided
+    apart, e.g. K and V interleaved per page) by page and offset, never copying the whole cache."""
+    if cache.shape[0] <= 1 or cache.stride(0) == cache.shape[1] * cache.stride(1):
+        return cache.flatten(0, 1).index_select(0, slots)
+    page = cache.shape[1]
+    return cache[slots // page, slots % page]
+
+
+class TorchSdpaProvider(KernelProvider):
+    name = "torch_sdpa"
+    description = "torch's fused flash-attention CPU kernel over gathered pages (decode rows bucketed by length)"
+    devices = frozenset({"cpu"})
+    dtypes = frozenset(FLOAT_DTYPES)
+    kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
+    features = frozenset({Feature.WINDOW, Feature.SOFTCAP, Feature.SINKS, Feature.ALIBI, Feature.LSE,
+                          Feature.NON_CAUSAL, Feature.DV, Feature.MLA})
+    graph_capture_reason = "reads the step's lengths on the host to group sequences (CPU only: no graphs there)"
+    # why each absent feature is absent (added to the generic "no X support")
+    WHY = {
+        "batch_invariant": "the kernel's key blocking follows each call's padded length, so a row's bits depend "
+                           "on its batch",
+    }
+
+    def unavailable_reason(self) -> Optional[str]:
+        if _flash_op() is None:
+            return f"torch {torch.__version__} has no aten._scaled_dot_product_flash_attention_for_cpu"
+        return None
+
+    def version(self) -> Optional[str]:
+        return torch.__version__
+
+    def not_supported_reasons(self, req: KernelRequest) -> list[str]:
+        """The generic reasons, each absent feature's with why it is absent."""
+        out = []
+        for r in super().not_supported_reasons(req):
+            feat = r[3:-len(" support")].replace("-", "_") if r.startswith("no ") and r.endswith(" support") else None
+            out.append(f"{r}: {self.WHY[feat]}" if feat in self.WHY else r)
+        return out
+
+    def _launch(self, step: AttnPlan, call: PagedCall, **options) -> TorchSdpaLaunch:
+        if options:
+            raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
+        return TorchSdpaLaunch(self, step, call)
+
+    def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):  # pragma: no cover - run() goes direct
+        return self._launch(step, call).run(q, k_cache, v_cache, out, layer=layer)
+
+    # ---- the per-layer work --------------------------------------------------------------
+    def _run_groups(self, launch: TorchSdpaLaunch, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    out: torch.Tensor, layer: LayerArgs):
+        """q [T, Hq, D] -> out [T, Hq, Dv] (rows past cu_seqlens_q[-1] left alone) (, lse [Hq, T] fp32)."""
+        call = launch.call
+        op = _flash_op()
+        hq, d, dv = call.num_q_heads, call.head_dim, call.v_head_dim
+        width = max(d, dv)
+        lse_out = torch.full((hq, q.shape[0]), NEG_INF, dtype=torch.float32) if call.return_lse else None
+        fp8 = is_fp8(k_cache.dtype)
+        sinks = layer.sinks.float() if layer.sinks is not None else None
+        # FP8 caches: descaled rows stay in fp32 (rounding them to a 16-bit q dtype would move every logit), so
+        # the kernel runs in fp32 with q widened too
+        cdt = torch.float32 if fp8 else q.dtype
+        for g in launch._groups:
+            k = _gather(k_cache, g.slots)  # [n * lk, Hkv, D]
+            v = _gather(v_cache, g.slots)
+            if fp8:
+                k = self._widen(k, layer.k_descale, g, cdt)
+                v = self._widen(v, layer.v_descale, g, cdt)
+            k = k.view(g.n, g.lk, *k.shape[1:]).transpose(1, 2)  # [n, Hkv, lk, D]
+            v = v.view(g.n, g.lk, *v.shape[1:]).transpose(1, 2)
+            if g.q_rows is not None:
+                qg = q.index_select(0, g.q_rows).unsqueeze(2).to(cdt)  # [n, Hq, 1, D]
+            else:
+                qg = q[g.q0:g.q1].transpose(0, 1).unsqueeze(0).to(cdt)  # [1, Hq, lq, D]
+            mask = g.mask if layer.alibi_slopes is None else g.alibi_mask(layer.alibi_slopes)
+            if call.softcap:  # the fused kernel cannot cap its scores: the scores made here, fp32
+                o, lse = softcap_attention(qg, k, v, mask, g.is_causal, call.softmax_scale, call.softcap)
+            else:
+                if d != width:
+                    qg, k = _pad(qg, width), _pad(k, width)
+                if dv != width:
+                    v = _pad(v, width)
+                # [n, Hq, lq, W], [n, Hq, lq] fp32
+                o, lse = op(qg, k, v, 0.0, g.is_causal, attn_mask=mask, scale=call.softmax_scale)
+                if dv != width:
+                    o = o[..., :dv]
+            if g.dead is not None:  # rows that see no key: o = 0, lse = -inf (the kernel says lse 0)
+                lse = lse.masked_fill(g.dead.unsqueeze(1), NEG_INF)
+                o = o.masked_fill(g.dead[:, None, :, None], 0.0)
+            if sinks is not None:
+                with_sink = torch.logaddexp(lse, sinks[None, :, None])
+                o = o * torch.exp(lse - with_sink).unsqueeze(-1).to(o.dtype)
+                lse = with_sink
+            if g.q_rows is not None:
+                out.index_copy_(0, g.q_rows, o[:, :, 0].to(out.dtype))
+                if lse_out is not None:
+                    lse_out.index_copy_(1, g.q_rows, lse[:, :, 0].T)
+            else:
+                out[g.q0:g.q1].copy_(o[0].transpose(0, 1))
+                if lse_out is not None:
+                    lse_out[:, g.q0:g.q1] = lse[0]
+        if launch._zero_rows is not None:  # sequences with queries and no visible key: o = 0, lse = sink or -inf
+            out.index_fill_(0, launch._zero_rows, 0.0)
+            if lse_out is not None and sinks is not None:
+                lse_out[:, launch._zero_rows] = sinks[:, None]
+        return (out, lse_out) if call.return_lse else out
+
+    @staticmethod
+    def _widen(x: torch.Tensor, descale: Optional[torch.Tensor], g: _Group, dtype: torch.dtype) -> torch.Tensor:
+        """Gathered FP8 rows [n * lk, Hkv, D] -> ``dtype``, times the descale (scalar or per sequence and head)."""
+        x = x.float()
+        if descale is not None:
+            if descale.numel() == 1:
+                x = x * descale.reshape(1, 1, 1)
+            else:
+                per = descale.index_select(0, g.seqs)  # [n, Hkv]
+                x = (x.view(g.n, g.lk, *x.shape[1:]) * per[:, None, :, None]).flatten(0, 1)
+        return x.to(dtype)
+
+    # ---- non-paged varlen, merge, KV write -----------------------------------------------
+    def flash_attn_varlen_func(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                               cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                               softmax_scale: Optional[float] = None, causal: bool = False,
+                               window_size: Sequence[int] = (-1, -1), softcap: float = 0.0,
+                               sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
+                               return_softmax_lse: bool = False, out: Optional[torch.Tensor] = None):
+        """Non-paged varlen attention: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (one dtype,
+        fp32/fp16/bf16), cu_seqlens_q/k int [B+1] -> out [total_q, Hq, Dv] (, lse [Hq, total_q] fp32).
+
+        Served as a paged call over page-size-1 views of k/v (one code path with the paged one)."""
+        for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+            raise ValueError(f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, "
+                             f"{list(v.shape)}")
+        if q.dtype not in FLOAT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+            raise TypeError(f"q/k/v dtypes must match and be float32/float16/bfloat16, got {q.dtype}, {k.dtype}, "
+                            f"{v.dtype}")
+        check_window(window_size, causal)
+        check_per_head("sinks", sinks, q.shape[1], q.device)
+        check_per_head("alibi_slopes", alibi_slopes, q.shape[1], q.device)
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        if len(cq) != len(ck):
+            raise ValueError(f"cu_seqlens_q has {len(cq)} entries but cu_seqlens_k has {len(ck)}")
+        for name, cu, total in (("cu_seqlens_q", cq, q.shape[0]), ("cu_seqlens_k", ck, k.shape[0])):
+            if cu[0] != 0 or any(b < a for a, b in zip(cu[:-1], cu[1:])) or cu[-1] != total:
+                raise ValueError(f"{name} must start at 0, be non-decreasing and end at {total}, got {cu}")
+        batch = len(ck) - 1
+        lens = [ck[b + 1] - ck[b] for b in range(batch)]
+        width = max(lens + [1])
+        table = torch.zeros(batch, width, dtype=torch.int32)
+        for b in range(batch):
+            table[b, :lens[b]] = torch.arange(ck[b], ck[b + 1], dtype=torch.int32)
+        if out is None:
+            out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype, device=q.device)
+        kc, vc = k.unsqueeze(1), v.unsqueeze(1)
+        if k.shape[0] == 0:  # a page table needs one page to point at (no key is read)
+            kc = torch.zeros(1, 1, *k.shape[1:], dtype=k.dtype)
+            vc = torch.zeros(1, 1, *v.shape[1:], dtype=v.dtype)
+        return self.flash_attn_with_kvcache(
+            q, kc, vc, table, torch.tensor(lens, dtype=torch.int32), cu_seqlens_q.to(torch.int32), max_seqlen_q,
+            softmax_scale=softmax_scale, causal=causal, window_size=window_size, sinks=sinks,
+            softcap=softcap, alibi_slopes=alibi_slopes, return_softmax_lse=return_softmax_lse, out=out,
+            batch_invariant=False)
+
+    def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
+        """o_* [T, H, D], lse_* [H, T] fp32 (natural log), sinks [H] -> (o [T, H, D] o_a.dtype, lse [H, T] fp32)."""
+        return merge_state_torch(o_a, lse_a, o_b, lse_b, sinks)
+
+    def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
+        """Scatter k/v [T, Hkv, D] into the paged caches [P, page, Hkv, D] (see torch_ops.write_kv_torch)."""
+        write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+
+
+# softcap_attention holds at most this many fp32 scores at once (query rows are processed in chunks)
+SOFTCAP_CHUNK_SCORES = 1 << 24
+
+
+def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool,
+                      scale: float, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with a logit softcap, in fp32 matmuls (the fused kernel never exposes its scores).
+
+    q [n, Hq, lq, D], k [n, Hkv, lk, D], v [n, Hkv, lk, Dv] (query head h reads KV head h // (Hq / Hkv)); mask
+    float additive, broadcastable to [n, Hq, lq, lk], added after the cap (ALiBi comes after the cap too);
+    ``is_causal``: the square causal mask -> (o [n, Hq, lq, Dv] in q's dtype, lse [n, Hq, lq] fp32). A row
+    that sees no key gets o = 0, lse = -inf. Query rows go in chunks of <= SOFTCAP_CHUNK_SCORES scores.
+    """
+    n, hq, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    grp = hq // hkv
+    kf = k.float().transpose(-1, -2)  # [n, Hkv, D, lk]
+    vf = v.float()
+    o = torch.empty(n, hq, lq, v.shape[-1], dtype=q.dtype)
+    lse = torch.empty(n, hq, lq, dtype=torch.float32)
+    step = max(1, SOFTCAP_CHUNK_SCORES // max(1, n * hq * lk))
+    for r0 in range(0, lq, step):
+        r1 = min(lq, r0 + step)
+        qc = q[:, :, r0:r1].float().reshape(n, hkv, grp * (r1 - r0), d)  # heads of one KV head side by side
+        s = torch.matmul(qc, kf).mul_(scale).view(n, hq, r1 - r0, lk)
+        s = torch.tanh(s.div_(softcap)).mul_(softcap)
+        if mask is not None:
+            s = s + mask[:, :, r0:r1]
+        if is_causal:
+            s = s.masked_fill(torch.ones(r1 - r0, lk, dtype=torch.bool).triu(r0 + 1), NEG_INF)
+        m = torch.logsumexp(s, dim=-1)  # [n, Hq, rows]
+        p = torch.exp(s - m.masked_fill(~torch.isfinite(m), 0.0).unsqueeze(-1))
+        oc = torch.matmul(p.view(n, hkv, grp * (r1 - r0), lk), vf).view(n, hq, r1 - r0, -1)
+        o[:, :, r0:r1] = oc
+        lse[:, :, r0:r1] = m
+    return o, lse
+
+
+def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the last dimension to ``width`` (extra zero columns change no dot product)."""
+    return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
