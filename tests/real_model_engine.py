@@ -1,0 +1,178 @@
+"""Engine side of the real-model runs (tests/real_model.py has the prompts and the transformers oracle).
+
+One engine process per backend runs several configurations one after another (each its own
+``LLM`` / ``sglang.Engine``, made, used and shut down in turn), so the engines' imports and start-up are
+paid once per backend, not once per configuration (the CI time budget of issue 22):
+
+    python tests/real_model_engine.py vllm|sglang ours|own PLAN_JSON OUT_JSON
+
+PLAN_JSON: {"model": DIR, "prompts": [[ids]...], "runs": [RUN...]}; RUN keys:
+  name            label of the run
+  dtype           "float32" | "bfloat16"
+  kv_cache_dtype  null (the engine's default) | "fp8_e4m3"
+  budget          token budget per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size): chunked prefill
+  subset          null (every prompt) | prompt indices
+  again           prompt indices generated once more after the first round (prefix / radix-cache hits)
+  teacher_force   null | [[ids]...] whole sequences: the log-probability of each token after the prompt
+  spec            null | "ngram" (n-gram / prompt-lookup speculative decoding, k = 3)
+  max_tokens      default 32; ignore_eos default true (false: stop at end of turn, as a user sees it)
+OUT_JSON: {"backend", "providers", "runs": {name: {"tokens", "logprobs", "again_tokens", "cache_hits",
+"tf", "seconds", "spec", "error"}}}. A run that raises records its error and the next one still runs.
+The engine's log (SGLang: its scheduler's, with our provider line) goes to stderr, which the caller keeps.
+"""
+
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+
+VLLM_SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+SGLANG_SPEC = {"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": 4}
+MAX_MODEL_LEN = 4096
+SGLANG_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang", "spec_cpu_shims")
+
+
+def _tf_rows(prompt_len: int, seq: list[int], rows) -> list[float]:
+    return [rows[p][seq[p]] for p in range(prompt_len, len(seq))]
+
+
+def run_vllm(model: str, prompts: list[list[int]], runs: list[dict]) -> dict:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process: its choices are ours to read
+    from vllm import LLM, SamplingParams
+
+    out = {}
+    for r in runs:
+        res = out[r["name"]] = {}
+        llm = None
+        try:
+            idx = r.get("subset") or list(range(len(prompts)))
+            kw = dict(model=model, dtype=r.get("dtype", "float32"), seed=0, max_model_len=MAX_MODEL_LEN,
+                      enforce_eager=True, enable_prefix_caching=True, disable_log_stats=False)
+            if r.get("budget"):
+                kw.update(max_num_batched_tokens=r["budget"], enable_chunked_prefill=True)
+            if r.get("kv_cache_dtype"):
+                kw["kv_cache_dtype"] = r["kv_cache_dtype"]
+            if r.get("spec") == "ngram":
+                kw["speculative_config"] = dict(VLLM_SPEC)
+            llm = LLM(**kw)
+            sp = SamplingParams(temperature=0.0, max_tokens=r.get("max_tokens", 32), logprobs=1,
+                                ignore_eos=r.get("ignore_eos", True))
+            t0 = time.perf_counter()
+            outs = llm.generate([{"prompt_token_ids": prompts[i]} for i in idx], sp, use_tqdm=False)
+            res["seconds"] = time.perf_counter() - t0
+            res["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
+            res["logprobs"] = [[lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+                               for o in outs]
+            if r.get("again"):
+                again = llm.generate([{"prompt_token_ids": prompts[i]} for i in r["again"]], sp, use_tqdm=False)
+                res["again_tokens"] = [list(o.outputs[0].token_ids) for o in again]
+            metrics = {m.name: getattr(m, "value", None) for m in llm.get_metrics()}
+            res["cache_hits"] = metrics.get("vllm:prefix_cache_hits", 0)
+            if r.get("spec"):
+                res["spec"] = {k: v for k, v in metrics.items() if "spec_decode" in k and not isinstance(v, list)}
+            if r.get("teacher_force"):
+                seqs = [r["teacher_force"][i] for i in idx]
+                tf = llm.generate([{"prompt_token_ids": s} for s in seqs],
+                                  SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1), use_tqdm=False)
+                res["tf"] = [_tf_rows(len(prompts[i]), s, [None] + [{k: v.logprob for k, v in lp.items()}
+                                                                   for lp in o.prompt_logprobs[1:]])
+                             for i, s, o in zip(idx, seqs, tf)]
+        except Exception:  # noqa: BLE001  (recorded; the next configuration still runs)
+            res["error"] = traceback.format_exc()[-4000:]
+        finally:
+            del llm
+            gc.collect()
+    return out
+
+
+def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: bool) -> dict:
+    import sglang
+
+    out = {}
+    for r in runs:
+        res = out[r["name"]] = {}
+        engine = None
+        try:
+            idx = r.get("subset") or list(range(len(prompts)))
+            kw = dict(model_path=model, device="cpu", attention_backend="xpu_attn" if ours else "torch_native",
+                      dtype=r.get("dtype", "float32"), context_length=MAX_MODEL_LEN, mem_fraction_static=0.1,
+                      disable_cuda_graph=True, random_seed=0, skip_server_warmup=True, log_level="info")
+            if r.get("budget"):
+                kw["chunked_prefill_size"] = r["budget"]
+            if r.get("kv_cache_dtype"):
+                kw["kv_cache_dtype"] = r["kv_cache_dtype"]
+            if r.get("spec") == "ngram":
+                # SGLang's own speculative kernels (tree build, cache slots) in Triton's interpreter on this
+                # CPU-only machine (tests/sglang/spec_cpu_shims); the scheduler process inherits this environment
+                os.environ["TRITON_INTERPRET"] = "1"
+                os.environ["PYTHONPATH"] = SGLANG_SHIMS + os.pathsep + os.environ.get("PYTHONPATH", "")
+                kw.update(SGLANG_SPEC, mem_fraction_static=0.2)
+            engine = sglang.Engine(**kw)
+            sp = {"temperature": 0.0, "max_new_tokens": r.get("max_tokens", 32), "ignore_eos": r.get("ignore_eos", True)}
+
+            def gen(ids):
+                rs = engine.generate(input_ids=ids, sampling_params=sp, return_logprob=True, top_logprobs_num=0)
+                return ([[t[1] for t in x["meta_info"]["output_token_logprobs"]] for x in rs],
+                        [[t[0] for t in x["meta_info"]["output_token_logprobs"]] for x in rs], rs)
+
+            t0 = time.perf_counter()
+            res["tokens"], res["logprobs"], rs = gen([prompts[i] for i in idx])
+            res["seconds"] = time.perf_counter() - t0
+            if r.get("spec"):
+                res["spec"] = {k: sum(x["meta_info"].get(k, 0) or 0 for x in rs)
+                               for k in ("spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct")}
+            if r.get("again"):
+                res["again_tokens"], _, again = gen([prompts[i] for i in r["again"]])
+                res["cache_hits"] = sum(x["meta_info"].get("cached_tokens", 0) for x in again)
+            if r.get("teacher_force"):
+                seqs = [r["teacher_force"][i] for i in idx]
+                starts = [len(prompts[i]) for i in idx]
+                tf = engine.generate(input_ids=seqs, sampling_params={"temperature": 0.0, "max_new_tokens": 1},
+                                     return_logprob=True, logprob_start_len=starts, top_logprobs_num=0)
+                res["tf"] = []
+                for s, start, x in zip(seqs, starts, tf):
+                    given = x["meta_info"]["input_token_logprobs"]  # (logprob, id, text) from position `start`
+                    given = given[-(len(s) - start):]
+                    # SGLang reports ids >= vocab_size - 1 as 0 (its image-hash clipping); the logprob is the given token's
+                    assert all(g[1] in (t, 0) for g, t in zip(given, s[start:])), "teacher-forced rows out of place"
+                    res["tf"].append([g[0] for g in given])
+        except Exception:  # noqa: BLE001
+            res["error"] = traceback.format_exc()[-4000:]
+        finally:
+            if engine is not None:
+                engine.shutdown()
+            os.environ.pop("TRITON_INTERPRET", None)
+            gc.collect()
+    return out
+
+
+def main() -> int:
+    engine, backend, plan_path, out_path = sys.argv[1:5]
+    plan = json.load(open(plan_path))
+    ours = backend == "ours"
+    if engine == "vllm":
+        os.environ["XPU_ATTN_ENABLE"] = "1" if ours else "0"  # our platform plugin: opt-in on CPU
+        runs = run_vllm(plan["model"], plan["prompts"], plan["runs"])
+        from vllm.platforms import current_platform
+
+        backend_name = type(current_platform).__name__
+    else:
+        runs = run_sglang(plan["model"], plan["prompts"], plan["runs"], ours)
+        backend_name = "xpu_attn" if ours else "torch_native"
+    providers = None
+    try:
+        from vllm_xpu_attn.kernels import chosen_providers
+
+        providers = chosen_providers() or None
+    except Exception:  # noqa: BLE001
+        pass
+    json.dump({"engine": engine, "ours": ours, "backend": backend_name, "providers": providers, "runs": runs},
+              open(out_path, "w"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
