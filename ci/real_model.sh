@@ -15,7 +15,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
 dest="$VENV_DIR/smollm2-135m-instruct"
 py="${VXA_REAL_MODEL_PYTHON:-$VENV_DIR/vllm/bin/python}"
 if [ -f "$dest/.vxa-ready" ]; then

@@ -189,24 +189,40 @@ def reference(model: str, ids: list[list[int]] | None = None) -> dict:
     return res
 
 
-def compare(ref: dict, tokens: list[list[int]], tf: list[list[float]] | None = None) -> dict:
-    """Greedy agreement with the oracle and teacher-forced max |dlogprob| (engine on the oracle's tokens).
+def compare(ref: dict, tokens: list[list[int]], tf: list[list] | None = None,
+            logprobs: list[list[float]] | None = None) -> dict:
+    """Greedy agreement with the oracle and max |dlogprob| against its teacher-forced log-probabilities.
 
-    Returns {"agree", "n", "diverged": [(prompt, step, oracle top-2 gap at that step)], "tf_max"}."""
-    diverged = []
+    tf: the engine teacher-forced on the oracle's sequences, [logprob, is the engine's argmax] per step (all
+    32 steps of every prompt; also counts the steps where the engine's argmax is the oracle's token).
+    logprobs (without tf): the engine's own greedy log-probabilities, compared on the steps before its first
+    divergence (there the engine was on the oracle's path, so these are teacher-forced values too).
+    Returns {"agree", "n", "diverged": [(prompt, first differing step, oracle top-2 gap there)], "tf_max",
+    "tf_mean", "top1" (steps, of "steps", whose engine argmax is the oracle's token; tf only)}."""
+    diverged, diffs, top1, steps = [], [], 0, 0
     for i, (a, b) in enumerate(zip(ref["tokens"], tokens)):
-        if a != b:
-            k = next(k for k, (x, y) in enumerate(zip(a, b)) if x != y) if len(a) == len(b) else 0
+        k = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else 0)
+        if k is not None:
             diverged.append((i, k, ref["gap"][i][k]))
-    tf_max = None
+        if tf is not None:
+            diffs += [abs(x - y[0]) for x, y in zip(ref["tf"][i], tf[i])]
+            top1 += sum(bool(y[1]) for y in tf[i])
+            steps += len(tf[i])
+        elif logprobs is not None:
+            diffs += [abs(x - y) for x, y in zip(ref["tf"][i][:k], logprobs[i][:k])]
+    out = {"agree": len(tokens) - len(diverged), "n": len(tokens), "diverged": diverged,
+           "tf_max": max(diffs) if diffs else None, "tf_mean": sum(diffs) / len(diffs) if diffs else None}
     if tf is not None:
-        tf_max = max(abs(x - y) for r, e in zip(ref["tf"], tf) for x, y in zip(r, e))
-    return {"agree": len(tokens) - len(diverged), "n": len(tokens), "diverged": diverged, "tf_max": tf_max}
+        out.update(top1=top1, steps=steps)
+    return out
 
 
 def fmt(s: dict) -> str:
     d = "".join(f"; p{i} diverges at step {k} (oracle top-2 gap {g:.1e})" for i, k, g in s["diverged"])
-    tf = f", teacher-forced max |dlogprob| {s['tf_max']:.2e}" if s.get("tf_max") is not None else ""
+    tf = (f", teacher-forced max |dlogprob| {s['tf_max']:.2e} (mean {s['tf_mean']:.2e})"
+          if s.get("tf_max") is not None else "")
+    if "top1" in s:
+        tf += f", oracle's token the argmax at {s['top1']}/{s['steps']} teacher-forced steps"
     return f"{s['agree']}/{s['n']} greedy identical{tf}{d}"
 
 

@@ -34,8 +34,9 @@ MAX_MODEL_LEN = 4096
 SGLANG_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang", "spec_cpu_shims")
 
 
-def _tf_rows(prompt_len: int, seq: list[int], rows) -> list[float]:
-    return [rows[p][seq[p]] for p in range(prompt_len, len(seq))]
+def _tf_rows(prompt_len: int, seq: list[int], rows) -> list[list]:
+    """[log p(given token), given token is the engine's argmax] at each position after the prompt."""
+    return [[rows[p][seq[p]], rows[p][seq[p]] >= max(rows[p].values())] for p in range(prompt_len, len(seq))]
 
 
 def run_vllm(model: str, prompts: list[list[int]], runs: list[dict]) -> dict:
@@ -131,14 +132,15 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
                 seqs = [r["teacher_force"][i] for i in idx]
                 starts = [len(prompts[i]) for i in idx]
                 tf = engine.generate(input_ids=seqs, sampling_params={"temperature": 0.0, "max_new_tokens": 1},
-                                     return_logprob=True, logprob_start_len=starts, top_logprobs_num=0)
+                                     return_logprob=True, logprob_start_len=starts, top_logprobs_num=1)
                 res["tf"] = []
                 for s, start, x in zip(seqs, starts, tf):
-                    given = x["meta_info"]["input_token_logprobs"]  # (logprob, id, text) from position `start`
-                    given = given[-(len(s) - start):]
+                    n = len(s) - start
+                    given = x["meta_info"]["input_token_logprobs"][-n:]  # (logprob, id, text) up to the last position
+                    top = x["meta_info"]["input_top_logprobs"][-n:]
                     # SGLang reports ids >= vocab_size - 1 as 0 (its image-hash clipping); the logprob is the given token's
                     assert all(g[1] in (t, 0) for g, t in zip(given, s[start:])), "teacher-forced rows out of place"
-                    res["tf"].append([g[0] for g in given])
+                    res["tf"].append([[g[0], g[0] >= tp[0][0]] for g, tp in zip(given, top)])
         except Exception:  # noqa: BLE001
             res["error"] = traceback.format_exc()[-4000:]
         finally:
@@ -176,3 +178,32 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def launch(engine: str, backend: str, model: str, prompts: list[list[int]], runs: list[dict], workdir,
+           env: dict, timeout: int = 1500) -> dict:
+    """Run this file as one engine process (the caller's env: vLLM's or SGLang's) and return its JSON, with the
+    process's whole log under "log" and its wall time under "wall_s"."""
+    import subprocess
+    from pathlib import Path
+
+    workdir = Path(workdir)
+    plan, out = workdir / f"plan-{engine}-{backend}.json", workdir / f"out-{engine}-{backend}.json"
+    plan.write_text(json.dumps({"model": model, "prompts": prompts, "runs": runs}))
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), engine, backend, str(plan), str(out)],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    log = proc.stdout + proc.stderr
+    (workdir / f"log-{engine}-{backend}.txt").write_text(log)
+    if proc.returncode != 0 or not out.exists():
+        raise AssertionError(f"{engine} ({backend}) process failed (rc {proc.returncode}):\n{log[-6000:]}")
+    res = json.loads(out.read_text())
+    res["log"], res["wall_s"] = log, time.perf_counter() - t0
+    return res
+
+
+def ok(res: dict, name: str) -> dict:
+    """One configuration's results; its error (with the engine's traceback) if it failed."""
+    r = res["runs"][name]
+    assert "error" not in r, f"{res['engine']} ({'ours' if res['ours'] else 'own'}) run {name} failed:\n{r['error']}"
+    return r
