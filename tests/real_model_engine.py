@@ -130,16 +130,18 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
                 res["cache_hits"] = sum(x["meta_info"].get("cached_tokens", 0) for x in again)
             if r.get("teacher_force"):
                 seqs = [r["teacher_force"][i] for i in idx]
-                starts = [len(prompts[i]) for i in idx]
+                # SGLang gives None for the first position of the range: start one before the first scored token
+                starts = [len(prompts[i]) - 1 for i in idx]
                 tf = engine.generate(input_ids=seqs, sampling_params={"temperature": 0.0, "max_new_tokens": 1},
                                      return_logprob=True, logprob_start_len=starts, top_logprobs_num=1)
                 res["tf"] = []
                 for s, start, x in zip(seqs, starts, tf):
-                    n = len(s) - start
+                    n = len(s) - start - 1
                     given = x["meta_info"]["input_token_logprobs"][-n:]  # (logprob, id, text) up to the last position
                     top = x["meta_info"]["input_top_logprobs"][-n:]
                     # SGLang reports ids >= vocab_size - 1 as 0 (its image-hash clipping); the logprob is the given token's
-                    assert all(g[1] in (t, 0) for g, t in zip(given, s[start:])), "teacher-forced rows out of place"
+                    assert len(given) == len(top) == n and all(g[1] in (t, 0) for g, t in zip(given, s[start + 1:])), \
+                        "teacher-forced rows out of place"
                     res["tf"].append([[g[0], g[0] >= tp[0][0]] for g, tp in zip(given, top)])
         except Exception:  # noqa: BLE001
             res["error"] = traceback.format_exc()[-4000:]
@@ -207,3 +209,64 @@ def ok(res: dict, name: str) -> dict:
     r = res["runs"][name]
     assert "error" not in r, f"{res['engine']} ({'ours' if res['ours'] else 'own'}) run {name} failed:\n{r['error']}"
     return r
+
+
+def chat_over_http(engine: str, model: str, workdir, question: str, max_tokens: int = 32,
+                   startup_s: float = 300) -> dict:
+    """The engine's OpenAI-compatible server with this backend (vLLM: XPU_ATTN_ENABLE=1; SGLang:
+    --attention-backend xpu_attn), started as benchmarks/serve_compare.py starts it: one greedy chat completion
+    not streamed and one streamed (server-sent events, the deltas joined), then the engine's graceful stop.
+    Returns {"plain", "streamed", "chunks", "finish", "log", "shutdown", "startup_s"}."""
+    import urllib.request
+    from pathlib import Path
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import serve_compare as sc
+
+    workdir = Path(workdir)
+    port = sc.free_port()
+    cmd, env = sc.server_cmd(engine, "ours", model, port, False, [])
+    log_path = workdir / f"http-{engine}.log"
+    base = f"http://127.0.0.1:{port}"
+    body = {"model": sc.SERVED, "messages": [{"role": "user", "content": question}], "temperature": 0.0,
+            "max_tokens": max_tokens}
+    out: dict = {}
+
+    def post(payload: dict):
+        req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+        return urllib.request.urlopen(req, timeout=120)
+
+    t0 = time.perf_counter()
+    with open(log_path, "w") as logf:
+        proc = subprocess_popen(cmd, env, logf, workdir)
+    try:
+        while sc.http_get(base + "/health", 2)[0] != 200:
+            if proc.poll() is not None or time.perf_counter() - t0 > startup_s:
+                raise AssertionError(f"{engine} server did not start (rc {proc.poll()}):\n"
+                                     f"{log_path.read_text(errors='replace')[-4000:]}")
+            time.sleep(1)
+        out["startup_s"] = time.perf_counter() - t0
+        with post(body) as r:
+            rep = json.loads(r.read())
+        out["plain"], out["finish"] = rep["choices"][0]["message"]["content"], rep["choices"][0]["finish_reason"]
+        chunks = []
+        with post(dict(body, stream=True)) as r:
+            for line in r:
+                line = line.decode().strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                delta = json.loads(line[5:])["choices"][0].get("delta", {}).get("content")
+                if delta:
+                    chunks.append(delta)
+        out["streamed"], out["chunks"] = "".join(chunks), len(chunks)
+    finally:
+        out["shutdown"] = sc.stop(proc, sc.STOP_SIGNAL[engine])
+    out["log"] = log_path.read_text(errors="replace")
+    return out
+
+
+def subprocess_popen(cmd, env, logf, cwd):
+    import subprocess
+
+    return subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(cwd))
