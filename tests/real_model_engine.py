@@ -39,7 +39,7 @@ def _tf_rows(prompt_len: int, seq: list[int], rows) -> list[list]:
     return [[rows[p][seq[p]], rows[p][seq[p]] >= max(rows[p].values())] for p in range(prompt_len, len(seq))]
 
 
-def run_vllm(model: str, prompts: list[list[int]], runs: list[dict]) -> dict:
+def run_vllm(model: str, prompts: list[list[int]], runs: list[dict], save=lambda out: None) -> dict:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process: its choices are ours to read
     from vllm import LLM, SamplingParams
@@ -86,10 +86,11 @@ def run_vllm(model: str, prompts: list[list[int]], runs: list[dict]) -> dict:
         finally:
             del llm
             gc.collect()
+        save(out)
     return out
 
 
-def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: bool) -> dict:
+def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: bool, save=lambda out: None) -> dict:
     import sglang
 
     out = {}
@@ -110,7 +111,7 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
                 # CPU-only machine (tests/sglang/spec_cpu_shims); the scheduler process inherits this environment
                 os.environ["TRITON_INTERPRET"] = "1"
                 os.environ["PYTHONPATH"] = SGLANG_SHIMS + os.pathsep + os.environ.get("PYTHONPATH", "")
-                kw.update(SGLANG_SPEC, mem_fraction_static=0.2)
+                kw.update(SGLANG_SPEC, mem_fraction_static=0.3)  # SGLang's check wants > ~0.25 with NGRAM here
             engine = sglang.Engine(**kw)
             sp = {"temperature": 0.0, "max_new_tokens": r.get("max_tokens", 32), "ignore_eos": r.get("ignore_eos", True)}
 
@@ -150,6 +151,7 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
                 engine.shutdown()
             os.environ.pop("TRITON_INTERPRET", None)
             gc.collect()
+        save(out)  # SGLang kills this whole process when an engine fails to start: keep what ran
     return out
 
 
@@ -157,24 +159,31 @@ def main() -> int:
     engine, backend, plan_path, out_path = sys.argv[1:5]
     plan = json.load(open(plan_path))
     ours = backend == "ours"
+
+    def save(runs: dict) -> None:
+        providers = None
+        try:
+            from vllm_xpu_attn.kernels import chosen_providers
+
+            providers = chosen_providers() or None
+        except Exception:  # noqa: BLE001
+            pass
+        if engine == "vllm":
+            from vllm.platforms import current_platform
+
+            backend_name = type(current_platform).__name__
+        else:
+            backend_name = "xpu_attn" if ours else "torch_native"
+        tmp = out_path + ".tmp"
+        json.dump({"engine": engine, "ours": ours, "backend": backend_name, "providers": providers, "runs": runs},
+                  open(tmp, "w"))
+        os.replace(tmp, out_path)
+
     if engine == "vllm":
         os.environ["XPU_ATTN_ENABLE"] = "1" if ours else "0"  # our platform plugin: opt-in on CPU
-        runs = run_vllm(plan["model"], plan["prompts"], plan["runs"])
-        from vllm.platforms import current_platform
-
-        backend_name = type(current_platform).__name__
+        save(run_vllm(plan["model"], plan["prompts"], plan["runs"], save))
     else:
-        runs = run_sglang(plan["model"], plan["prompts"], plan["runs"], ours)
-        backend_name = "xpu_attn" if ours else "torch_native"
-    providers = None
-    try:
-        from vllm_xpu_attn.kernels import chosen_providers
-
-        providers = chosen_providers() or None
-    except Exception:  # noqa: BLE001
-        pass
-    json.dump({"engine": engine, "ours": ours, "backend": backend_name, "providers": providers, "runs": runs},
-              open(out_path, "w"))
+        save(run_sglang(plan["model"], plan["prompts"], plan["runs"], ours, save))
     return 0
 
 
@@ -197,9 +206,13 @@ def launch(engine: str, backend: str, model: str, prompts: list[list[int]], runs
                           env=env, capture_output=True, text=True, timeout=timeout)
     log = proc.stdout + proc.stderr
     (workdir / f"log-{engine}-{backend}.txt").write_text(log)
-    if proc.returncode != 0 or not out.exists():
+    if not out.exists():
         raise AssertionError(f"{engine} ({backend}) process failed (rc {proc.returncode}):\n{log[-6000:]}")
     res = json.loads(out.read_text())
+    for r in runs:  # a configuration the process died in (or never reached): its error is the log's end
+        if r["name"] not in res["runs"] or proc.returncode != 0 and not res["runs"][r["name"]]:
+            res["runs"][r["name"]] = {"error": f"process ended (rc {proc.returncode}) before this run finished:\n"
+                                               f"{log[-4000:]}"}
     res["log"], res["wall_s"] = log, time.perf_counter() - t0
     return res
 
