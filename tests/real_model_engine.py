@@ -100,7 +100,7 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
         try:
             idx = r.get("subset") or list(range(len(prompts)))
             kw = dict(model_path=model, device="cpu", attention_backend="xpu_attn" if ours else "torch_native",
-                      dtype=r.get("dtype", "float32"), context_length=MAX_MODEL_LEN, mem_fraction_static=0.1,
+                      dtype=r.get("dtype", "float32"), context_length=MAX_MODEL_LEN, mem_fraction_static=0.2,
                       disable_cuda_graph=True, random_seed=0, skip_server_warmup=True, log_level="info")
             if r.get("budget"):
                 kw["chunked_prefill_size"] = r["budget"]
