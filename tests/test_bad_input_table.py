@@ -22,8 +22,8 @@ from vllm_xpu_attn import core  # noqa: E402
 from vllm_xpu_attn.kernels import get_provider  # noqa: E402
 from vllm_xpu_attn.kernels.guard import FLAGS  # noqa: E402
 
-PROVIDERS = [("reference", {}), ("triton", {}), ("triton", {"num_splits": 2})]
-PIDS = ["reference", "triton", "triton-split-k"]
+PROVIDERS = [("reference", {}), ("torch_sdpa", {}), ("triton", {}), ("triton", {"num_splits": 2})]
+PIDS = ["reference", "torch_sdpa", "triton", "triton-split-k"]
 HERE = os.path.dirname(__file__)
 REPO = os.path.dirname(HERE)
 
