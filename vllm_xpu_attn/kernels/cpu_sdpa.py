@@ -99,10 +99,7 @@ def _check_values(cu: list[int], lens: list[int], max_seqlen_q: int, total_q: in
         raise ValueError(f"max_seqlen_q={max_seqlen_q} is smaller than the longest query ({max(q_lens)})")
     if any(n < 0 for n in lens):
         raise ValueError(f"cache_seqlens must be >= 0, got {lens}")
-    for b, (ql, kl) in enumerate(zip(q_lens, lens)):
-        if causal and ql > kl:
-            raise ValueError(f"sequence {b}: {ql} queries but only {kl} keys (cache_seqlens counts prefix + new "
-                             "tokens)")
+    for b, kl in enumerate(lens):  # more queries than keys is legal: the first ones see no key (out 0, LSE -inf)
         need = -(-kl // page)
         if need > width:
             raise ValueError(f"page_table too short: sequence {b} has {kl} keys = {need} pages of {page}, table has "
@@ -121,7 +118,7 @@ class _Group:
     """
 
     __slots__ = ("n", "lq", "lk", "q_rows", "q0", "q1", "slots", "seqs", "mask", "dead", "_dist", "q_pos",
-                 "is_causal")
+                 "is_causal", "unseen")
 
     def __init__(self, n, lq, lk, q_rows, q0, q1, slots, seqs, vis, q_pos, is_causal):
         self.n, self.lq, self.lk, self.is_causal = n, lq, lk, is_causal
@@ -131,6 +128,10 @@ class _Group:
             ~vis, NEG_INF).unsqueeze(1)
         dead = None if vis is None else ~vis.any(-1)
         self.dead = dead if dead is not None and bool(dead.any()) else None
+        # keys no row of the group sees (left of every window): their slots may hold anything (engines reuse
+        # pages that left the window), and a masked score or p = 0 does not cancel NaN/Inf: zeroed after the gather
+        unseen = None if vis is None else ~vis.any(-2)  # [n, lk]
+        self.unseen = unseen if unseen is not None and bool(unseen.any()) else None
         self._dist = None
 
     def alibi_mask(self, slopes: torch.Tensor) -> torch.Tensor:
@@ -215,6 +216,9 @@ class TorchSdpaLaunch(PagedLaunch):
             vis = None if bool(vis.all()) else vis.unsqueeze(1)
             groups.append(_Group(len(seqs), 1, lk, torch.tensor([cu[b] for b in seqs]), None, None,
                                  slots_of(seqs, lk), torch.tensor(seqs), vis, (ln - 1).unsqueeze(1), False))
+        if left < 0:  # without a window every unseen key is padding (a repeated, written slot): nothing to zero
+            for g in groups:
+                g.unseen = None
         self._groups = groups
         self._zero_rows = torch.tensor(zero_rows, dtype=torch.long) if zero_rows else None
 
@@ -291,6 +295,9 @@ class TorchSdpaProvider(KernelProvider):
         for g in launch._groups:
             k = _gather(k_cache, g.slots)  # [n * lk, Hkv, D]
             v = _gather(v_cache, g.slots)
+            if g.unseen is not None:
+                drop = g.unseen.reshape(-1)[:, None, None]
+                k, v = k.masked_fill(drop, 0), v.masked_fill(drop, 0)
             if fp8:
                 k = self._widen(k, layer.k_descale, g, cdt)
                 v = self._widen(v, layer.v_descale, g, cdt)
@@ -317,7 +324,7 @@ class TorchSdpaProvider(KernelProvider):
                 o = o.masked_fill(g.dead[:, None, :, None], 0.0)
             if sinks is not None:
                 with_sink = torch.logaddexp(lse, sinks[None, :, None])
-                o = o * torch.exp(lse - with_sink).unsqueeze(-1).to(o.dtype)
+                o = o * torch.exp(lse - with_sink).nan_to_num_(0.0).unsqueeze(-1).to(o.dtype)  # (-inf sink, no key)
                 lse = with_sink
             if g.q_rows is not None:
                 out.index_copy_(0, g.q_rows, o[:, :, 0].to(out.dtype))
