@@ -295,12 +295,12 @@ class TorchSdpaProvider(KernelProvider):
         for g in launch._groups:
             k = _gather(k_cache, g.slots)  # [n * lk, Hkv, D]
             v = _gather(v_cache, g.slots)
-            if g.unseen is not None:
-                drop = g.unseen.reshape(-1)[:, None, None]
-                k, v = k.masked_fill(drop, 0), v.masked_fill(drop, 0)
             if fp8:
                 k = self._widen(k, layer.k_descale, g, cdt)
                 v = self._widen(v, layer.v_descale, g, cdt)
+            if g.unseen is not None:
+                drop = g.unseen.reshape(-1)[:, None, None]
+                k, v = k.masked_fill(drop, 0), v.masked_fill(drop, 0)
             k = k.view(g.n, g.lk, *k.shape[1:]).transpose(1, 2)  # [n, Hkv, lk, D]
             v = v.view(g.n, g.lk, *v.shape[1:]).transpose(1, 2)
             if g.q_rows is not None:
