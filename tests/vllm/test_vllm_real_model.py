@@ -71,7 +71,9 @@ def sub(ref: dict, idx) -> dict:
 
 def test_fp32_parity_with_cpu_attn_and_transformers(real, capsys):
     own, ours = ok(real.own, "fp32"), ok(real.ours, "fp32")
-    assert real.ours["backend"] == "XpuAttnCpuPlatform" and real.ours["providers"] == ["reference"]
+    # the CPU's first provider serves (whichever the registry's CPU priority puts first; printed, not pinned)
+    assert real.ours["backend"] == "XpuAttnCpuPlatform" and len(real.ours["providers"]) == 1, real.ours["providers"]
+    report(capsys, f"kernel provider: {real.ours['providers'][0]}")
     assert real.own["backend"] == "CpuPlatform" and "kernel provider" not in real.own["log"]
     assert "'max_num_batched_tokens': 256" in real.ours["log"] or "max_num_batched_tokens=256" in real.ours["log"]
     # 1. this backend vs vLLM's own: every prompt, token for token, and the log-probabilities of those tokens
@@ -152,7 +154,7 @@ def test_openai_server_chat_completion(real, tmp_path, capsys):
     assert "Paris" in want
     r = chat_over_http("vllm", real.model, tmp_path, rm.PROMPTS[0][1])
     assert "routes attention to vllm_xpu_attn.vllm.backend.XpuAttnBackend" in r["log"]
-    assert "kernel provider 'reference' serves" in r["log"]
+    assert "kernel provider '" in r["log"] and "' serves" in r["log"]
     assert r["plain"].strip() == want and r["finish"] == "stop", r["plain"]
     assert r["streamed"].strip() == want and r["chunks"] > 1, r["streamed"]
     assert r["shutdown"]["clean"], r["shutdown"]
