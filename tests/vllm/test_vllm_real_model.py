@@ -71,7 +71,9 @@ def sub(ref: dict, idx) -> dict:
 
 def test_fp32_parity_with_cpu_attn_and_transformers(real, capsys):
     own, ours = ok(real.own, "fp32"), ok(real.ours, "fp32")
-    assert real.ours["backend"] == "XpuAttnCpuPlatform" and real.ours["providers"] == ["reference"]
+    # the CPU's first provider serves (whichever the registry's CPU priority puts first; printed, not pinned)
+    assert real.ours["backend"] == "XpuAttnCpuPlatform" and len(real.ours["providers"]) == 1, real.ours["providers"]
+    report(capsys, f"kernel provider: {real.ours['providers'][0]}")
     assert real.own["backend"] == "CpuPlatform" and "kernel provider" not in real.own["log"]
     assert "'max_num_batched_tokens': 256" in real.ours["log"] or "max_num_batched_tokens=256" in real.ours["log"]
     # 1. this backend vs vLLM's own: every prompt, token for token, and the log-probabilities of those tokens
@@ -106,9 +108,9 @@ def bf16_rule(real, capsys, name: str) -> None:
     own minus one prompt, counted per teacher-forced step (is the reference's token the engine's argmax: 32 steps a
     prompt) rather than per whole greedy continuation. The per-prompt count is printed, not asserted: in bf16 the
     two backends differ from each other as much as from fp32 (teacher-forced |ours - own| ~2e-2, the size of
-    either one's error), so which continuation first flips at a near tie is a coin toss (vLLM: 6/13 ours vs 8/13
-    CPU_ATTN, with mean |dlogprob| 2.13e-2 vs 2.03e-2 and 412 vs 413 of 416 steps; on all 16 prompts mean
-    2.02e-2 vs 2.06e-2)."""
+    either one's error), so which continuation first flips at a near tie is a coin toss (vLLM, these 8 prompts:
+    4/8 ours vs 6/8 CPU_ATTN, the reference's token the argmax at 253 vs 255 of 256 steps, max |dlogprob| 0.186
+    vs 0.128; on all 16 prompts: 8/16 vs 10/16, max 0.186 vs 0.196, mean 2.02e-2 vs 2.06e-2)."""
     ref = sub(real.ref, SUBSET)
     own, ours = ok(real.own, name), ok(real.ours, name)
     s_ours, s_own = rm.compare(ref, ours["tokens"], ours["tf"]), rm.compare(ref, own["tokens"], own["tf"])
@@ -152,7 +154,7 @@ def test_openai_server_chat_completion(real, tmp_path, capsys):
     assert "Paris" in want
     r = chat_over_http("vllm", real.model, tmp_path, rm.PROMPTS[0][1])
     assert "routes attention to vllm_xpu_attn.vllm.backend.XpuAttnBackend" in r["log"]
-    assert "kernel provider 'reference' serves" in r["log"]
+    assert "kernel provider '" in r["log"] and "' serves" in r["log"]
     assert r["plain"].strip() == want and r["finish"] == "stop", r["plain"]
     assert r["streamed"].strip() == want and r["chunks"] > 1, r["streamed"]
     assert r["shutdown"]["clean"], r["shutdown"]
