@@ -60,11 +60,14 @@ def _edit(fn):
 def _nan_left_of_window(kw):
     kw["v_cache"][0, 0:3] = float("nan")  # keys 0..2 of sequence 0: left of every query's window
     kw["k_cache"][0, 0:3] = float("inf")
+    kw["v_cache"][2, 0] = float("nan")  # key 0 of sequence 1 (one query at key 4): left of its window too
+    kw["k_cache"][2, 0] = float("inf")
     kw["window_size"] = (3, 0)
 
 
 def _nan_page_tail(kw):
-    kw["v_cache"][0, 1, 2:] = float("nan")  # sequence 1 has 5 keys in page 2... slots past them in page 1
+    kw["v_cache"][2, 5:] = float("nan")  # sequence 1 (one query): 5 keys in page 2, slots 5..7 unwritten
+    kw["k_cache"][2, 5:] = float("nan")
     kw["v_cache"][1, 2:] = float("nan")  # sequence 0: 10 keys, slots 10..15 of its second page
     kw["k_cache"][1, 2:] = float("nan")
 
