@@ -1,9 +1,11 @@
 """Time per token on the CPU through each engine: this backend (torch_sdpa, the CPU default; and the forced
 reference) vs the engine's own CPU backend (vLLM CPU_ATTN, SGLang torch_native), in one run.
 
-    python benchmarks/bench_cpu_provider.py --out benchmarks/reports/cpu_provider.json \
-        [--real-model DIR]   # e.g. SmolLM2-135M-Instruct from ci/real_model.sh (.venvs/smollm2-135m-instruct)
-        [--engines vllm sglang] [--reps 3] [--max-tokens 32] [--skip-reference]
+    bash ci/real_model.sh    # SmolLM2-135M-Instruct, the main job's model, into .venvs/smollm2-135m-instruct
+    python benchmarks/bench_cpu_provider.py --out docs/cpu/cpu_provider.json \
+        [--real-model DIR]   # default .venvs/smollm2-135m-instruct: the main job's questions, chat template applied
+        [--tiny]             # also the suites' tiny random Llama on tests/tiny_model.py's prompts
+        [--engines vllm sglang] [--reps 3] [--max-tokens 64] [--skip-reference]
 
 Writes the JSON and a PNG beside it (matplotlib, when importable in the Python running this script; the
 workers run in the engines' venvs: --vllm-python / --sglang-python, default .venvs/{vllm,sglang}/bin/python).
@@ -33,11 +35,19 @@ BACKENDS = ("own", "ours", "reference")  # reference = ours with VLLM_XPU_ATTN_K
 
 
 # ---- worker: one engine process ---------------------------------------------------------------
-def _prompts() -> list[str]:
+def _prompts(model: str, chat: bool) -> list[list[int]]:
+    """Token ids: the main job's questions with the model's chat template, or the tiny model's prompts."""
     sys.path.insert(0, str(ROOT / "tests"))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    if chat:
+        import real_model as rm
+
+        return [rm.chat_ids(tok, q) for q in rm.DEMO_QUESTIONS]
     from tiny_model import PROMPTS
 
-    return list(PROMPTS)
+    return [tok(p)["input_ids"] for p in PROMPTS]
 
 
 def _timed(fn) -> tuple[float, object]:
@@ -54,7 +64,7 @@ def worker_vllm(a) -> dict:
 
     llm = LLM(model=a.model, dtype="float32", seed=0, max_model_len=1024, enforce_eager=True,
               enable_prefix_caching=False)
-    prompts = _prompts()
+    prompts = [{"prompt_token_ids": p} for p in _prompts(a.model, a.chat)]
     one = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
     full = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True)
     llm.generate(prompts, full, use_tqdm=False)  # warm-up
@@ -78,16 +88,16 @@ def worker_sglang(a) -> dict:
                            attention_backend="torch_native" if a.backend == "own" else "xpu_attn", dtype="float32",
                            context_length=1024, mem_fraction_static=0.1, disable_cuda_graph=True, random_seed=0,
                            skip_server_warmup=True, disable_radix_cache=True, log_level="error")
-    prompts = _prompts()
+    prompts = _prompts(a.model, a.chat)
     one = {"temperature": 0.0, "max_new_tokens": 1, "ignore_eos": True}
     full = {"temperature": 0.0, "max_new_tokens": a.max_tokens, "ignore_eos": True}
     try:
-        engine.generate(prompt=prompts, sampling_params=full)  # warm-up
+        engine.generate(input_ids=prompts, sampling_params=full)  # warm-up
         reps = []
         res = None
         for _ in range(a.reps):
-            t1, _ = _timed(lambda: engine.generate(prompt=prompts, sampling_params=one))
-            tn, res = _timed(lambda: engine.generate(prompt=prompts, sampling_params=full))
+            t1, _ = _timed(lambda: engine.generate(input_ids=prompts, sampling_params=one))
+            tn, res = _timed(lambda: engine.generate(input_ids=prompts, sampling_params=full))
             reps.append((t1, tn))
     finally:
         engine.shutdown()
@@ -121,7 +131,7 @@ def summarise(raw: dict, batch: int, max_tokens: int) -> dict:
             "reps_s": raw["reps"], "prompt_tokens": raw["prompt_tokens"]}
 
 
-def run_one(py: str, engine: str, model: str, backend: str, a, tmp: Path) -> dict:
+def run_one(py: str, engine: str, model: str, backend: str, a, tmp: Path, chat: bool) -> dict:
     out = tmp / f"{engine}-{Path(model).name}-{backend}.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     env.pop("VLLM_XPU_ATTN_KERNEL", None)
@@ -130,7 +140,7 @@ def run_one(py: str, engine: str, model: str, backend: str, a, tmp: Path) -> dic
         path.insert(0, str(ROOT / "sglang_compat" / "cpu_shims"))
     env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     cmd = [py, str(Path(__file__).resolve()), "--worker", "--engine", engine, "--backend", backend, "--model", model,
-           "--reps", str(a.reps), "--max-tokens", str(a.max_tokens), "--out", str(out)]
+           "--reps", str(a.reps), "--max-tokens", str(a.max_tokens), "--out", str(out)] + (["--chat"] if chat else [])
     t0 = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     log = proc.stdout + proc.stderr
@@ -151,39 +161,46 @@ def main() -> int:
     ap.add_argument("--backend", choices=BACKENDS)
     ap.add_argument("--model")
     ap.add_argument("--engines", nargs="+", default=["vllm", "sglang"], choices=["vllm", "sglang"])
-    ap.add_argument("--real-model", default=None, help="an HF model directory benchmarked beside the tiny model")
+    ap.add_argument("--chat", action="store_true", help=argparse.SUPPRESS)
+    venvs = Path(os.environ.get("VXA_VENV_DIR", ROOT / ".venvs"))
+    ap.add_argument("--real-model", default=str(venvs / "smollm2-135m-instruct"),
+                    help="the main job's model (bash ci/real_model.sh makes it); its questions, chat template applied")
+    ap.add_argument("--tiny", action="store_true", help="also the suites' tiny random Llama on the tiny prompts")
     ap.add_argument("--skip-reference", action="store_true", help="leave out the forced-reference runs")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--out", default=str(HERE / "reports" / "cpu_provider.json"))
-    venvs = Path(os.environ.get("VXA_VENV_DIR", ROOT / ".venvs"))
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "cpu" / "cpu_provider.json"))
     ap.add_argument("--vllm-python", default=str(venvs / "vllm" / "bin" / "python"))
     ap.add_argument("--sglang-python", default=str(venvs / "sglang" / "bin" / "python"))
+    ap.add_argument("--replot", metavar="JSON", help="only draw the PNG of an earlier run's JSON (beside it)")
     a = ap.parse_args()
     if a.worker:
         return worker(a)
+    if a.replot:
+        plot(json.loads(Path(a.replot).read_text()), Path(a.replot).with_suffix(".png"))
+        return 0
     if a.reps < 1 or a.max_tokens < 2:
         ap.error("--reps must be >= 1 and --max-tokens >= 2")
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_cpu_provider-"))
-    tiny = tmp / "tiny-llama"  # the suites' tiny model (tests/tiny_model.py, seed 1), made in an engine venv
-    subprocess.run([a.vllm_python if "vllm" in a.engines else a.sglang_python, "-c",
-                    "import sys; sys.path.insert(0, sys.argv[1]); from tiny_model import make_tiny_model; "
-                    "make_tiny_model(sys.argv[2], 'llama', seed=1)", str(ROOT / "tests"), str(tiny)], check=True)
-    models = {"tiny-llama": str(tiny)}
-    if a.real_model:
-        if not (Path(a.real_model) / "config.json").exists():
-            ap.error(f"--real-model {a.real_model}: no config.json there (make it with: bash ci/real_model.sh)")
-        models[Path(a.real_model).name] = a.real_model
+    if not (Path(a.real_model) / "config.json").exists():
+        ap.error(f"--real-model {a.real_model}: no config.json there (make it with: bash ci/real_model.sh)")
+    models = {Path(a.real_model).name: (a.real_model, True)}
+    if a.tiny:
+        tiny = tmp / "tiny-llama"  # the suites' tiny model (tests/tiny_model.py, seed 1), made in an engine venv
+        subprocess.run([a.vllm_python if "vllm" in a.engines else a.sglang_python, "-c",
+                        "import sys; sys.path.insert(0, sys.argv[1]); from tiny_model import make_tiny_model; "
+                        "make_tiny_model(sys.argv[2], 'llama', seed=1)", str(ROOT / "tests"), str(tiny)], check=True)
+        models["tiny-llama"] = (str(tiny), False)
     backends = [b for b in BACKENDS if not (a.skip_reference and b == "reference")]
     results = []
     for engine in a.engines:
         py = a.vllm_python if engine == "vllm" else a.sglang_python
-        for mname, mpath in models.items():
+        for mname, (mpath, chat) in models.items():
             row = {"engine": engine, "model": mname, "backends": {}}
             for backend in backends:
                 print(f"[bench] {engine} / {mname} / {backend} ...", flush=True)
-                raw = run_one(py, engine, mpath, backend, a, tmp)
+                raw = run_one(py, engine, mpath, backend, a, tmp, chat)
                 batch = len(raw["token_ids"])
                 s = summarise(raw, batch, a.max_tokens)
                 s.update(providers=raw.get("providers"), platform=raw.get("platform"), process_s=raw["process_s"],
@@ -219,7 +236,7 @@ def main() -> int:
         plot(report, out.with_suffix(".png"))
         print(f"[bench] wrote {out.with_suffix('.png')}")
     except ImportError:
-        print("[bench] matplotlib not importable here: no PNG (pip install matplotlib)")
+        print("[bench] matplotlib not importable here: no PNG (pip install matplotlib; then --replot JSON)")
     return 0
 
 
