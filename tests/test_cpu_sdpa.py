@@ -166,3 +166,25 @@ def test_bad_page_ids_are_a_clear_error():
     with pytest.raises(ValueError, match="page_table row 0 references page 5"):
         SDPA.flash_attn_with_kvcache(q, kc, kc, torch.tensor([[5]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32),
                                      torch.tensor([0, 1], dtype=torch.int32), 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_layers_are_computed_in_fp32(dtype):
+    """16-bit q/K/V: the output is the exact result rounded once (fp32 compute, like the reference and vLLM's
+    CPU_ATTN), not the fused kernel's 16-bit path, which rounds the probabilities before P @ V. Measured as the mean
+    error against the fp64 oracle: at the rounding floor (the oracle rounded to ``dtype``), decode and prefill rows."""
+    g = torch.Generator().manual_seed(5)
+    page, hq, hkv, d = 16, 9, 3, 64
+    lens = torch.tensor([300, 217, 160, 288, 40], dtype=torch.int32)  # 4 decode rows + a 40-query prefill
+    q_lens = [1, 1, 1, 1, 40]
+    npg = 19
+    kc = (torch.randn(len(lens) * npg, page, hkv, d, generator=g) * 2).to(dtype)
+    vc = torch.randn(len(lens) * npg, page, hkv, d, generator=g).to(dtype)
+    table = torch.randperm(len(lens) * npg, generator=g).view(len(lens), npg).int()
+    cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
+    q = (torch.randn(sum(q_lens), hq, d, generator=g) * 2).to(dtype)
+    out = SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens, cu, max(q_lens))
+    ref, _ = naive_paged_attention(q.double(), kc.double(), vc.double(), table, lens, cu)
+    err = (out.double() - ref).abs().mean().item()
+    floor = (ref.to(dtype).double() - ref).abs().mean().item()
+    assert err <= 1.01 * floor, (err, floor)

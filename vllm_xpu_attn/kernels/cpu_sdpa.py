@@ -20,7 +20,8 @@ page table into flat slot indices and groups the sequences:
 Per layer it gathers K/V pages (decode) or rows (the rest) with ``index_select`` (FP8 caches are widened and descaled after the
 gather), adds ALiBi to the mask, calls the kernel and scatters the rows into ``out``.
 
-Served natively: GQA/MQA, fp32/fp16/bf16, FP8 KV (e4m3/e5m2, scalar or [batch, Hkv] descales),
+The kernel computes in fp32 whatever the storage (16-bit and FP8 rows are widened after the gather; the output
+is rounded once). Served natively: GQA/MQA, fp32/fp16/bf16, FP8 KV (e4m3/e5m2, scalar or [batch, Hkv] descales),
 sliding windows, non-causal, ALiBi (in the float32 mask), sinks (LSE correction: o *= exp(lse -
 logaddexp(lse, sink))), LSE out, Dv != D and MLA (zero-padded to a common head size, which changes no
 score). Logit softcap: the fused kernel never exposes its scores, so softcap layers run the same groups
@@ -168,15 +169,14 @@ class TorchSdpaLaunch(PagedLaunch):
         self._real = 0
         self._bufs: dict = {}  # (group, k/v, dtype, width) -> gather buffer, reused by every layer of the step
 
-    def buffer(self, group: int, which: int, cache: torch.Tensor) -> torch.Tensor:
-        """The step's gather buffer [rows, H * D] for ``group``'s K (0) or V (1) rows of ``cache`` (fresh
-        buffers cost more than the copy: a page fault per 4 KiB of a new multi-MB allocation)."""
+    def buffer(self, group: int, which: str, dtype: torch.dtype, cols: int) -> torch.Tensor:
+        """The step's buffer [n * lk, cols] ``dtype`` for ``group``'s gathered K or V rows (``which``), reused by
+        every layer (fresh buffers cost more than the copy: a page fault per 4 KiB of a new multi-MB allocation)."""
         g = self._groups[group]
-        rows = g.n * g.lk
-        key = (group, which, cache.dtype, cache.shape[2] * cache.shape[3])
+        key = (group, which, dtype, cols)
         buf = self._bufs.get(key)
         if buf is None:
-            buf = self._bufs[key] = torch.empty(rows, key[3], dtype=cache.dtype)
+            buf = self._bufs[key] = torch.empty(g.n * g.lk, cols, dtype=dtype)
         return buf
 
     def _build(self, num_pages: int, total_q: int) -> None:
@@ -345,15 +345,19 @@ class TorchSdpaProvider(KernelProvider):
         lse_out = torch.full((hq, q.shape[0]), NEG_INF, dtype=torch.float32) if call.return_lse else None
         fp8 = is_fp8(k_cache.dtype)
         sinks = layer.sinks.float() if layer.sinks is not None else None
-        # FP8 caches: descaled rows stay in fp32 (rounding them to a 16-bit q dtype would move every logit), so
-        # the kernel runs in fp32 with q widened too
-        cdt = torch.float32 if fp8 else q.dtype
+        # The kernel runs in fp32 whatever the storage: its 16-bit path rounds the probabilities to 16 bits before
+        # P @ V (~12 % more error than fp32 compute, which is what the reference and vLLM's CPU_ATTN do); FP8 rows
+        # are descaled in fp32 too. Output rounded once, into ``out``.
+        cdt = torch.float32
         for i, g in enumerate(launch._groups):
-            k = _gather(k_cache, g, launch.buffer(i, 0, k_cache))  # [n * lk, Hkv, D]
-            v = _gather(v_cache, g, launch.buffer(i, 1, v_cache))
-            if fp8:
+            k = _gather(k_cache, g, launch.buffer(i, "k", k_cache.dtype, k_cache.shape[2] * k_cache.shape[3]))
+            v = _gather(v_cache, g, launch.buffer(i, "v", v_cache.dtype, v_cache.shape[2] * v_cache.shape[3]))
+            if fp8:  # [n * lk, Hkv, D] fp32
                 k = self._widen(k, layer.k_descale, g, cdt)
                 v = self._widen(v, layer.v_descale, g, cdt)
+            elif k.dtype != cdt:
+                k = launch.buffer(i, "k32", cdt, k[0].numel()).view(k.shape).copy_(k)
+                v = launch.buffer(i, "v32", cdt, v[0].numel()).view(v.shape).copy_(v)
             if g.drop is not None:  # fresh tensors from the gather: zeroed in place
                 k.index_fill_(0, g.drop, 0)
                 v.index_fill_(0, g.drop, 0)
