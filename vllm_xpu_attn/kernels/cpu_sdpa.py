@@ -167,17 +167,18 @@ class TorchSdpaLaunch(PagedLaunch):
         self._groups: Optional[list[_Group]] = None
         self._zero_rows: Optional[torch.Tensor] = None  # rows of sequences with queries but no keys
         self._real = 0
-        self._bufs: dict = {}  # (group, k/v, dtype, width) -> gather buffer, reused by every layer of the step
+        self._bufs: dict = {}  # (k/v, dtype, width) -> gather buffer, shared by the groups, reused by every layer
 
-    def buffer(self, group: int, which: str, dtype: torch.dtype, cols: int) -> torch.Tensor:
-        """The step's buffer [n * lk, cols] ``dtype`` for ``group``'s gathered K or V rows (``which``), reused by
-        every layer (fresh buffers cost more than the copy: a page fault per 4 KiB of a new multi-MB allocation)."""
-        g = self._groups[group]
-        key = (group, which, dtype, cols)
+    def buffer(self, which: str, dtype: torch.dtype, rows: int, cols: int) -> torch.Tensor:
+        """A buffer [rows, cols] ``dtype`` for gathered K or V rows (``which``): one per kind, as large as the
+        step's largest group (groups run one after another), reused by every layer of the step (fresh buffers
+        cost more than the copy: a page fault per 4 KiB of a new multi-MB allocation)."""
+        key = (which, dtype, cols)
         buf = self._bufs.get(key)
-        if buf is None:
-            buf = self._bufs[key] = torch.empty(g.n * g.lk, cols, dtype=dtype)
-        return buf
+        if buf is None or buf.shape[0] < rows:
+            rows_max = max(g.n * g.lk for g in self._groups)
+            buf = self._bufs[key] = torch.empty(max(rows, rows_max), cols, dtype=dtype)
+        return buf[:rows]
 
     def _build(self, num_pages: int, total_q: int) -> None:
         """Group the step's sequences (module docstring) after the contract's value checks, on host lists."""
@@ -279,16 +280,16 @@ def _flat_rows(cache: torch.Tensor, per_page: bool) -> Optional[torch.Tensor]:
     return cache.as_strided((p * page, h * d), (h * d, 1))
 
 
-def _gather(cache: torch.Tensor, g: "_Group", buf: Optional[torch.Tensor]) -> torch.Tensor:
-    """Group ``g``'s key rows of cache [P, page, H, D] -> [n * lk, H, D] (into ``buf`` [n * lk, H * D] when
-    given): whole pages (g.pages) or rows (g.slots, page * page_size + offset), never copying the whole cache.
-    A cache whose rows are strided inside a page is read by advanced indexing."""
+def _gather(cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch", which: str) -> torch.Tensor:
+    """Group ``g``'s key rows of cache [P, page, H, D] -> [n * lk, H, D] (into the launch's ``which`` buffer):
+    whole pages (g.pages) or rows (g.slots, page * page_size + offset), never copying the whole cache. A cache
+    whose rows are strided inside a page is read by advanced indexing."""
     h, d = cache.shape[2], cache.shape[3]
     flat = _flat_rows(cache, per_page=g.pages is not None)
     if flat is not None:
         idx = g.pages if g.pages is not None else g.slots
-        rows = flat.index_select(0, idx) if buf is None else torch.index_select(flat, 0, idx, out=buf.view(len(idx), -1))
-        return rows.view(-1, h, d)
+        buf = launch.buffer(which, cache.dtype, g.n * g.lk, h * d)
+        return torch.index_select(flat, 0, idx, out=buf.view(len(idx), -1)).view(-1, h, d)
     if g.pages is not None:
         return cache[g.pages].flatten(0, 1)
     page = cache.shape[1]
@@ -349,15 +350,15 @@ class TorchSdpaProvider(KernelProvider):
         # P @ V (~12 % more error than fp32 compute, which is what the reference and vLLM's CPU_ATTN do); FP8 rows
         # are descaled in fp32 too. Output rounded once, into ``out``.
         cdt = torch.float32
-        for i, g in enumerate(launch._groups):
-            k = _gather(k_cache, g, launch.buffer(i, "k", k_cache.dtype, k_cache.shape[2] * k_cache.shape[3]))
-            v = _gather(v_cache, g, launch.buffer(i, "v", v_cache.dtype, v_cache.shape[2] * v_cache.shape[3]))
+        for g in launch._groups:
+            k = _gather(k_cache, g, launch, "k")
+            v = _gather(v_cache, g, launch, "v")
             if fp8:  # [n * lk, Hkv, D] fp32
                 k = self._widen(k, layer.k_descale, g, cdt)
                 v = self._widen(v, layer.v_descale, g, cdt)
             elif k.dtype != cdt:
-                k = launch.buffer(i, "k32", cdt, k[0].numel()).view(k.shape).copy_(k)
-                v = launch.buffer(i, "v32", cdt, v[0].numel()).view(v.shape).copy_(v)
+                k = launch.buffer("k32", cdt, k.shape[0], k[0].numel()).view(k.shape).copy_(k)
+                v = launch.buffer("v32", cdt, v.shape[0], v[0].numel()).view(v.shape).copy_(v)
             if g.drop is not None:  # fresh tensors from the gather: zeroed in place
                 k.index_fill_(0, g.drop, 0)
                 v.index_fill_(0, g.drop, 0)
