@@ -241,3 +241,30 @@ def test_tensor_descriptor_prefill_ignores_unwritten_slots(table_dtype):
     assert used_desc == [True]
     assert torch.isfinite(out.float()).all()
     _close(out, want, torch.bfloat16)
+
+
+@settings(max_examples=max(N // 6, 6), deadline=None)
+@given(layout=layouts(max_ctx=120, max_new=1, max_batch=4, page_sizes=(16, 32), head_dims=(16, 32), allow_fp8=True),
+       splits=st.sampled_from([None, 2]))
+def test_fp8_decode_takes_its_own_key_tile(layout, splits):
+    """A device family with a "decode_fp8" tile (cuda_sm90) launches FP8-cache decode layers with that key tile and
+    warp count (same grid, same split count); forced here onto the interpreter's family: results equal the
+    reference, and the FP8 layers' launches used the FP8 tile while 16-bit ones kept the decode tile."""
+    from vllm_xpu_attn.kernels.contract import is_fp8
+    from vllm_xpu_attn.kernels.triton import provider as tp
+
+    lay = layout.to(DEV)
+    ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs)
+    fam = tp.device_family(torch.device(DEV))
+    tp.TUNING[fam]["decode_fp8"] = (16, 32, 1, 1)
+    TRITON.clear_caches()
+    try:
+        out = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, num_splits=splits)
+        tiles = {v["BLOCK_N"] for v in TRITON.launched_variants("_paged_attn_kernel")}
+    finally:
+        del tp.TUNING[fam]["decode_fp8"]
+        TRITON.clear_caches()
+    _close(out, ref, lay.q.dtype)
+    if lay.max_seqlen_q <= 1 and lay.q.shape[0] and tiles:
+        want = 32 if is_fp8(lay.k_cache.dtype) else tp.TUNING[fam]["decode"][1]
+        assert tiles == {want}, (tiles, want)

@@ -31,7 +31,11 @@ TUNING: dict[str, dict[str, tuple]] = {
     # at fp32 the wide pointer kernel takes N=16 (ptxas, sm_90a: 1 KB stack instead of 8-9 KB at N=64)
     "cuda_sm90": {"prefill": (128, 64, 4, 2), "prefill_ptr": (64, 64, 4, 3), "prefill_ptr_wide": (128, 64, 8, 2),
                   "prefill_ptr_wide_fp32": (128, 16, 8, 2), "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2),
-                  "mla_wide": (64, 64, 8, 2)},
+                  "mla_wide": (64, 64, 8, 2),
+                  # decode over an FP8 cache (per layer: the grid is the same): the fp8 -> 16-bit conversions take
+                  # the default tile to 150 registers a thread, one 8-warp block per SM (12.5 % occupancy); 2
+                  # warps x 64 keys measured 1.6-1.7x faster (benchmarks/lab/FP8_DECODE.md)
+                  "decode_fp8": (16, 64, 2, 3)},
     "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
              "mla_wide": (64, 32, 8, 2)},
     # xpu: + the GRF mode Intel's backend is asked for (launch kwarg grf_mode); 256 GRF ("large"), 8 rows
@@ -533,9 +537,13 @@ class TritonLaunch(PagedLaunch):
             consts = dict(cfg.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
                           DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot, USE_DESC=use_desc)
             warps, stages = cfg.warps, cfg.stages
+            family = device_family(q.device)
             if cfg.desc and not use_desc:  # this layer refuses descriptors: pointer loads, the same row tiles (grid)
                 which = "prefill_ptr_wide_fp32" if q.dtype == torch.float32 else "prefill_ptr_wide"
-                _, consts["BLOCK_N"], warps, stages, _ = tile_config(device_family(q.device), which)
+                _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, which)
+            elif cfg.phase == "decode" and is_fp8(sig[6]) and "decode_fp8" in TUNING[family] and cfg.block_m <= 16:
+                # FP8 cache: its own key tile and warps, the same row tiles (grid) and split count
+                _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_fp8")
             attn = self.provider.launcher(_paged_attn_kernel, cfg.grid, consts, warps, stages, spec_key,
                                           cfg.options)
         merge = None
