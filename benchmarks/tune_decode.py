@@ -31,6 +31,7 @@ def main():
         splits = [None, 2, 4, 8, 16, 32] if batch * HKV < 128 else [None, 2]
         for cfg in tiles:
             tp.TUNING[fam]["decode"] = cfg
+            tri.clear_caches()  # launch configurations are kept across steps: a new tile needs a fresh one
             for ns in splits:
                 try:
                     t = min(bench_tp(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, num_splits=ns))
