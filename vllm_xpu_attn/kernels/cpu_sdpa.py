@@ -190,18 +190,22 @@ class TorchSdpaLaunch(PagedLaunch):
         self._real = cu[-1] if cu else 0
         table = step.page_table
 
-        def slots_of(seqs: list[int], pad_to: int) -> torch.Tensor:
-            """long [len(seqs) * pad_to]: each sequence's key slots, padded with its first key's slot."""
-            ln = torch.tensor([lens[b] for b in seqs])
-            pos = torch.arange(pad_to).expand(len(seqs), pad_to)
-            pos = torch.where(pos < ln[:, None], pos, 0)
-            pages = table[seqs].long().gather(1, pos // page)  # [n, pad_to] page ids (real keys' pages only)
+        def checked_pages(seqs: list[int], pages: torch.Tensor) -> torch.Tensor:
+            """pages long [n, m] (the page ids read for sequences ``seqs``), after checking each lies in the cache."""
             lo, hi = int(pages.min()), int(pages.max())
             if lo < 0 or hi >= num_pages:
                 bad = (pages < 0) | (pages >= num_pages)
                 row = int(bad.any(1).nonzero()[0, 0])
                 pid = int(pages[row][bad[row]][0])
                 raise ValueError(f"page_table row {seqs[row]} references page {pid}, outside [0, {num_pages})")
+            return pages
+
+        def slots_of(seqs: list[int], pad_to: int) -> torch.Tensor:
+            """long [len(seqs) * pad_to]: each sequence's key slots, padded with its first key's slot."""
+            ln = torch.tensor([lens[b] for b in seqs])
+            pos = torch.arange(pad_to).expand(len(seqs), pad_to)
+            pos = torch.where(pos < ln[:, None], pos, 0)
+            pages = checked_pages(seqs, table[seqs].long().gather(1, pos // page))  # real keys' pages only
             return (pages * page + pos % page).flatten()
 
         decode, zero_rows, groups = [], [], []
@@ -235,13 +239,7 @@ class TorchSdpaLaunch(PagedLaunch):
             npg = int((last - first).max()) + 1
             col = first[:, None] + torch.arange(npg)[None, :]  # [n, npg] page-table columns
             col = torch.where(col <= last[:, None], col, first[:, None])  # padding pages repeat a read page
-            pages = table[seqs].long().gather(1, col)
-            lo, hi = int(pages.min()), int(pages.max())
-            if lo < 0 or hi >= num_pages:
-                bad = (pages < 0) | (pages >= num_pages)
-                row = int(bad.any(1).nonzero()[0, 0])
-                pid = int(pages[row][bad[row]][0])
-                raise ValueError(f"page_table row {seqs[row]} references page {pid}, outside [0, {num_pages})")
+            pages = checked_pages(seqs, table[seqs].long().gather(1, col))
             lk = npg * page
             k_pos = first[:, None] * page + torch.arange(lk)[None, :]  # [n, lk] key positions
             vis = k_pos < ln[:, None]  # padding pages lie past the last key
