@@ -52,6 +52,9 @@ def main() -> None:
     ap.add_argument("--before", default=BEFORE)
     ap.add_argument("--prep", action="store_true", help="export the package before and exit")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--report-diff", action="store_true",
+                    help="print the outputs' max difference instead of asserting them bitwise equal (A/B vs any commit)")
+    ap.add_argument("--decode-only", action="store_true", help="time the decode cases only")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(HERE, "out"))
     a = ap.parse_args()
     root = os.path.join(HERE, ".peers", f"vxa_guard_{a.before}")
@@ -72,6 +75,8 @@ def main() -> None:
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "before": a.before,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": a.rounds, "cases": []}
     for name, batch, q_len, k_len in CASES:
+        if a.decode_only and q_len > 1:
+            continue
         pages_per = -(-k_len // PAGE)
         kc = torch.randn(batch * pages_per, PAGE, HKV, D, device="cuda", dtype=torch.bfloat16, generator=gen)
         vc = torch.randn_like(kc)
@@ -92,7 +97,10 @@ def main() -> None:
             fn()
             fn()
         torch.cuda.synchronize()
-        assert torch.equal(outs["guarded"], outs["unguarded"]), f"{name}: the guards changed the output"
+        if a.report_diff:  # comparing with an older package whose kernel may round differently
+            print(name, "max |diff|", (outs["guarded"].float() - outs["unguarded"].float()).abs().max().item(), flush=True)
+        else:
+            assert torch.equal(outs["guarded"], outs["unguarded"]), f"{name}: the guards changed the output"
         tp = {w: [] for w in runs}
         lat = {w: [] for w in runs}
         n = 50 if q_len == 1 else 10
