@@ -50,4 +50,44 @@ def run_sglang(model: str, tmp_path: Path, backend: str, args=(), tag="run", ker
     return res
 
 
+class Runs(dict):
+    """{tag: result} of one batch process; a run that failed raises here, when its test asks for it."""
+
+    def __getitem__(self, tag: str) -> dict:
+        res = super().__getitem__(tag)
+        if "error" in res:
+            raise AssertionError(f"SGLang run {tag!r} failed:\n{res['error']}\n--- its log ---\n{res['log'][-6000:]}")
+        return res
+
+
+def run_sglang_batch(jobs: dict[str, tuple], tmp_path: Path, name: str = "batch") -> Runs:
+    """Several SGLang runs ({tag: (model, backend, args[, kernel])}) in one process, one after another, each its
+    own ``sglang.Engine`` (``kernel`` forces this backend's provider in that run's scheduler): this process's
+    imports are paid once instead of once per run. Each result is what ``run_sglang`` returns, with that run's
+    part of the log under "log" and the whole process's under "process_log"."""
+    from run_sglang import BATCH_BEGIN, BATCH_END
+
+    outs = {tag: tmp_path / f"{name}-{tag.replace('/', '-')}.json" for tag in jobs}
+    spec = tmp_path / f"{name}.jobs.json"
+    plan = []
+    for tag, (model, backend, args, *kernel) in jobs.items():
+        env = {"VLLM_XPU_ATTN_KERNEL": kernel[0]} if kernel and kernel[0] else {}
+        plan.append({"model": str(model), "out": str(outs[tag]), "args": ["--backend", backend, *map(str, args)],
+                     "env": env})
+    spec.write_text(json.dumps(plan))
+    env = sglang_env()
+    env.pop("VLLM_XPU_ATTN_KERNEL", None)
+    proc = subprocess.run([sys.executable, str(HERE / "run_sglang.py"), "--batch", str(spec)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600 + 400 * len(jobs))
+    log = proc.stdout
+    runs = Runs()
+    for tag, out in outs.items():
+        part = log.partition(BATCH_BEGIN + str(out))[2].partition(BATCH_END + str(out))[0]
+        res = json.loads(out.read_text()) if out.exists() else {
+            "error": f"no result: the process ended with rc {proc.returncode}"}
+        res.update(log=part, process_log=log)
+        dict.__setitem__(runs, tag, res)
+    return runs
+
+
 from parity import LOGPROB_TOL, assert_parity  # noqa: E402,F401  (shared by both engine suites)

@@ -6,15 +6,27 @@ Usage: python run_sglang.py MODEL_DIR OUT_JSON --backend xpu_attn|torch_native [
        [--kv-cache-dtype auto|fp8_e4m3] [--teacher-force-json FILE]
        [--speculative-json JSON]   (Engine kwargs, e.g. {"speculative_algorithm": "EAGLE", ...}; per-output
                                     speculative meta_info fields go into "spec")
+
+       python run_sglang.py --batch JOBS_JSON
+JOBS_JSON: [{"model": DIR, "out": OUT_JSON, "args": [...], "env": {NAME: VALUE}}, ...]: the runs one after
+another in this process, each its own ``sglang.Engine`` (made, used, shut down; its scheduler process inherits
+``env`` on top of this process's environment), so this process's imports are paid once (CI time). Each run's
+log (the scheduler's included) lies between ``BATCH_BEGIN + out`` and ``BATCH_END + out``; a run that raises
+writes {"error": traceback} to its OUT_JSON and the next one still runs.
 """
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 
-def main():
+BATCH_BEGIN = "=== vxa batch run begins: "
+BATCH_END = "=== vxa batch run ends: "
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("out")
@@ -37,8 +49,11 @@ def main():
     ap.add_argument("--speculative-json", default=None,
                     help="JSON dict of speculative Engine kwargs (speculative_algorithm, speculative_draft_model_path, "
                          "speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens, ...)")
-    a = ap.parse_args()
+    return ap
 
+
+def run(a: argparse.Namespace) -> None:
+    t0 = time.time()
     import sglang
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
@@ -98,12 +113,35 @@ def main():
                 teacher_forced.append(rows)
     finally:
         engine.shutdown()
-    res = {"backend": a.backend, "outputs": outs, "cached_tokens": cached}
+    res = {"backend": a.backend, "outputs": outs, "cached_tokens": cached, "wall_s": time.time() - t0}
     if a.speculative_json:
         res["spec"] = spec
     if teacher_forced is not None:
         res["teacher_forced"] = teacher_forced
     json.dump(res, open(a.out, "w"))
+
+
+def main():
+    if sys.argv[1] == "--batch":
+        import gc
+        import os
+        import traceback
+
+        for job in json.load(open(sys.argv[2])):
+            print(f"\n{BATCH_BEGIN}{job['out']}", flush=True)
+            saved = dict(os.environ)
+            os.environ.update(job.get("env", {}))
+            try:
+                run(parser().parse_args([job["model"], job["out"], *map(str, job["args"])]))
+            except Exception:  # noqa: BLE001  (recorded for its test; the next run still runs)
+                json.dump({"error": traceback.format_exc()[-6000:]}, open(job["out"], "w"))
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            gc.collect()
+            print(f"\n{BATCH_END}{job['out']}", flush=True)
+        return
+    run(parser().parse_args())
 
 
 if __name__ == "__main__":

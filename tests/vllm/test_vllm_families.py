@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import run_vllm
+from conftest import run_vllm_batch
 
 from families import FAMILIES, agreement, build_all
 
@@ -20,20 +20,24 @@ RESULTS = {}
 
 
 @pytest.fixture(scope="module")
-def fams(tmp_path_factory):
-    return build_all(tmp_path_factory.mktemp("families"), sys.executable)
+def runs(tmp_path_factory):
+    """Every family in two vLLM processes (ours, vLLM's own): {side: {family: result}}, plus the families."""
+    from families import PROMPTS
+
+    root = tmp_path_factory.mktemp("families")
+    fams = build_all(root / "models", sys.executable)
+    prompts = root / "prompts.json"
+    prompts.write_text(json.dumps(PROMPTS))
+    jobs = {fam: (fams[fam]["path"], ["--max-tokens", "32", "--prompts-json", prompts, *EXTRA.get(fam, [])])
+            for fam in FAMILIES}
+    return {"fams": fams, "ours": run_vllm_batch(jobs, root, ours=True, name="families"),
+            "own": run_vllm_batch(jobs, root, ours=False, name="families")}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_family_matches_transformers(fams, tmp_path, family):
-    f = fams[family]
-    prompts = tmp_path / "prompts.json"
-    from families import PROMPTS
-
-    prompts.write_text(json.dumps(PROMPTS))
-    args = ["--max-tokens", "32", "--prompts-json", prompts, *EXTRA.get(family, [])]
-    ours = run_vllm(f["path"], tmp_path, ours=True, args=args, tag=family)
-    own = run_vllm(f["path"], tmp_path, ours=False, args=args, tag=family)
+def test_family_matches_transformers(runs, family):
+    f = runs["fams"][family]
+    ours, own = runs["ours"][family], runs["own"][family]
     assert ours["platform"] == "XpuAttnCpuPlatform" and ours["providers"] == ["torch_sdpa"]
     n_layers = json.load(open(f"{f['path']}/config.json"))["num_hidden_layers"]
     assert ours["log"].count("vllm-xpu-attn: layer ") == n_layers, "this backend must serve every attention layer"

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import run_vllm
+from conftest import run_vllm_batch
 from families import PROMPTS
 from fp8_oracle import FP8_DTYPES, Oracle, agreement, engine_tf_diff, score, step_logprob_diff
 
@@ -57,18 +57,24 @@ def fp8(models, tmp_path_factory):
     ids = oracle.encode(PROMPTS)
     runs = {}
 
+    def args(kv: str, chunked: bool = False) -> list:
+        return ["--max-tokens", "32", "--prompts-json", prompts, "--kv-cache-dtype", kv, *(CHUNKED if chunked else [])]
+
     def run(ours: bool, kv: str, chunked: bool = False, teacher_force=None) -> dict:
-        key = (ours, kv, chunked)
-        if key not in runs:
-            args = ["--max-tokens", "32", "--prompts-json", prompts, "--kv-cache-dtype", kv]
-            args += CHUNKED if chunked else []
-            tag = f"{kv}-{'chunked' if chunked else 'whole'}"
-            if teacher_force is not None:
-                tf = root / f"{tag}-tf.json"
-                tf.write_text(json.dumps(teacher_force))
-                args += ["--teacher-force-json", tf]
-            runs[key] = run_vllm(model, root, ours=ours, args=args, tag=tag)
-        return runs[key]
+        """Our runs (every FP8 format, and e4m3 chunked) in one vLLM process at first use; vLLM's own (every
+        format, teacher-forced on our tokens: ``teacher_force`` maps a format to its sequences) in another."""
+        if ours and "ours" not in runs:
+            jobs = {kv: (model, args(kv)) for kv in KV_DTYPES}
+            jobs["fp8_e4m3/chunked"] = (model, args("fp8_e4m3", chunked=True))
+            runs["ours"] = run_vllm_batch(jobs, root, ours=True, name="fp8")
+        if not ours and "own" not in runs:
+            jobs = {}
+            for fmt in KV_DTYPES:
+                tf = root / f"{fmt}-tf.json"
+                tf.write_text(json.dumps(teacher_force[fmt]))
+                jobs[fmt] = (model, [*args(fmt), "--teacher-force-json", tf])
+            runs["own"] = run_vllm_batch(jobs, root, ours=False, name="fp8")
+        return runs["ours" if ours else "own"][kv + ("/chunked" if chunked else "")]
 
     return SimpleNamespace(run=run, oracle=oracle, ids=ids)
 
@@ -124,7 +130,7 @@ def test_fp8_chunked_prefill_same_tokens(fp8, capsys):
 def test_fp8_report_vllm_cpu_backend(fp8, capsys, kv):
     """Reported, not asserted: vLLM's own CPU attention in FP8 truncates toward zero (docs/fp8.md)."""
     ours = fp8.run(True, kv)
-    seqs = [i + o["token_ids"] for i, o in zip(fp8.ids, ours["outputs"])]
+    seqs = {fmt: [i + o["token_ids"] for i, o in zip(fp8.ids, fp8.run(True, fmt)["outputs"])] for fmt in KV_DTYPES}
     try:
         cpu = fp8.run(False, kv, teacher_force=seqs)
     except AssertionError as e:  # vLLM's CPU backend refusing the format is a finding, not our failure

@@ -245,30 +245,37 @@ E2E = {  # one batch of all 12 prompts; 3 at a time finishing apart (steps mixin
 }
 
 
+@pytest.fixture(scope="module")
+def e2e(dsv2, tmp_path_factory):
+    """Both settings in two vLLM processes (ours, CPU_MLA), "batch" first: our MLA paths log once a process."""
+    from conftest import run_vllm_batch
+    from families import PROMPTS
+
+    root = tmp_path_factory.mktemp("mla-e2e")
+    prompts = root / "prompts.json"
+    prompts.write_text(json.dumps(PROMPTS))
+    jobs = {setting: (dsv2["path"], ["--max-tokens", N_TOKENS, "--prompts-json", prompts, "--max-model-len", 256,
+                                     "--native-rope", *extra]) for setting, extra in E2E.items()}
+    return {"ours": run_vllm_batch(jobs, root, ours=True, name="dsv2"),
+            "own": run_vllm_batch(jobs, root, ours=False, name="dsv2")}
+
+
 @pytest.mark.parametrize("setting", list(E2E))
-def test_e2e_tiny_deepseek_v2_matches_cpu_mla_and_transformers(dsv2, tmp_path, setting):
+def test_e2e_tiny_deepseek_v2_matches_cpu_mla_and_transformers(dsv2, e2e, setting):
     """Greedy for the 12 family prompts, custom_ops ["all", "-rotary_embedding"] (vLLM's CPU rotary op garbles
     MLA's 3-D q): ours == vLLM's CPU_MLA == transformers eager, token for token; the log shows our MLA backend
     ran decode, prefill and the cache writes, with CPU_MLA not used."""
-    from conftest import run_vllm
     from families import PROMPTS, agreement
 
-    prompts = tmp_path / "prompts.json"
-    prompts.write_text(json.dumps(PROMPTS))
-    args = ["--max-tokens", N_TOKENS, "--prompts-json", prompts, "--max-model-len", 256, "--native-rope",
-            *E2E[setting]]
-    t0 = time.time()
-    ours = run_vllm(dsv2["path"], tmp_path, ours=True, args=args, tag=f"dsv2-{setting}")
-    t1 = time.time()
-    own = run_vllm(dsv2["path"], tmp_path, ours=False, args=args, tag=f"dsv2-{setting}")
-    t2 = time.time()
+    ours, own = e2e["ours"][setting], e2e["own"][setting]
     log = ours["log"]
     assert ours["platform"] == "XpuAttnCpuPlatform"
     assert "routes MLA attention to vllm_xpu_attn.vllm.mla.XpuAttnMLABackend" in log
     assert log.count("vllm-xpu-attn: MLA layer ") == 2, "both MLA layers must be ours"
+    plog = ours["process_log"]  # the paths below log once a process
     for path in ("MLA decode (forward_mqa) via core forward_mla", "MLA prefill (forward_mha) via core forward_mla_mha",
                  "MLA cache write via core write_latent"):
-        assert f"vllm-xpu-attn: {path}" in log, path
+        assert f"vllm-xpu-attn: {path}" in plog, path
     assert ("vllm-xpu-attn: MLA mixed step" in log) == (setting == "mixed")
     assert "Using CPU_MLA backend" not in log and "Using CPU_MLA backend" in own["log"]
     got = [o["token_ids"] for o in ours["outputs"]]
@@ -279,8 +286,8 @@ def test_e2e_tiny_deepseek_v2_matches_cpu_mla_and_transformers(dsv2, tmp_path, s
                 for la, lb in zip(a["logprobs"], b["logprobs"]) for t, lp in la.items() if t in lb)
     print(f"deepseek-v2 {setting} ({len(PROMPTS)} prompts, <= {N_TOKENS} tokens): ours vs CPU_MLA "
           f"{agreement(base, got)}/12, ours vs transformers {agreement(hf, got)}/12, CPU_MLA vs transformers "
-          f"{agreement(hf, base)}/12; max |logprob diff| ours vs CPU_MLA {worst:.2e}; ours {t1 - t0:.0f}s, "
-          f"CPU_MLA {t2 - t1:.0f}s")
+          f"{agreement(hf, base)}/12; max |logprob diff| ours vs CPU_MLA {worst:.2e}; ours {ours['wall_s']:.0f}s, "
+          f"CPU_MLA {own['wall_s']:.0f}s")
     assert got == base, "ours vs vLLM CPU_MLA"
     assert worst <= 2e-4
     assert got == hf, "ours vs transformers eager"

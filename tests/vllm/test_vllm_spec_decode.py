@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_parity, run_vllm
+from conftest import assert_parity, run_vllm_batch
 from spec_models import make_eagle_draft, make_spec_target
 
 # text that repeats, so prompt lookup finds n-grams
@@ -48,24 +48,24 @@ STEP = re.compile(r"vllm-xpu-attn: step role=(\w+) group=\S+ reqs=(\d+) tokens=(
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
+    """Every run of this file in two vLLM processes: this backend (its per-step DEBUG lines on) with and without
+    speculation on the spec target and on the tiny Llama-4, and vLLM's CPU_ATTN without speculation."""
     root = tmp_path_factory.mktemp("spec")
     target = make_spec_target(root / "target", seed=1)
     prompts = root / "prompts.json"
     prompts.write_text(json.dumps(PROMPTS))
     args = ["--max-tokens", "32", "--prompts-json", prompts]
-    runs = {"base": run_vllm(target, root, ours=False, args=args, tag="nospec"),
-            "ours": run_vllm(target, root, ours=True, args=args, tag="nospec")}
-    return {"root": root, "target": target, "args": args, "draft": make_eagle_draft(target, root / "eagle", "vllm"),
-            **runs}
-
-
-def run_spec(spec, method: str, monkeypatch) -> dict:
-    cfg = dict(SPEC[method])
-    if method == "eagle":
-        cfg["model"] = spec["draft"]
-    monkeypatch.setenv("VLLM_XPU_ATTN_LOG_LEVEL", "DEBUG")  # the builder's per-step lines
-    return run_vllm(spec["target"], spec["root"], ours=True,
-                    args=[*spec["args"], "--speculative-config", json.dumps(cfg)], tag=method)
+    l4 = llama4_model(root)
+    ngram, eagle = dict(SPEC["ngram"]), dict(SPEC["eagle"], model=make_eagle_draft(target, root / "eagle", "vllm"))
+    ours = {"nospec": (target, args), "ngram": (target, [*args, "--speculative-config", json.dumps(ngram)]),
+            "eagle": (target, [*args, "--speculative-config", json.dumps(eagle)]),
+            "llama4-nospec": (l4["path"], l4["args"]),
+            "llama4-ngram": (l4["path"], [*l4["args"], "--speculative-config", json.dumps(ngram)])}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_XPU_ATTN_LOG_LEVEL", "DEBUG")  # the builder's per-step lines
+        runs = run_vllm_batch(ours, root, ours=True, name="spec")
+    return {"runs": runs, "base": run_vllm_batch({"nospec": ours["nospec"]}, root, ours=False, name="spec")["nospec"],
+            "llama4": l4}
 
 
 def steps(log: str) -> list[dict]:
@@ -84,11 +84,11 @@ def acceptance(res: dict) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("method", ["ngram", "eagle"])
-def test_spec_decode_identical_to_non_spec(spec, method, monkeypatch):
-    res = run_spec(spec, method, monkeypatch)
+def test_spec_decode_identical_to_non_spec(spec, method):
+    res = spec["runs"][method]
     assert res["platform"] == "XpuAttnCpuPlatform" and res["providers"] == ["torch_sdpa"]
     # identical greedy tokens (and logprobs within tolerance) to this backend and to CPU_ATTN, both without speculation
-    d_ours = assert_parity(spec["ours"], res)
+    d_ours = assert_parity(spec["runs"]["nospec"], res)
     d_base = assert_parity(spec["base"], res)
     accepted, drafted = acceptance(res)
     assert drafted > 0 and accepted > 0, res["metrics"]
@@ -127,12 +127,10 @@ L4_PROMPTS = [
 L4_TOKENS, L4_LOCAL_LAYERS = 48, 3
 
 
-@pytest.fixture(scope="module")
-def llama4(tmp_path_factory):
-    """The model, transformers' eager greedy tokens for L4_PROMPTS, and this backend's run without speculation."""
-    root = tmp_path_factory.mktemp("spec-llama4")
+def llama4_model(root: Path) -> dict:
+    """The tiny Llama-4 and transformers' eager greedy tokens for L4_PROMPTS."""
     tests, path = Path(__file__).resolve().parent.parent, root / "llama4"
-    prompts, hf = root / "prompts.json", root / "hf.json"
+    prompts, hf = root / "l4-prompts.json", root / "l4-hf.json"
     prompts.write_text(json.dumps(L4_PROMPTS))
     subprocess.run([sys.executable, str(tests / "families.py"), "make", str(path), "llama4", "0"], check=True,
                    capture_output=True, timeout=300)
@@ -141,9 +139,8 @@ def llama4(tmp_path_factory):
             "json.dump(families.greedy(sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))")
     subprocess.run([sys.executable, "-c", code, str(tests), str(prompts), str(path), str(L4_TOKENS), str(hf)],
                    check=True, capture_output=True, timeout=300)
-    args = ["--max-tokens", str(L4_TOKENS), "--prompts-json", prompts, "--block-size", "32"]
-    return {"root": root, "path": str(path), "args": args, "hf": json.loads(hf.read_text()),
-            "ours": run_vllm(str(path), root, ours=True, args=args, tag="llama4-nospec")}
+    return {"path": str(path), "args": ["--max-tokens", str(L4_TOKENS), "--prompts-json", prompts, "--block-size", "32"],
+            "hf": json.loads(hf.read_text())}
 
 
 def split_verify_rows(st: list[dict]) -> tuple[int, int]:
@@ -174,15 +171,13 @@ def split_verify_rows(st: list[dict]) -> tuple[int, int]:
     return verify_steps, split
 
 
-def test_spec_decode_local_attention_verify_across_chunks(llama4, monkeypatch):
-    monkeypatch.setenv("VLLM_XPU_ATTN_LOG_LEVEL", "DEBUG")
-    res = run_vllm(llama4["path"], llama4["root"], ours=True, tag="llama4-ngram",
-                   args=[*llama4["args"], "--speculative-config", json.dumps(SPEC["ngram"])])
+def test_spec_decode_local_attention_verify_across_chunks(spec):
+    res, nospec, hf = spec["runs"]["llama4-ngram"], spec["runs"]["llama4-nospec"], spec["llama4"]["hf"]
     assert res["platform"] == "XpuAttnCpuPlatform" and res["providers"] == ["torch_sdpa"]
-    d_ours = assert_parity(llama4["ours"], res)  # identical to this backend without speculation
-    for name, run in (("non-spec", llama4["ours"]), ("spec", res)):
+    d_ours = assert_parity(nospec, res)  # identical to this backend without speculation
+    for name, run in (("non-spec", nospec), ("spec", res)):
         got = [o["token_ids"] for o in run["outputs"]]
-        assert got == llama4["hf"], f"{name}: {sum(a == b for a, b in zip(got, llama4['hf']))}/8 equal transformers'"
+        assert got == hf, f"{name}: {sum(a == b for a, b in zip(got, hf))}/8 equal transformers'"
     accepted, drafted = acceptance(res)
     assert drafted > 0 and accepted > 0, res["metrics"]
     st = [s for s in steps(res["log"]) if s["role"] == "target"]
