@@ -56,13 +56,14 @@ class Runs(dict):
     def __getitem__(self, tag: str) -> dict:
         res = super().__getitem__(tag)
         if "error" in res:
-            raise AssertionError(f"SGLang run {tag!r} failed:\n{res['error']}\n--- its log ---\n{res['log'][-6000:]}")
+            raise AssertionError(f"SGLang run {tag!r} failed:\n{res['error']}\n--- its log ---\n{res['log']}")
         return res
 
 
 def run_sglang_batch(jobs: dict[str, tuple], tmp_path: Path, name: str = "batch") -> Runs:
-    """Several SGLang runs ({tag: (model, backend, args[, kernel])}) in one process, one after another, each its
-    own ``sglang.Engine`` (``kernel`` forces this backend's provider in that run's scheduler): this process's
+    """Several SGLang runs ({tag: (model, backend, args[, kernel[, env]])}) in one process, one after another, each
+    its own ``sglang.Engine`` (``kernel`` forces this backend's provider in that run's scheduler, ``env`` is set
+    while it runs: the scheduler process it spawns inherits both): this process's
     imports are paid once instead of once per run. Each result is what ``run_sglang`` returns, with that run's
     part of the log under "log" and the whole process's under "process_log"."""
     from run_sglang import BATCH_BEGIN, BATCH_END
@@ -70,8 +71,9 @@ def run_sglang_batch(jobs: dict[str, tuple], tmp_path: Path, name: str = "batch"
     outs = {tag: tmp_path / f"{name}-{tag.replace('/', '-')}.json" for tag in jobs}
     spec = tmp_path / f"{name}.jobs.json"
     plan = []
-    for tag, (model, backend, args, *kernel) in jobs.items():
-        env = {"VLLM_XPU_ATTN_KERNEL": kernel[0]} if kernel and kernel[0] else {}
+    for tag, (model, backend, args, *extra) in jobs.items():
+        kernel, env = (list(extra) + [None, None])[:2]
+        env = dict(env or {}, **({"VLLM_XPU_ATTN_KERNEL": kernel} if kernel else {}))
         plan.append({"model": str(model), "out": str(outs[tag]), "args": ["--backend", backend, *map(str, args)],
                      "env": env})
     spec.write_text(json.dumps(plan))

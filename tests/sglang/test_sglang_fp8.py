@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import run_sglang
+from conftest import run_sglang_batch
 from families import PROMPTS
 from fp8_oracle import Oracle, agreement, engine_tf_diff, score, step_logprob_diff
 
@@ -57,19 +57,25 @@ def fp8(models, tmp_path_factory):
     ids = oracle.encode(PROMPTS)
     runs = {}
 
+    def args(kv: str, chunked: bool = False) -> list:
+        return ["--max-tokens", "32", "--prompts-json", prompts, "--kv-cache-dtype", kv,
+                *(["--chunked-prefill-size", "16"] if chunked else [])]
+
     def run(backend: str, kv: str, chunked: bool = False, teacher_force=None) -> dict:
-        key = (backend, kv, chunked)
-        if key not in runs:
-            args = ["--max-tokens", "32", "--prompts-json", prompts, "--kv-cache-dtype", kv]
-            if chunked:
-                args += ["--chunked-prefill-size", "16"]
-            tag = f"{kv}-{'chunked' if chunked else 'whole'}"
-            if teacher_force is not None:  # a full prefill of each sequence: no radix hits on the first run's
-                tf = root / f"{tag}-{backend}-tf.json"
-                tf.write_text(json.dumps(teacher_force))
-                args += ["--teacher-force-json", tf, "--disable-radix-cache"]
-            runs[key] = run_sglang(model, root, backend, args, tag=tag)
-        return runs[key]
+        """Our runs (every FP8 format, and e4m3 chunked) in one SGLang process at first use; torch_native's
+        (teacher-forced on ``teacher_force``) in another."""
+        if backend == "xpu_attn" and backend not in runs:
+            jobs = {k: (model, backend, args(k)) for k in KV_DTYPES}
+            jobs["fp8_e4m3/chunked"] = (model, backend, args("fp8_e4m3", chunked=True))
+            runs[backend] = run_sglang_batch(jobs, root, name="fp8-ours")
+        key = kv + ("/chunked" if chunked else "")
+        if backend != "xpu_attn" and key not in runs.setdefault(backend, {}):
+            tf = root / f"{kv}-{backend}-tf.json"  # a full prefill of each sequence: no radix hits on the first run's
+            tf.write_text(json.dumps(teacher_force))
+            runs[backend][key] = run_sglang_batch(
+                {key: (model, backend, [*args(kv, chunked), "--teacher-force-json", tf, "--disable-radix-cache"])},
+                root, name=f"fp8-{backend}")[key]
+        return runs[backend][key]
 
     return SimpleNamespace(run=run, oracle=oracle, ids=ids)
 

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import run_sglang
+from conftest import run_sglang_batch
 from naive_mla import naive_mla
 from sgl_objects import forward_batch as _fb
 
@@ -345,12 +345,22 @@ def deepseek(tmp_path_factory):
             "hf": _hf_greedy(path, prompts, root / "hf.json"), "hf_shared": _hf_greedy(path, shared, root / "hf2.json")}
 
 
-def test_deepseek_v2_e2e_matches_transformers_with_radix_hits(deepseek, tmp_path):
+@pytest.fixture(scope="module")
+def e2e(deepseek):
+    """The runs below in one SGLang process (each its own Engine), SGLang's refusal last (it may end the process)."""
+    d = deepseek
+    jobs = {"radix": (d["path"], "xpu_attn", ["--max-tokens", N_TOKENS, "--prompts-json", d["prompts"], "--repeat", 2,
+                                             "--then-prompts-json", d["shared"]]),
+            "chunked": (d["path"], "xpu_attn", ["--max-tokens", N_TOKENS, "--prompts-json", d["prompts"],
+                                               "--chunked-prefill-size", 16, "--page-size", 16]),
+            "torch_native": (d["path"], "torch_native", ["--max-tokens", 2, "--prompts-json", d["shared"]])}
+    return run_sglang_batch(jobs, d["root"], name="mla")
+
+
+def test_deepseek_v2_e2e_matches_transformers_with_radix_hits(deepseek, e2e):
     """One engine: the 12 prompts (MHA prefill + absorbed decode), the same 12 again (radix hits: absorbed
     extend on a cached prefix), then 6 prompts extending cached ones by a few tokens (multi-token extend)."""
-    args = ["--max-tokens", N_TOKENS, "--prompts-json", deepseek["prompts"], "--repeat", 2,
-            "--then-prompts-json", deepseek["shared"]]
-    ours = run_sglang(deepseek["path"], tmp_path, "xpu_attn", args, tag="mla")
+    ours = e2e["radix"]
     log = ours["log"]
     for path in ("un-absorbed (MHA) prefill", "absorbed extend", "absorbed decode"):
         assert f"xpu_attn (SGLang): MLA {path} runs through this backend" in log, f"the {path} path never ran"
@@ -364,17 +374,14 @@ def test_deepseek_v2_e2e_matches_transformers_with_radix_hits(deepseek, tmp_path
     assert got[2 * n:] == deepseek["hf_shared"], "shared-prefix round differs from transformers"
 
 
-def test_deepseek_v2_e2e_chunked_prefill_page_16(deepseek, tmp_path):
+def test_deepseek_v2_e2e_chunked_prefill_page_16(deepseek, e2e):
     """Chunked prefill (16 tokens) with page size 16: later chunks are absorbed extends on the earlier ones."""
-    args = ["--max-tokens", N_TOKENS, "--prompts-json", deepseek["prompts"], "--chunked-prefill-size", 16,
-            "--page-size", 16]
-    ours = run_sglang(deepseek["path"], tmp_path, "xpu_attn", args, tag="mla-chunked")
+    ours = e2e["chunked"]
     assert "page size 16" in ours["log"] and "MLA absorbed extend runs" in ours["log"]
     assert [o["token_ids"] for o in ours["outputs"]] == deepseek["hf"]
 
 
-def test_sglang_torch_native_cannot_serve_deepseek_mla_on_cpu(deepseek, tmp_path):
+def test_sglang_torch_native_cannot_serve_deepseek_mla_on_cpu(e2e):
     """The reason the e2e comparison is with transformers only (see the module docstring)."""
-    args = ["--max-tokens", 2, "--prompts-json", deepseek["shared"]]
     with pytest.raises(AssertionError, match=r"batch2 tensor to be: \[4, 80\] but got: \[4, 576\]"):
-        run_sglang(deepseek["path"], tmp_path, "torch_native", args, tag="mla-tn")
+        e2e["torch_native"]

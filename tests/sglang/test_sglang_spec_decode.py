@@ -19,12 +19,13 @@ in the attention path is replaced. See that directory's sitecustomize.py.
 """
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_parity, run_sglang
+from conftest import STUBS, assert_parity, run_sglang_batch
 from spec_models import make_eagle_draft, make_spec_target
 
 SHIMS = str(Path(__file__).parent / "spec_cpu_shims")
@@ -55,14 +56,25 @@ STEP = re.compile(r"xpu_attn \(SGLang\): step role=(\w+) forward_mode=(\w+) plan
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
+    """Every run of this file in one SGLang process, each its own Engine: both backends without speculation,
+    then this backend under each speculative configuration (per-step DEBUG lines on; SGLang's own speculative
+    kernels through the CPU shims, in its scheduler processes)."""
     root = tmp_path_factory.mktemp("spec")
     target = make_spec_target(root / "target", seed=1)
+    draft = make_eagle_draft(target, root / "eagle", "sglang")
     prompts = root / "prompts.json"
     prompts.write_text(json.dumps(PROMPTS))
     args = ["--max-tokens", "32", "--prompts-json", prompts]
-    return {"root": root, "target": target, "args": args, "draft": make_eagle_draft(target, root / "eagle", "sglang"),
-            "base": run_sglang(target, root, "torch_native", args, tag="nospec"),
-            "ours": run_sglang(target, root, "xpu_attn", args, tag="nospec")}
+    jobs = {"base": (target, "torch_native", args), "ours": (target, "xpu_attn", args)}
+    spec_env = {"PYTHONPATH": STUBS + os.pathsep + SHIMS, "TRITON_INTERPRET": "1", "VLLM_XPU_ATTN_LOG_LEVEL": "DEBUG"}
+    for name, (cfg, _) in CONFIGS.items():
+        cfg = dict(cfg, mem_fraction_static=0.2)  # SGLang counts the draft's weights against the static fraction
+        if cfg["speculative_algorithm"] == "EAGLE":
+            cfg["speculative_draft_model_path"] = draft
+        rounds = 2 if name == "ngram" else 1
+        jobs[name] = (target, "xpu_attn", [*args, "--repeat", rounds, "--speculative-json", json.dumps(cfg)], None,
+                      spec_env)
+    return run_sglang_batch(jobs, root, name="spec")
 
 
 def steps(log: str) -> list[dict]:
@@ -71,17 +83,10 @@ def steps(log: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_spec_decode_identical_to_non_spec(spec, name, monkeypatch):
-    cfg, topk = CONFIGS[name]
-    cfg = dict(cfg, mem_fraction_static=0.2)  # SGLang counts the draft's weights against the static fraction
-    if cfg["speculative_algorithm"] == "EAGLE":
-        cfg["speculative_draft_model_path"] = spec["draft"]
+def test_spec_decode_identical_to_non_spec(spec, name):
+    _, topk = CONFIGS[name]
     rounds = 2 if name == "ngram" else 1
-    monkeypatch.setenv("PYTHONPATH", SHIMS)  # run_sglang's env puts the vllm import shim in front of it
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("VLLM_XPU_ATTN_LOG_LEVEL", "DEBUG")
-    res = run_sglang(spec["target"], spec["root"], "xpu_attn",
-                     [*spec["args"], "--repeat", rounds, "--speculative-json", json.dumps(cfg)], tag=name)
+    res = spec[name]
     log = res["log"]
     assert "spec_cpu_shims:" in log  # the Triton routing for SGLang's own speculative kernels took effect
     n = len(PROMPTS)
