@@ -238,3 +238,25 @@ def test_write_kv_page_slot_layout_and_shared_kv():
     assert torch.equal(kc, before)
     with pytest.raises(ValueError, match="both"):
         core.write_kv(REF, torch.ones(1, 1, 1), None, kc, vc, t(0, dtype=torch.int64))
+
+
+@settings(max_examples=40, deadline=None)
+@given(lens=st.lists(st.integers(0, 70), min_size=1, max_size=6), page=st.sampled_from([1, 4, 16]),
+       seed=st.integers(0, 2**16))
+def test_flat_slots_to_page_table_vs_per_token(lens, page, seed):
+    """transformers CB's read_index (each key's slot, sequence after sequence) -> page table: every key's page
+    and offset recovered, checked token by token against the slots it came from."""
+    g = torch.Generator().manual_seed(seed)
+    pages_per_seq = [-(-n // page) for n in lens]
+    perm = torch.randperm(sum(pages_per_seq) + 3, generator=g)  # distinct, shuffled pages
+    slots, k = [], 0
+    for n, p in zip(lens, pages_per_seq):
+        own = perm[k:k + p]
+        k += p
+        slots += [int(own[j // page]) * page + j % page for j in range(n)]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    table = core.flat_slots_to_page_table(torch.tensor(slots, dtype=torch.int64), cu, page, max(lens))
+    assert table.dtype == torch.int32 and table.shape == (len(lens), -(-max(lens) // page))
+    for b, n in enumerate(lens):
+        for j in range(n):
+            assert int(table[b, j // page]) * page + j % page == slots[int(cu[b]) + j]

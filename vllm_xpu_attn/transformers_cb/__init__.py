@@ -1,4 +1,4 @@
-"""transformers' continuous batching adapter (``generate_batch``, ``transformers serve``): see backend.py."""
+"""transformers' continuous batching adapter (``generate_batch``): see backend.py."""
 
 from .backend import NAME, register
 from .compat import cb_config

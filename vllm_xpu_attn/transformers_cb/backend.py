@@ -1,4 +1,4 @@
-"""transformers continuous batching (``generate_batch``, ``transformers serve``) on this backend.
+"""transformers continuous batching (``generate_batch``) on this backend.
 
     import vllm_xpu_attn.transformers_cb as xa
     xa.register()                                   # once; checks the transformers version
@@ -124,7 +124,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     runner: Optional[LayerRunner] = getattr(module, _RUNNER, None)
     if cache is None or runner is None:
         raise ValueError("vllm-xpu-attn: attn_implementation 'xpu_attn' serves transformers' continuous batching "
-                         "(generate_batch / transformers serve); use 'sdpa' or 'eager' for model.generate")
+                         "(generate_batch); use 'sdpa' or 'eager' for model.generate")
     if query.shape[0] != 1:
         raise ValueError(f"vllm-xpu-attn: continuous batching packs the batch into one row; got batch {query.shape[0]}")
     k_pages, v_pages, group, layer_type = compat.layer_pages(cache, module.layer_idx)
