@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from ..core import LayerRunner, LayerSpec, Mode, StepInputs, plan_step
+from ..core import LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, plan_step
 from ..core.paging import flat_slots_to_page_table
 from ..log import setup_logging
 from . import compat
@@ -83,17 +83,18 @@ def configure(manager) -> None:
         logger.info("vllm-xpu-attn: CB CUDA graphs requested; this adapter plans per step on the host side of "
                     "the forward, so graphs are turned off")
     cb.use_cuda_graph = (False, False)
-    for mod in _attention_modules(model):
+    mods = _attention_modules(model)
+    for mod in mods:
         spec = layer_spec(mod, param.dtype)
         runner = LayerRunner(spec, param.device, page)
         if spec.has_sinks:
-            runner.bind(sinks=mod.sinks)
+            runner.bind(sinks=mod.sinks)  # the module's parameter, bound once (GPT-OSS passes it as s_aux too)
         setattr(mod, _RUNNER, runner)
     logger.info("vllm-xpu-attn: transformers %s continuous batching, %d layers, page %d, providers %s",
-                compat.version(), len(_attention_modules(model)), page, runner.providers_used())
+                compat.version(), len(mods), page, runner.providers_used())
 
 
-def _step_plan(cache, kwargs: dict, group: int, layer_type: str, num_tokens: int) -> object:
+def _step_plan(cache, kwargs: dict, group: int, layer_type: str, num_tokens: int) -> StepPlan:
     """The step's plan for allocator ``group``: built by the step's first layer, reused by the rest."""
     key = kwargs["write_index"]  # one list object per step, shared by every layer's kwargs
     held = getattr(cache, _STEP, None)
