@@ -12,7 +12,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
-SUITES="${VXA_SUITES:-core vllm transformers sglang intel}"
+SUITES="${VXA_SUITES:-core intel vllm transformers sglang}"  # intel (no real model) runs while the real model is prepared
 LOGDIR="${VXA_LOG_DIR:-$here/.venvs/logs}"
 mkdir -p "$LOGDIR"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
