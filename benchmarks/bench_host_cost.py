@@ -26,13 +26,13 @@ time per call is a few us, so the host is the bottleneck):
   vllm_unified    vLLM 0.32's unified_attention as TritonAttentionImpl.forward calls it (peers.py).
   sglang_decode   SGLang 0.5.23's decode_attention_fwd (peers.py); its metadata built once, outside.
   old_*           the package at git 7cac817 (before plan_step / FastLaunch), in a subprocess with
-                  PYTHONPATH=benchmarks/.peers/old_vxa: one-call, LayerRunner.forward steps with the old
-                  core.decode_plan + core.StepPlan, and the old decode planning.
+                  PYTHONPATH=benchmarks/.peers/old_vxa: one-call, and LayerRunner.forward steps on a
+                  core.StepPlan of the old package's decode AttnPlan.
   plan_*          planning a decode step of 256 requests, max context 4096: vLLM-style (page_table),
                   SGLang-style (token_table; plan_step converts it), the SGLang adapter's translation
-                  including the req_to_token[req_pool_indices] gather, our first-layer plan_paged, the
-                  old decode_plan, and the peers' per-step metadata (vLLM's Triton builder: none;
-                  SGLang: peers.sglang_decode_metadata, which syncs, and a sync-free variant).
+                  including the req_to_token[req_pool_indices] gather, our first-layer plan_paged, and
+                  the peers' per-step metadata (vLLM's Triton builder: none; SGLang:
+                  peers.sglang_decode_metadata, which syncs, and a sync-free variant).
 
 Method. host = time.perf_counter() around N back-to-back calls (no synchronisation inside; N rotates
 over the 32 layers' tensors), one torch.cuda.synchronize() after the timed region; median over repeats.
@@ -300,7 +300,7 @@ def build_case(torch, cfg: dict, batch: int, keys: int, layers: int, seed: int =
                 outs=[torch.empty_like(q) for _ in range(layers)], scale=d ** -0.5)
 
 
-def build_plan_inputs(torch, cfg: dict, seed: int = 1) -> dict:
+def plan_case_inputs(torch, cfg: dict, seed: int = 1) -> dict:
     """A decode step of plan_batch requests, max context plan_ctx: page table, SGLang pool tables."""
     dev = torch.device(cfg["device"])
     bsz, ctx, page = cfg["plan_batch"], cfg["plan_ctx"], cfg["page"]
@@ -352,8 +352,10 @@ def measure_package(torch, cfg: dict, timer: Timer, old: bool) -> dict:
         r = res["cases"][case_name(b, k)] = {}
         seq, pt, cu, q, max_k = c["seq_lens"], c["page_table"], c["cu"], c["q"], c["max_k"]
         if old:
-            def make_plan():
-                return core.StepPlan(core.Mode.DECODE, core.decode_plan(seq, pt, page, max_k), b)
+            def make_plan():  # the old package's decode planning: one query per sequence over the page table
+                return core.StepPlan(core.Mode.DECODE, core.AttnPlan(core.cu_seqlens(torch.ones_like(seq)),
+                                                                     seq.to(torch.int32), pt.to(torch.int32),
+                                                                     1 if b else 0, max_k, page), b)
         else:
             def make_plan():
                 return core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=seq, max_seqlen_k=max_k,
@@ -378,15 +380,12 @@ def measure_package(torch, cfg: dict, timer: Timer, old: bool) -> dict:
         except Exception as e:  # noqa: BLE001
             r[f"{prefix}_one_call"] = {"error": _err(e)}
         del c, layer_calls, calls
+    if old:
+        return res
     # ---- planning a big decode step ----
-    p = build_plan_inputs(torch, cfg)
+    p = plan_case_inputs(torch, cfg)
     bsz, pseq, ppt, pmax = p["batch"], p["seq_lens"], p["page_table"], p["max_k"]
     pm = dict(n=cfg["plan_calls"], repeats=cfg["plan_repeats"])
-    if old:
-        res["plan"]["old_decode_plan"] = timer.measure(
-            [lambda: core.StepPlan(core.Mode.DECODE, core.decode_plan(pseq, ppt, page, pmax), bsz)], **pm)
-        res["plan"]["old_decode_plan"]["what"] = "old core.decode_plan(seq_lens, page_table) + core.StepPlan"
-        return res
     D = core.Mode.DECODE
     r2t, rpi = p["req_to_token"], p["req_pool_indices"]
     tt = r2t[rpi]
@@ -517,7 +516,7 @@ def measure_peers(torch, cfg: dict, timer: Timer, res: dict) -> dict:
         except Exception as e:  # noqa: BLE001
             r["max_abs_diff_vs_ours"] = {"error": _err(e)}
         del c, calls
-    p = build_plan_inputs(torch, cfg)
+    p = plan_case_inputs(torch, cfg)
     pm = dict(n=cfg["plan_calls"], repeats=cfg["plan_repeats"])
     res["plan"]["vllm_triton_builder"] = {
         "host_us": 0.0, "applicable": False,
@@ -762,7 +761,6 @@ PLAN_BARS = [
     ("plan_step\n(gathered rows)", "plan_step_sglang_gathered_rows"),
     ("old SGLang adapter\n(gather+plan)", "sglang_adapter_translation_old"),
     ("plan_paged\n(1st layer)", "plan_paged_first_layer"),
-    ("old\ndecode_plan", "old_decode_plan"),
     ("SGLang meta\n(no sync)", "sglang_decode_metadata_nosync"),
     ("SGLang meta\n(peers, syncs)", "sglang_decode_metadata_peers"),
 ]

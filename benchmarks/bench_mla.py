@@ -63,9 +63,9 @@ SWEEP = [(16, 32, 4, 2), (32, 32, 4, 2), (32, 32, 8, 2), (64, 32, 8, 2), (64, 16
 def sweep(g) -> dict:
     """Time the MLA kernel's tile candidates (BLOCK_H, BLOCK_N, warps, stages) on two decode shapes and
     install the fastest in the tile table for the rest of the run (reported in the JSON)."""
-    from vllm_xpu_attn.kernels.triton import provider as tp
+    from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
-    fam = tp.device_family(torch.device("cuda"))
+    fam = device_family(torch.device("cuda"))
     res = {}
     for h, b, ctx in [(128, 64, 4096), (16, 64, 4096)]:
         which = "mla_wide" if h >= 64 else "mla_decode"
@@ -78,21 +78,21 @@ def sweep(g) -> dict:
                                       kv_dtype=torch.bfloat16)
         runner = core.LayerRunner(spec, "cuda", PAGE, override="triton")
         out = torch.empty(b, h, D_C, dtype=torch.bfloat16, device="cuda")
-        saved = tp.TUNING[fam][which]
+        saved = TUNING[fam][which]
         for cfg in SWEEP:
-            tp.TUNING[fam][which] = cfg
+            TUNING[fam][which] = cfg
             plan = core.plan_step(core.StepInputs(core.Mode.DECODE, lens, ctx, b, PAGE, page_table=table))
             try:
                 t = events(lambda: runner.forward_mla(plan, q, cache, out))
                 res.setdefault(str(cfg), {})[f"H{h}"] = t * 1e6
             except Exception as e:  # noqa: BLE001 - a tile that does not compile (resources) is reported
                 res.setdefault(str(cfg), {})[f"H{h}"] = f"{type(e).__name__}: {str(e)[:120]}"
-        tp.TUNING[fam][which] = saved  # the shipped tile table is what the table below measures
+        TUNING[fam][which] = saved  # the shipped tile table is what the table below measures
         del cache
     best = {f"H{h}": min((c for c in res if isinstance(res[c].get(f"H{h}"), float)), key=lambda c: res[c][f"H{h}"])
             for h in (128, 16)}
     print(json.dumps({"sweep_us": res, "best": best}), flush=True)
-    return {"sweep_us": res, "best": best, "shipped": {k: tp.TUNING[fam][k] for k in ("mla_decode", "mla_wide")}}
+    return {"sweep_us": res, "best": best, "shipped": {k: TUNING[fam][k] for k in ("mla_decode", "mla_wide")}}
 
 
 def main():

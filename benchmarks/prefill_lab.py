@@ -17,7 +17,9 @@ import triton.language as tl
 
 from bench_attention import D, HKV, HQ, PAGE, bench_tp, dense_from_paged, paged_inputs, sdpa
 from vllm_xpu_attn.kernels import get_provider
-from vllm_xpu_attn.kernels.triton import provider as tp
+from vllm_xpu_attn.kernels.triton.descriptors import ensure_scratch_allocator
+from vllm_xpu_attn.kernels.triton.provider import TritonProvider
+from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
 LOG2E = 1.4426950408889634
 
@@ -98,7 +100,7 @@ def lab_tma(q, kc, vc, pt, batch, q_len, k_len, cfg, dev_desc=False):
     k2 = kc.view(-1, HKV * D)
     v2 = vc.view(-1, HKV * D)
     if dev_desc:
-        tp._ensure_scratch_allocator()
+        ensure_scratch_allocator()
         kd, vd = k2, v2
     else:
         kd = TensorDescriptor.from_tensor(k2, [bn, D])
@@ -124,7 +126,7 @@ def causal_flops(batch, q_len, k_len):
 def main():
     quick = "--quick" in sys.argv
     tri = get_provider("triton")
-    fam = tp.device_family(torch.device("cuda"))
+    fam = device_family(torch.device("cuda"))
     gen = torch.Generator(device="cuda").manual_seed(0)
     shapes = [(1, 8192, 8192), (16, 512, 2560)]
     # provider variants: (label, TritonProvider.tensor_descriptors, TUNING["prefill"] override or None)
@@ -132,7 +134,7 @@ def main():
     if not quick:
         prov += [("provider", None, c) for c in [(128, 64, 4, 3), (128, 64, 8, 2), (64, 64, 4, 2)]]
     tma_cfgs = [(128, 64, 4, 2)] if quick else [(128, 64, 4, 2), (64, 64, 4, 2), (128, 64, 4, 3), (128, 32, 4, 2)]
-    shipped = dict(tp.TUNING[fam])
+    shipped = dict(TUNING[fam])
     for rep in range(2):
         for batch, q_len, k_len in shapes:
             q, kc, vc, pt, seq, cu = paged_inputs(batch, q_len, k_len, gen)
@@ -144,9 +146,9 @@ def main():
             rec = dict(rep=rep, shape=[batch, q_len, k_len])
             print(json.dumps({**rec, "variant": "cudnn_sdpa", "tflops": round(fl / t / 1e12, 1)}), flush=True)
             for label, use_desc, cfg in prov:
-                tp.TritonProvider.tensor_descriptors = use_desc
+                TritonProvider.tensor_descriptors = use_desc
                 if cfg is not None:
-                    tp.TUNING[fam]["prefill"] = cfg
+                    TUNING[fam]["prefill"] = cfg
                 tri.clear_caches()
                 f = lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len)  # noqa: E731
                 try:
@@ -158,8 +160,8 @@ def main():
                     print(json.dumps({**rec, "variant": label, "cfg": cfg, "error": str(e)[:100]}), flush=True)
                     continue
                 finally:
-                    tp.TUNING[fam].update(shipped)
-                    tp.TritonProvider.tensor_descriptors = None
+                    TUNING[fam].update(shipped)
+                    TritonProvider.tensor_descriptors = None
                 print(json.dumps({**rec, "variant": label, "cfg": used, "err": round(err, 4),
                                   "tflops": round(fl / t / 1e12, 1)}), flush=True)
             for cfg, dev in [(c, False) for c in tma_cfgs] + [(tma_cfgs[0], True)]:

@@ -1,7 +1,7 @@
 """Sweep the Triton provider's tile table on the current GPU (prints one JSON line per config).
 
     python benchmarks/tune.py > tune.jsonl
-The chosen entries go into TUNING in vllm_xpu_attn/kernels/triton/provider.py.
+The chosen entries go into TUNING in vllm_xpu_attn/kernels/triton/tiles.py.
 """
 
 import itertools
@@ -11,12 +11,12 @@ import torch
 
 from bench_attention import HKV, bench, paged_inputs
 from vllm_xpu_attn.kernels import get_provider
-from vllm_xpu_attn.kernels.triton import provider as tp
+from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
 
 def main():
     tri = get_provider("triton")
-    fam = tp.device_family(torch.device("cuda"))
+    fam = device_family(torch.device("cuda"))
     gen = torch.Generator(device="cuda").manual_seed(0)
     cases = {"decode": [(64, 1, 4096), (256, 1, 1024), (8, 1, 32768)], "prefill": [(1, 8192, 8192)]}
     grids = {
@@ -27,7 +27,7 @@ def main():
         for batch, q_len, k_len in shapes:
             q, kc, vc, pt, seq, cu = paged_inputs(batch, q_len, k_len, gen)
             for cfg in grids[phase]:
-                tp.TUNING[fam][phase] = cfg
+                TUNING[fam][phase] = cfg
                 for ns in ([None, 2, 4] if phase == "decode" else [None]):
                   try:
                     t = bench(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len, num_splits=ns), iters=10)

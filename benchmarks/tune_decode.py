@@ -3,8 +3,8 @@
     PYTHONPATH=.:benchmarks python benchmarks/tune_decode.py > tune_decode.jsonl
 
 Shapes of docs/benchmarks.md (bf16, Hq 32 / Hkv 8 / D 128, page 64, shuffled pages). One JSON line per
-(shape, tile, splits); the last line names the best per shape. Chosen entries go into TUNING /
-TritonProvider._num_splits in vllm_xpu_attn/kernels/triton/provider.py.
+(shape, tile, splits); the last line names the best per shape. Chosen entries go into TUNING
+(vllm_xpu_attn/kernels/triton/tiles.py) / split_count (vllm_xpu_attn/kernels/triton/launch_config.py).
 """
 
 import itertools
@@ -14,13 +14,13 @@ import torch
 
 from bench_attention import DECODE, HKV, bench_tp, copy_bandwidth, paged_inputs
 from vllm_xpu_attn.kernels import get_provider
-from vllm_xpu_attn.kernels.triton import provider as tp
+from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
 
 def main():
     tri = get_provider("triton")
-    fam = tp.device_family(torch.device("cuda"))
-    default = tp.TUNING[fam]["decode"]
+    fam = device_family(torch.device("cuda"))
+    default = TUNING[fam]["decode"]
     bw = copy_bandwidth()
     gen = torch.Generator(device="cuda").manual_seed(0)
     best = {}
@@ -30,7 +30,7 @@ def main():
         kv_bytes = 2 * batch * ctx * HKV * kc.shape[-1] * kc.element_size()
         splits = [None, 2, 4, 8, 16, 32] if batch * HKV < 128 else [None, 2]
         for cfg in tiles:
-            tp.TUNING[fam]["decode"] = cfg
+            TUNING[fam]["decode"] = cfg
             tri.clear_caches()  # launch configurations are kept across steps: a new tile needs a fresh one
             for ns in splits:
                 try:
@@ -47,7 +47,7 @@ def main():
                     best[key] = rec
         del q, kc, vc
         torch.cuda.empty_cache()
-    tp.TUNING[fam]["decode"] = default
+    TUNING[fam]["decode"] = default
     print(json.dumps({"copy_tbps": round(bw, 3), "default": default, "best": best}))
 
 

@@ -13,11 +13,11 @@ a launched kernel without cases, or a kernel parameter without a type here; spil
 decode/prefill D=128 bf16 on bmg/pvc/lnl - except, until the kernel reaches zero, up to the recorded
 residual (KNOWN_SPILL, status "spill-known"; --strict fails it too). Spills elsewhere are reported only.
 
-The launched specialisations are derived here the way ``TritonLaunch`` derives them (provider.py):
+The launched specialisations are derived here the way ``TritonLaunch`` derives them (step_launch.py):
 tiles, warps, stages (and the xpu GRF mode) from ``TUNING[family][phase]``, BLOCK_M raised to the GQA
 group in decode, BLOCK_D/BLOCK_DV powers of two (>= 16), HAS_* flags, FP32_DOT for fp32 queries,
 ALIGN_ROWS with prefill tiles in batch-invariant mode, NUM_SPLITS > 1 for split-K decode. TUNING is
-read from provider.py's source (provider.py imports torch; this venv has none), the kernels are loaded
+read from tiles.py's source (tiles.py imports torch; this venv has none), the kernels are loaded
 from kernels.py's file.
 
 Usage: python ci/intel_lowering.py --sysroot DIR [--jobs 2] [--targets bmg,pvc,lnl,dg2,mtl]
@@ -45,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # VXA_INTEL_KERNELS: lower another copy of kernels.py (experiments); the job itself uses the package's
 KERNELS = Path(os.environ.get("VXA_INTEL_KERNELS") or ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "kernels.py")
 PROVIDER = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "provider.py"
+TILES = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "tiles.py"  # TUNING
+STEP_LAUNCH = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "step_launch.py"  # launches the paged/MLA kernels
 PAGING = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "paging.py"  # launches the token->page kernel
 
 # Device properties as torch.xpu.get_device_capability() reports them (what Intel's Triton is given on a
@@ -82,12 +84,12 @@ FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
 # ---------------------------------------------------------------------------------------------------
 # the provider's tile table, read from its source
 def read_tuning() -> dict:
-    tree = ast.parse(PROVIDER.read_text())
+    tree = ast.parse(TILES.read_text())
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
         if isinstance(target, ast.Name) and target.id == "TUNING" and node.value is not None:
             return ast.literal_eval(node.value)
-    raise SystemExit(f"TUNING not found in {PROVIDER}")
+    raise SystemExit(f"TUNING not found in {TILES}")
 
 
 def pow2(n: int, lo: int = 16) -> int:
@@ -144,7 +146,7 @@ def _case(target, kernel, name, types, consts, warps, stages, grf, *, phase, d, 
 def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page=64, softcap=False,
                sinks=False, window=None, alibi=False, splits=1, invariant=False, lse=False, per_head=False,
                tag=None) -> dict:
-    """One TritonLaunch specialisation of _paged_attn_kernel (provider.py TritonLaunch.__init__/_launchers)."""
+    """One TritonLaunch specialisation of _paged_attn_kernel (step_launch.py TritonLaunch._launchers)."""
     kv = kv or q
     fp8 = kv in ("e4m3", "e5m2")
     phase = "prefill" if invariant else phase  # batch-invariant mode runs the prefill tiles, no split-K
@@ -240,9 +242,10 @@ def cases(tuning: dict, targets: list[str]) -> list[dict]:
 
 
 def launched_kernels() -> list[str]:
-    """The kernels provider.py and paging.py import from kernels.py (``from .kernels import ...``): what they launch."""
+    """The kernels provider.py, step_launch.py and paging.py import from kernels.py (``from .kernels import ...``):
+    what they launch."""
     names = set()
-    for src in (PROVIDER, PAGING):
+    for src in (PROVIDER, STEP_LAUNCH, PAGING):
         for node in ast.walk(ast.parse(src.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "kernels":
                 names |= {alias.name for alias in node.names}

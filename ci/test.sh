@@ -75,7 +75,7 @@ run_suite() {  # name, pytest args...
   fi
   case "$name" in vllm|sglang|transformers) wait_real_model ;; esac
   echo "[test] === $name suite ==="
-  "$VENV_DIR/$venv/bin/python" -m pytest --durations=8 "$@"   # the slowest tests, for the CI-time budget
+  "$VENV_DIR/$venv/bin/python" -m pytest --durations=30 "$@"   # the slowest tests, for the CI-time budget
   local rc=$?
   if [ $rc -eq 5 ]; then echo "[test] $name: no tests collected - treated as failure"; rc=1; fi
   [ $rc -ne 0 ] && status=1

@@ -6,12 +6,7 @@ RadixAttention -> core LayerSpec (once per layer); the pool's [tokens, H, D] buf
 core's [pages, page_size, H, D] views. KV writes go through the pool's own ``set_kv_buffer``
 (it owns FP8 storage and SWA sub-pools).
 
-MLA models (DeepSeek-V2/V3; ``model_runner.use_mla_backend``): SGLang gives each layer two
-RadixAttentions sharing one layer id. The absorbed one (``attn_mqa``: one KV head, qk_head_dim
-kv_lora_rank + rope, v_head_dim kv_lora_rank) runs the core's ``forward_mla`` over the pool's latent
-rows [size + page, 1, kv_lora_rank + rope] viewed [pages, page, 1, latent]; the un-absorbed one
-(``attn_mha``: per-head qk nope + rope, v v_head_dim) serves a first prefill straight on the K/V
-SGLang passes (``forward_mla_mha``), and is refused on a step with a cached prefix.
+MLA models (DeepSeek-V2/V3) run through ``mla.SGLangMLA`` (sglang_compat/mla.py).
 """
 
 from __future__ import annotations
@@ -22,13 +17,14 @@ from typing import Optional
 import torch
 
 from vllm_xpu_attn import core
-from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, MLADims, Mode, StepPlan
-from vllm_xpu_attn.kernels import batch_invariant_requested
+from vllm_xpu_attn.core import graphs
+from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan
+from vllm_xpu_attn.kernels import batch_invariant_requested, fp8_descale
 from vllm_xpu_attn.log import setup_logging
 
-from .compat import (BIDIRECTIONAL_TYPES, AttentionBackend, ForwardBatch, KVWriteLoc, batch_write_loc,
-                     layer_in_swa_pool, mla_dims, mla_fb_attends_prefix, mla_pool_dims, mla_pool_stores_fp8,
+from .compat import (BIDIRECTIONAL_TYPES, AttentionBackend, ForwardBatch, KVWriteLoc, layer_in_swa_pool,
                      spec_params, tp_rank_and_size, uses_sliding_window_pool)
+from .mla import SGLangMLA
 
 logger = logging.getLogger("vllm_xpu_attn")
 
@@ -66,11 +62,15 @@ class XpuAttnSGLangBackend(AttentionBackend):
         core.check_step_config(self.page_size, self.attention_chunk_size)
         self.forward_metadata: Optional[StepPlan] = None
         self.swa_out_cache_loc: Optional[torch.Tensor] = None
-        self.mla_fp8 = False  # MLA only: the latent pool stores FP8 (set by _mla_dims)
-        self._mla_paths_seen: set[str] = set()  # MLA forms run so far, each logged once (operators, e2e tests)
         self._step_has_prefix = False  # this step has cached-prefix rows (MLA: the MHA layer refuses them)
-        self.mla: Optional[MLADims] = self._mla_dims(model_runner) if getattr(model_runner, "use_mla_backend",
-                                                                               False) else None
+        self.mla: Optional[SGLangMLA] = None
+        if getattr(model_runner, "use_mla_backend", False):
+            unsupported = [what for what, on in (("a hybrid SWA pool", self.use_swa_pool),
+                                                 ("cross-attention", self.is_encoder_decoder),
+                                                 ("chunked local attention", self.attention_chunk_size is not None))
+                           if on]
+            self.mla = SGLangMLA(model_runner, self.token_to_kv_pool, dtype=self.dtype, kv_dtype=self.kv_dtype,
+                                 batch_invariant=self.batch_invariant, unsupported=", ".join(unsupported) or None)
         # keyed (layer_id, has_sinks); MLA layers (layer_id, has_sinks, role 'mla'/'mha'): an MLA layer's two
         # RadixAttentions share its layer id
         self._runners: dict[tuple, LayerRunner] = {}
@@ -97,61 +97,8 @@ class XpuAttnSGLangBackend(AttentionBackend):
                 has_sinks = id(mod) in with_sinks or isinstance(getattr(mod, "sinks", None), torch.Tensor)
                 self._layer_sinks[mod.layer_id] = has_sinks
                 if self.mla is not None:
-                    self._check_mla_kv_scale(mod)
+                    self.mla.check_kv_scale(mod)
                 self._runner(mod, has_sinks=has_sinks)
-
-    # ---- MLA ------------------------------------------------------------------------
-    def _mla_dims(self, model_runner) -> MLADims:
-        d = mla_dims(model_runner)
-        missing = [k for k, v in d.items() if v is None]
-        if missing:
-            raise ValueError(f"xpu_attn: MLA model config lacks {', '.join(missing)}; cannot serve its attention")
-        dims = MLADims(**d)
-        rank, rope = mla_pool_dims(self.token_to_kv_pool)
-        if (rank, rope) != (None, None) and (rank, rope) != (dims.kv_lora_rank, dims.qk_rope_head_dim):
-            raise ValueError(f"xpu_attn: the MLA pool's rows are kv_lora_rank {rank} + rope {rope}, the model config "
-                             f"says {dims.kv_lora_rank} + {dims.qk_rope_head_dim}")
-        if self.use_swa_pool or self.is_encoder_decoder or self.attention_chunk_size is not None:
-            raise ValueError("xpu_attn: MLA with a hybrid SWA pool, cross-attention or chunked local attention "
-                             "is not supported")
-        # FP8 latent caches. SGLang's MLA pool has no scale of its own: it stores cast(latent) (set_kv_buffer /
-        # set_mla_kv_buffer cast with no scaling, which is also how the model writes the latent before its MHA
-        # prefill), and SGLang's triton backend reads it back with k_scale, dividing its own writes by k_scale.
-        # With no checkpoint scale (k_scale None or 1) both agree: the cache is the FP8 cast of the latent, read
-        # with descale 1. That is what this backend serves; a layer with another k_scale is refused at start-up
-        # (_check_mla_kv_scale): SGLang's MHA-prefill writes would be unscaled and its absorbed ones scaled.
-        self.mla_fp8 = mla_pool_stores_fp8(self.token_to_kv_pool)
-        return dims
-
-    def _check_mla_kv_scale(self, layer) -> None:
-        if not self.mla_fp8:
-            return
-        ks = getattr(layer, "k_scale_float", None)
-        if ks is None and isinstance(getattr(layer, "k_scale", None), torch.Tensor):
-            ks = float(layer.k_scale.reshape(-1)[0])  # start-up only
-        if ks is not None and ks != 1.0:
-            raise ValueError(
-                f"xpu_attn: layer {layer.layer_id} has an FP8 latent cache with k_scale {ks}; SGLang's MLA pool "
-                "stores latents unscaled (the model's own MHA-prefill write ignores k_scale), so only scale 1 is "
-                "served. Use --kv-cache-dtype auto (bf16/fp16 latents) or a checkpoint without KV scales")
-
-    def _note_mla_path(self, path: str) -> None:
-        if path not in self._mla_paths_seen:
-            self._mla_paths_seen.add(path)
-            logger.info("xpu_attn (SGLang): MLA %s runs through this backend", path)
-
-    def _mla_role(self, layer) -> str:
-        """'mla' (absorbed, over the latent cache) or 'mha' (un-absorbed prefill on the given K/V)."""
-        m = self.mla
-        if (layer.tp_k_head_num, layer.qk_head_dim, layer.v_head_dim) == (1, m.latent_dim, m.kv_lora_rank):
-            return "mla"
-        if (layer.qk_head_dim, layer.v_head_dim) == (m.qk_head_dim, m.v_head_dim) and \
-                layer.tp_k_head_num == layer.tp_q_head_num:
-            return "mha"
-        raise ValueError(
-            f"xpu_attn: MLA model layer {layer.layer_id} has qk_head_dim {layer.qk_head_dim}, v_head_dim "
-            f"{layer.v_head_dim}, {layer.tp_k_head_num} KV heads: neither the absorbed form (1 KV head, "
-            f"{m.latent_dim}/{m.kv_lora_rank}) nor the un-absorbed prefill ({m.qk_head_dim}/{m.v_head_dim})")
 
     def _spec(self, layer, has_sinks: bool) -> LayerSpec:
         if layer.is_cross_attention:
@@ -172,23 +119,12 @@ class XpuAttnSGLangBackend(AttentionBackend):
             kv_dtype=self.kv_dtype, batch_invariant=self.batch_invariant,
         )
 
-    def _mla_spec(self, layer, has_sinks: bool) -> LayerSpec:
-        if has_sinks or layer.is_cross_attention or layer.attn_type in BIDIRECTIONAL_TYPES:
-            raise ValueError(f"xpu_attn: MLA layer {layer.layer_id} with sinks, cross or bidirectional attention")
-        if layer.sliding_window_size is not None and layer.sliding_window_size > -1:
-            raise ValueError(f"xpu_attn: MLA layer {layer.layer_id} with a sliding window is not supported")
-        # both roles are configured from the same MLA dims; the 'mha' runner serves forward_mla_mha with its
-        # own layer's scale (DeepSeek gives both the 192-based scale, times YaRN's mscale)
-        return LayerSpec.for_mla(layer.tp_q_head_num, self.mla, float(layer.scaling), dtype=self.dtype,
-                                 kv_dtype=self.kv_dtype, softcap=float(layer.logit_cap or 0.0),
-                                 batch_invariant=self.batch_invariant)
-
     def _runner(self, layer, has_sinks: bool) -> LayerRunner:
-        role = self._mla_role(layer) if self.mla is not None else ""
+        role = self.mla.role(layer) if self.mla is not None else ""
         key = (layer.layer_id, has_sinks, role) if role else (layer.layer_id, has_sinks)
         r = self._runners.get(key)
         if r is None:
-            spec = self._mla_spec(layer, has_sinks) if role else self._spec(layer, has_sinks)
+            spec = self.mla.spec(layer, has_sinks) if role else self._spec(layer, has_sinks)
             r = LayerRunner(spec, self.device, self.page_size, with_spec_decode=self.topk > 1)
             self._runners[key] = r
             if len(self._runners) == 1:
@@ -277,9 +213,12 @@ class XpuAttnSGLangBackend(AttentionBackend):
     def _forward(self, q, k, v, layer, fb: ForwardBatch, save_kv_cache: bool, sinks: Optional[torch.Tensor],
                  q_rope=None, k_rope=None):
         if self.mla is not None:
-            if self._mla_role(layer) == "mha":
-                return self._forward_mla_mha(q, k, v, layer, fb, save_kv_cache, sinks, q_rope, k_rope)
-            return self._forward_mla(q, k, v, layer, fb, save_kv_cache, sinks, q_rope, k_rope)
+            runner = self._runner(layer, False)
+            if self.mla.role(layer) == "mha":
+                return self.mla.forward_mha(runner, self.forward_metadata, self._step_has_prefix, q, k, v, layer, fb,
+                                            save_kv_cache, sinks, q_rope, k_rope)
+            return self.mla.forward_absorbed(runner, self.forward_metadata, self.page_size, q, k, layer, fb,
+                                             save_kv_cache, sinks, q_rope, k_rope)
         if q_rope is not None or k_rope is not None:
             raise ValueError("xpu_attn: q_rope/k_rope (split MLA inputs) given to a non-MLA layer")
         if k is None and v is None:
@@ -301,77 +240,16 @@ class XpuAttnSGLangBackend(AttentionBackend):
         k_cache = k_cache.view(-1, self.page_size, layer.tp_k_head_num, d)
         v_cache = v_cache.view(-1, self.page_size, layer.tp_v_head_num, dv)
         bound = self._bound_src.get(layer.layer_id)
-        if bound is None or bound[0] is not layer or bound[1] is not sinks:  # once per layer (SGLang passes
-            k_descale = v_descale = None                                      # the same tensors every call)
-            if self.kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-                k_descale = layer.k_scale.reshape(1).float() if layer.k_scale is not None else None
-                v_descale = layer.v_scale.reshape(1).float() if layer.v_scale is not None else None
-            runner.bind(sinks=sinks, k_descale=k_descale, v_descale=v_descale)
+        # once per layer: SGLang passes the same tensors every call
+        if bound is None or bound[0] is not layer or bound[1] is not sinks:
+            runner.bind(sinks=sinks, k_descale=fp8_descale(self.kv_dtype, layer.k_scale),
+                        v_descale=fp8_descale(self.kv_dtype, layer.v_scale))
             self._bound_src[layer.layer_id] = (layer, sinks)
         q3 = q.reshape(-1, hq, d)
         if q3.dtype != self.dtype:
             q3 = q3.to(self.dtype)  # e.g. SGLang's Llama-4 casts q/k to bf16 off CUDA; the layer runs in the model dtype
         out = q3.new_empty(q3.shape[0], hq * dv)
         runner.forward(self.forward_metadata, q3, k_cache, v_cache, out.view(-1, hq, dv))
-        return out
-
-    def _forward_mla(self, q, k, v, layer, fb: ForwardBatch, save_kv_cache: bool, sinks, q_rope, k_rope):
-        """Absorbed MLA, any mode. SGLang's inputs under ``xpu_attn`` (its "concat" form): q [T, H*latent],
-        k [T, 1, latent] (= [k_nope | k_pe], the row to cache), v = k_nope [T, 1, kv_lora_rank] (unused: the
-        values are the cached rows' first kv_lora_rank columns). Under ``intel_xpu`` (its "split" form):
-        q [T, H*kv_lora_rank] + q_rope [T, H*rope], k = k_nope [T, 1, kv_lora_rank] + k_rope [T, 1, rope].
-        Returns [T, H*kv_lora_rank]."""
-        if sinks is not None:
-            raise ValueError("xpu_attn: attention sinks on an MLA layer")
-        m, hq = self.mla, layer.tp_q_head_num
-        if q_rope is not None:
-            q = torch.cat([q.reshape(-1, hq, m.kv_lora_rank), q_rope.reshape(-1, hq, m.qk_rope_head_dim)], dim=-1)
-        q3 = q.reshape(-1, hq, m.latent_dim)
-        if q3.dtype != self.dtype:
-            q3 = q3.to(self.dtype)
-        if save_kv_cache and k is not None:
-            row = k.reshape(-1, 1, m.kv_lora_rank if k_rope is not None else m.latent_dim)
-            if k_rope is not None:
-                row = torch.cat([row, k_rope.reshape(-1, 1, m.qk_rope_head_dim).to(row.dtype)], dim=-1)
-            # MLATokenToKVPool.set_kv_buffer(layer, loc, cache_k [T, 1, latent], cache_v): stores cache_k only,
-            # cast to its dtype (FP8: unscaled, see _mla_dims)
-            self.token_to_kv_pool.set_kv_buffer(layer, batch_write_loc(fb), row, None)
-        latent = self.token_to_kv_pool.get_key_buffer(layer.layer_id).view(-1, self.page_size, 1, m.latent_dim)
-        self._note_mla_path(f"absorbed {self.forward_metadata.mode.value}")
-        out = q3.new_empty(q3.shape[0], hq * m.kv_lora_rank)
-        self._runner(layer, False).forward_mla(self.forward_metadata, q3, latent,
-                                               out.view(-1, hq, m.kv_lora_rank))
-        return out
-
-    def _forward_mla_mha(self, q, k, v, layer, fb: ForwardBatch, save_kv_cache: bool, sinks, q_rope, k_rope):
-        """The un-absorbed first prefill: causal MHA over the per-head K/V SGLang decompressed from the latents
-        of this step's tokens (q/k [T, H, nope+rope], v [T, H, v_head_dim]); the latent rows were already
-        written by the model. Refused on any step with a cached prefix: those keys are only in the latent
-        cache, never in the K/V passed here, so running it would silently drop them."""
-        plan = self.forward_metadata
-        if self._step_has_prefix or plan.mode.is_decode or mla_fb_attends_prefix(fb):
-            raise ValueError(
-                f"xpu_attn: MLA layer {layer.layer_id}'s un-absorbed (MHA) attention was called on a "
-                f"{plan.mode.value} step with a cached prefix (or asked for prefix chunks / LSE); it only serves "
-                "a first prefill. SGLang picks the absorbed form for such steps under --attention-backend xpu_attn")
-        if save_kv_cache:
-            raise ValueError(f"xpu_attn: MLA layer {layer.layer_id}'s MHA call asked to save its per-head K/V; "
-                             "an MLA cache holds latent rows only (the model writes them itself)")
-        if sinks is not None or q_rope is not None or k_rope is not None or k is None or v is None:
-            raise ValueError("xpu_attn: the MLA MHA prefill takes plain q/k/v (no sinks, no split rope inputs)")
-        m, hq, n = self.mla, layer.tp_q_head_num, plan.num_tokens
-        self._note_mla_path("un-absorbed (MHA) prefill")
-        q3 = q.reshape(-1, hq, m.qk_head_dim)
-        k3 = k.reshape(-1, layer.tp_k_head_num, m.qk_head_dim)
-        v3 = v.reshape(-1, layer.tp_v_head_num, m.v_head_dim)
-        if q3.dtype != self.dtype:
-            q3, k3, v3 = q3.to(self.dtype), k3.to(self.dtype), v3.to(self.dtype)
-        out = q3.new_empty(q3.shape[0], hq * m.v_head_dim)
-        o3 = out.view(-1, hq, m.v_head_dim)
-        main = plan.main  # no prefix: each sequence's keys are exactly its new tokens
-        self._runner(layer, False).forward_mla_mha(
-            q3[:n], k3[:n], v3[:n], main.cu_seqlens_q, main.cu_seqlens_q, main.max_seqlen_q, main.max_seqlen_q,
-            out=o3[:n])
         return out
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
@@ -399,7 +277,12 @@ class XpuAttnSGLangBackend(AttentionBackend):
                 "xpu_attn: graph capture for encoder-decoder (cross-attention) models is not supported; "
                 "run with --disable-cuda-graph"
             )
-        unsafe = sorted({why for key, r in self._runners.items() if (why := self._graph_reason(key, r))})
+        # an MLA layer's un-absorbed MHA prefill never runs in a graph: SGLang picks the absorbed form for decode,
+        # verify and under prefill graph capture, and _forward_mla_mha refuses every mode but a first prefill
+        roles = {key: key[2] if len(key) > 2 else "" for key in self._runners}
+        unsafe = sorted(set(graphs.capture_blockers(r for key, r in self._runners.items() if not roles[key])) | set(
+            graphs.capture_blockers((r for key, r in self._runners.items() if roles[key] not in ("", "mha")),
+                                    mha_prefill=False)))
         if unsafe:
             raise ValueError("xpu_attn: graph capture needs kernel providers that launch without host syncs; "
                              f"{'; '.join(unsafe)}. Run with --disable-cuda-graph")
@@ -410,24 +293,6 @@ class XpuAttnSGLangBackend(AttentionBackend):
         self._graph_max_k = width - extra
         logger.info("xpu_attn (SGLang): graph capture on, key bound %d (token table width %d), max batch %d",
                     self._graph_max_k, width, max_bs)
-
-    @staticmethod
-    def _graph_reason(key, runner: LayerRunner) -> Optional[str]:
-        """Why a runner's graph-reachable providers cannot be captured (None: they can).
-
-        An MLA layer's un-absorbed MHA prefill never runs in a graph (SGLang picks the absorbed form for
-        decode, verify and under prefill graph capture, and _forward_mla_mha refuses every mode but a
-        first prefill), so its 'mha' runner and any runner's MHA-prefill provider are not counted.
-        """
-        role = key[2] if len(key) > 2 else ""
-        if not role:
-            return runner.graph_capture_reason()
-        if role == "mha":
-            return None
-        provs = {runner.prefill_provider, runner.decode_provider, runner.spec_provider} - {None}
-        why = [f"{p.name}: {p.graph_capture_reason}" for p in sorted(provs, key=lambda p: p.name)
-               if p.graph_capture_reason]
-        return "; ".join(why) or None
 
     def get_cuda_graph_seq_len_fill_value(self):
         return 1  # padded decode rows see one key (page 0), never zero-length softmax rows

@@ -11,12 +11,12 @@ policies SGLang keys on that name (page-size snapping, model checks) apply to it
 from __future__ import annotations
 
 import logging
-import os
+
+from vllm_xpu_attn import env
 
 logger = logging.getLogger("vllm_xpu_attn")
 
 NAME = "xpu_attn"
-ENV_AS_INTEL_XPU = "XPU_ATTN_AS_INTEL_XPU"
 
 
 def create_backend(runner):
@@ -46,7 +46,7 @@ def register() -> None:
         logger.debug("xpu_attn: not registering with SGLang (%s)", e)
         return
     names = [NAME]
-    if os.environ.get(ENV_AS_INTEL_XPU, "").strip().lower() in ("1", "true", "yes", "on"):
+    if env.on(env.AS_INTEL_XPU):
         names.append("intel_xpu")
     for name in names:
         if name not in choices:

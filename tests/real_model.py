@@ -226,6 +226,31 @@ def fmt(s: dict) -> str:
     return f"{s['agree']}/{s['n']} greedy identical{tf}{d}"
 
 
+def no_worse(ref: dict, ours: dict, own: dict, *, name: str, labels: tuple[str, str], report) -> None:
+    """Against the fp32 transformers reference, this backend no worse than the engine's own (issue 22's bf16 rule),
+    both teacher-forced on the reference's tokens (``tf``) and greedy (``tokens``), on the same prompts:
+    - max |dlogprob| <= 1.5x the engine's own;
+    - agreement per prompt >= the engine's own minus one prompt, where a prompt agrees when its greedy continuation
+      is the reference's, or first leaves it at a near tie: a step whose reference top-2 gap is below twice the
+      engine's own max |dlogprob| (two log-probabilities each off by up to that much can swap there, so the
+      engine's own backend at this precision cannot order them either). Whole-continuation agreement without
+      that allowance is a coin toss in bf16 (the two backends differ from each other as much as from fp32),
+      so it is printed, not asserted;
+    - agreement per teacher-forced step (is the reference's token the argmax: 32 steps a prompt) >= the engine's
+      own minus one prompt's worth of steps."""
+    s_ours, s_own = compare(ref, ours["tokens"], ours["tf"]), compare(ref, own["tokens"], own["tf"])
+    tie = 2 * s_own["tf_max"]
+    real_ours = [d for d in s_ours["diverged"] if d[2] >= tie]
+    real_own = [d for d in s_own["diverged"] if d[2] >= tie]
+    n = s_ours["n"]
+    for label, s, real in ((labels[0], s_ours, real_ours), (labels[1], s_own, real_own)):
+        report(f"{name} {label} vs fp32 transformers: {fmt(s)}; agreeing but for near ties (top-2 gap < {tie:.2e}): "
+               f"{n - len(real)}/{n}")
+    assert s_ours["tf_max"] <= 1.5 * s_own["tf_max"], (s_ours["tf_max"], s_own["tf_max"])
+    assert n - len(real_ours) >= n - len(real_own) - 1, (real_ours, real_own)
+    assert s_ours["top1"] >= s_own["top1"] - 32, (s_ours["top1"], s_own["top1"])
+
+
 def answer_text(tok, tokens: list[int]) -> str:
     """What a user sees: the decoded answer up to the end-of-turn token."""
     text = tok.decode(tokens, skip_special_tokens=False)

@@ -89,20 +89,38 @@ def test_bad_layer_spec(kw, match):
         LayerSpec(**base)
 
 
-def test_bad_planner_input():
-    with pytest.raises(ValueError, match="page size must be an int >= 1"):
-        core.build_plan(torch.ones(1), torch.ones(1), torch.zeros(1, 1), 0, 1, 1)
-    with pytest.raises(ValueError, match="must both be \\[batch\\]"):
-        core.build_plan(torch.ones(2), torch.ones(1), torch.zeros(1, 1), 1, 1, 1)
-    with pytest.raises(ValueError, match="num_draft"):
-        core.verify_expand_plan(torch.ones(1), torch.zeros(1, 4), 0, torch.ones(4))
+def _step(**over) -> core.StepInputs:
+    kw = dict(mode=core.Mode.EXTEND, seq_lens=torch.ones(1, dtype=torch.int32), max_seqlen_k=1, num_tokens=1,
+              page_size=1, query_lens=torch.ones(1, dtype=torch.int32), page_table=torch.zeros(1, 1, dtype=torch.int32))
+    kw.update(over)
+    return core.StepInputs(**kw)
 
 
-def test_kv_cache_config_checks():
-    with pytest.raises(ValueError, match="KV cache must be"):
-        core.check_kv_cache(torch.zeros(2, 3), torch.zeros(2, 3), torch.float32)
+@pytest.mark.parametrize("over,match", [
+    (dict(page_size=0), "page_size must be an int >= 1"),
+    (dict(query_lens=torch.ones(2, dtype=torch.int32)), "seq_lens \\[1\\] and query_lens \\[2\\] disagree"),
+    (dict(query_lens=torch.ones(1, 1, dtype=torch.int32)), "query_lens \\[1, 1\\] disagree"),
+    (dict(page_table=torch.zeros(2, 1, dtype=torch.int32)), "page_table must be \\[batch=1, max_pages\\]"),
+    (dict(max_seqlen_k=2), "page table too short"),
+    (dict(mode=core.Mode.TARGET_VERIFY, spec=core.SpecDecodeShape(topk=2, num_draft=0)), "num_draft"),
+])
+def test_bad_planner_input(over, match):
+    with pytest.raises(ValueError, match=match):
+        core.plan_step(_step(**over))
+
+
+def test_kv_cache_checks_on_the_layer_write():
+    """The caches an engine hands a layer are checked by LayerRunner.write_kv before anything is stored."""
+    spec = LayerSpec(num_q_heads=2, num_kv_heads=1, head_dim=4, scale=0.5, dtype=torch.float32,
+                     kv_dtype=torch.float32)
+    runner = core.LayerRunner(spec, "cpu", 1, override="reference")
+    new, slots = torch.ones(1, 1, 4), torch.zeros(1, dtype=torch.int64)
+    with pytest.raises(ValueError, match="k_cache must be \\[num_pages, page_size, num_kv_heads, head_dim\\]"):
+        runner.write_kv(new, new, torch.zeros(2, 3), torch.zeros(2, 3), slots)
+    kc = torch.zeros(1, 1, 1, 4, dtype=torch.bfloat16)
     with pytest.raises(TypeError, match="configured KV dtype"):
-        core.check_kv_cache(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1), torch.bfloat16)
+        runner.write_kv(new.bfloat16(), new.bfloat16(), kc, kc.clone(), slots)
+    assert not kc.any()
 
 
 def test_write_kv_shape_mismatch():

@@ -152,12 +152,18 @@ def test_mode_by_its_value_string_is_that_mode():
     assert plan.mode is core.Mode.DECODE
 
 
-def test_check_kv_cache_compares_v_with_k():
-    k = torch.zeros(4, 8, 2, 16)
+def test_layer_write_compares_v_cache_with_k_cache():
+    """A V cache that differs from the K cache in KV heads or dtype is refused by the layer's write, before any
+    store, even where each new tensor matches its own cache (which is all a provider's write compares)."""
+    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32,
+                          kv_dtype=torch.float32)
+    runner = core.LayerRunner(spec, "cpu", 8, override="reference")
+    k, kc, slots = torch.ones(1, 2, 16), torch.zeros(4, 8, 2, 16), torch.tensor([9])
     with pytest.raises(ValueError, match="v_cache .* must match k_cache"):
-        core.check_kv_cache(k, torch.zeros(4, 8, 1, 16), torch.float32)
+        runner.write_kv(k, torch.ones(1, 1, 16), kc, torch.zeros(4, 8, 1, 16), slots)
     with pytest.raises(ValueError, match="v_cache .* must match k_cache"):
-        core.check_kv_cache(k, torch.zeros(4, 8, 2, 16, dtype=torch.float16), torch.float32)
+        runner.write_kv(k, k.half(), kc, torch.zeros(4, 8, 2, 16, dtype=torch.float16), slots)
+    assert not kc.any(), "a refused write stored into the K cache"
 
 
 def test_sink_layer_run_without_sinks_is_refused():

@@ -49,20 +49,24 @@ def test_console_script_installed():
 def test_doctor_reports_vendor_versions_and_probed_capabilities():
     """With the strict vendor models on the path (an XPU stack as a user would have it), doctor prints
     each library's version and what the probes found: the modelled sgl-kernel main (9cf16bf9)
-    stores softcap without applying it, so softcap is refused and Triton serves."""
+    stores softcap without applying it, so softcap is refused and Triton serves; an MLA layer's absorbed
+    decode goes to the library's MLA operator (sgl_kernel_mla), its extend to Triton."""
     import os
+    import re
 
     here = os.path.dirname(__file__)
     env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "VLLM_XPU_ATTN_PROBE_DEVICE": "cpu",
            "PYTHONPATH": os.pathsep.join([os.path.join(here, "fakes"), here])}
     p = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor", "--device", "xpu", "--softcap", "30",
-                        "--head-dim", "64"], capture_output=True, text=True, timeout=120, env=env)
+                        "--head-dim", "64", "--mla"], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     out = " ".join(p.stdout.split())
     assert "0.1.8" in out and "0.1.16.2" in out and "2.8.10+xpu" in out, out
     assert "softcap: no" in out and "PR #491" in out, out
     assert "page_size_1: no" in out, out
     assert "decode (xpu" in out and "-> triton" in out, out
+    assert re.search(r"MLA absorbed decode │ [^│]+│ sgl_kernel_mla │", out), out
+    assert re.search(r"MLA absorbed extend │ [^│]+│ triton │", out), out
 
 
 def test_doctor_reports_mla_layers():

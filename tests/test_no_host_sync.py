@@ -1,7 +1,7 @@
-"""Decode-path planning never reads device values on the host.
+"""Step planning never reads device values on the host.
 
-Structural proof: every planner runs on the ``meta`` device, whose tensors have no values.
-Any .item()/.tolist()/.cpu()/bool() of a planned tensor raises there, so a planner that
+Structural proof: ``plan_step`` runs on the ``meta`` device, whose tensors have no values.
+Any .item()/.tolist()/.cpu()/bool() of a planned tensor raises there, so a plan that
 synchronised would fail this test. (tests/gpu/ repeats it on CUDA with
 torch.cuda.set_sync_debug_mode("error").)
 """
@@ -9,7 +9,7 @@ torch.cuda.set_sync_debug_mode("error").)
 import pytest
 import torch
 
-from vllm_xpu_attn import core
+from vllm_xpu_attn.core import Mode, SpecDecodeShape, StepInputs, plan_step
 
 M = torch.device("meta")
 
@@ -25,31 +25,37 @@ def test_meta_device_really_refuses_value_reads():
             read()
 
 
-def test_decode_planning_is_sync_free():
+def test_decode_step_planning_is_sync_free():
     seq_lens, token_table = meta(8), meta(8, 4096, dtype=torch.int64)
-    pt = core.token_table_to_page_table(token_table, 64, 4096)
-    plan = core.decode_plan(seq_lens, pt, 64, 4096)
-    assert plan.page_table.shape == (8, 64) and plan.cu_seqlens_q.shape == (9,)
-    local = core.local_attention_plan(256, torch.ones(8, dtype=torch.int32, device=M), seq_lens, pt, 64, 1)
-    assert local.page_table.shape == (8, 4)
-    swa = core.swa_translate(token_table, meta(100000, dtype=torch.int64))
-    assert swa.shape == token_table.shape
-    slots = core.slot_mapping_from_page_table(pt, meta(8, dtype=torch.int64), meta(8), 64)
-    assert slots.shape == (8,)
+    plan = plan_step(StepInputs(Mode.DECODE, seq_lens, 4096, 8, 64, token_table=token_table, attention_chunk_size=256,
+                                swa_mapping=meta(100000, dtype=torch.int64)))
+    assert plan.main.page_table.shape == (8, 64) and plan.main.cu_seqlens_q.shape == (9,)
+    assert plan.local.page_table.shape == (8, 4) and plan.local.cu_seqlens_q.shape == (9,)
+    assert plan.swa_page_table.shape == (8, 64) and plan.local_swa_page_table.shape == (8, 4)
+    vllm_style = plan_step(StepInputs(Mode.DECODE, seq_lens, 4096, 8, 64, page_table=plan.main.page_table))
+    assert vllm_style.main.page_table.shape == (8, 64)
 
 
-def test_spec_decode_planning_is_sync_free():
+def test_speculative_step_planning_is_sync_free():
     seq_lens, table = meta(4), meta(4, 512, dtype=torch.int64)
-    exp = core.verify_expand_plan(seq_lens, table, 3, meta(4 * 3 * 600, dtype=torch.bool))
-    assert exp.page_table.shape == (12, 3)
-    main = core.verify_main_plan_topk(seq_lens, core.token_table_to_page_table(table, 16, 512), 16, 3, 512)
-    assert main.cu_seqlens_q.shape == (5,)
-    dd = core.draft_decode_expand_plan(meta(4 * 2 * 3, dtype=torch.int64), 4, 2, 3, 1)
-    assert dd.page_table.shape == (8, 2)
+    verify = plan_step(StepInputs(Mode.TARGET_VERIFY, seq_lens, 500, 12, 16, token_table=table,
+                                  custom_mask=meta(4 * 3 * 600, dtype=torch.bool),
+                                  spec=SpecDecodeShape(topk=2, num_draft=3)))
+    assert verify.spec_expand.page_table.shape == (12, 3) and verify.main.cu_seqlens_q.shape == (5,)
+    chain = plan_step(StepInputs(Mode.TARGET_VERIFY, seq_lens, 500, 12, 16, token_table=table,
+                                 spec=SpecDecodeShape(num_draft=3)))
+    assert chain.main.cu_seqlens_q.shape == (5,)
+    draft = plan_step(StepInputs(Mode.DRAFT_DECODE, seq_lens, 500, 8, 16, token_table=table,
+                                 draft_slots=meta(4 * 2 * 3, dtype=torch.int64),
+                                 spec=SpecDecodeShape(topk=2, num_steps=3, step_id=1)))
+    assert draft.spec_expand.page_table.shape == (8, 2)
 
 
 def test_extend_and_cross_planning_is_sync_free():
-    plan = core.build_plan(meta(3), meta(3), meta(3, 8), 16, 64, 128)
-    assert plan.cu_seqlens_q.shape == (4,)
-    enc = core.encoder_plan(meta(3), meta(3, 256, dtype=torch.int64), 16, 200, meta(3), 4)
-    assert enc.page_table.shape == (3, 13)
+    plan = plan_step(StepInputs(Mode.EXTEND, meta(3), 128, 64, 16, query_lens=meta(3), max_seqlen_q=64,
+                                page_table=meta(3, 8)))
+    assert plan.main.cu_seqlens_q.shape == (4,)
+    # token-table rows with the encoder's tokens first (page 16: the decoder's page-boundary check runs, unread)
+    cross = plan_step(StepInputs(Mode.EXTEND, meta(3), 50, 12, 16, query_lens=meta(3), max_seqlen_q=4,
+                                 token_table=meta(3, 256, dtype=torch.int64), encoder_lens=meta(3), max_encoder_len=200))
+    assert cross.encoder.page_table.shape == (3, 13) and cross.main.page_table.shape == (3, 4)

@@ -1,4 +1,7 @@
-"""Planner functions: hand-computed plans, edge cases, and semantic checks against the naive oracle."""
+"""Step planning: hand-computed plans, edge cases, and semantic checks against the naive oracle.
+
+Plans come from ``plan_step`` (what the adapters call); the helpers it is built from (core.paging,
+core.spec_decode, core.local_attn) are checked on their own where their layout is the point."""
 
 import math
 
@@ -10,7 +13,8 @@ from hypothesis import strategies as st
 from layouts import assert_close_to
 from naive import naive_paged_attention
 from vllm_xpu_attn import core
-from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan
+from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, plan_step
+from vllm_xpu_attn.core import local_attn, paging, spec_decode
 from vllm_xpu_attn.kernels import get_provider
 
 REF = get_provider("reference")
@@ -43,35 +47,36 @@ def test_token_table_edges():
         core.token_table_to_page_table(full, 0, 8)
 
 
-def test_build_plan_mixed_batch_and_padding_rows():
+def test_mixed_step_plan_and_padding_rows():
     # decode row (q 1 / k 9), extend row with prefix (q 3 / k 7), prefill (q 4 / k 4), graph padding (q 1/k 1, q 0/k 0)
     q_lens, k_lens = t(1, 3, 4, 1, 0), t(9, 7, 4, 1, 0)
-    plan = core.build_plan(q_lens, k_lens, torch.zeros(5, 3, dtype=I32), 4, 4, 9)
+
+    def step(page_table):
+        return plan_step(StepInputs(Mode.MIXED, k_lens, 9, 9, 4, query_lens=q_lens, max_seqlen_q=4,
+                                    page_table=page_table)).main
+
+    plan = step(torch.zeros(5, 3, dtype=I32))
     assert plan.cu_seqlens_q.tolist() == [0, 1, 4, 8, 9, 9]
     assert plan.cache_seqlens.tolist() == [9, 7, 4, 1, 0]
-    assert (plan.max_seqlen_q, plan.max_seqlen_k, plan.batch_size) == (4, 9, 5)
+    assert (plan.max_seqlen_q, plan.max_seqlen_k, plan.batch_size, plan.page_size) == (4, 9, 5, 4)
     with pytest.raises(ValueError, match="page table too short"):
-        core.build_plan(q_lens, k_lens, torch.zeros(5, 2, dtype=I32), 4, 4, 9)
+        step(torch.zeros(5, 2, dtype=I32))
 
 
-def test_decode_plan_empty_and_normal():
-    empty = core.decode_plan(torch.zeros(0, dtype=I32), torch.zeros(0, 0, dtype=I32), 16, 0)
-    assert empty.cu_seqlens_q.tolist() == [0] and empty.max_seqlen_q == 0
-    plan = core.decode_plan(t(5, 1, 16), torch.zeros(3, 1, dtype=I32), 16, 16)
+def test_decode_step_plan_empty_and_normal():
+    empty = plan_step(StepInputs(Mode.DECODE, torch.zeros(0, dtype=I32), 0, 0, 16,
+                                 page_table=torch.zeros(0, 0, dtype=I32))).main
+    assert empty.cu_seqlens_q.tolist() == [0] and empty.max_seqlen_q == 0 and empty.page_table.shape == (0, 0)
+    plan = plan_step(StepInputs(Mode.DECODE, t(5, 1, 16), 16, 3, 16, page_table=torch.zeros(3, 1, dtype=I32))).main
     assert plan.cu_seqlens_q.tolist() == [0, 1, 2, 3] and plan.max_seqlen_q == 1
-
-
-def test_slot_mapping_from_page_table():
-    pt = t(7, 3, dtype=I32).reshape(1, 2)
-    slots = core.slot_mapping_from_page_table(pt, t(0, 3, 4, 6, dtype=torch.int64), t(0, 0, 0, 0), 4)
-    assert slots.tolist() == [28, 31, 12, 14]
+    assert plan.cache_seqlens.tolist() == [5, 1, 16] and plan.page_table.shape == (3, 1)
 
 
 def test_swa_translate_tensor_and_callable():
     mapping = torch.tensor([0, 10, 11, 12, 13])
     table = torch.tensor([[1, 2], [4, 0]])
-    assert core.swa_translate(table, mapping).tolist() == [[10, 11], [13, 0]]
-    assert core.swa_translate(table, lambda x: x + 100).tolist() == [[101, 102], [104, 100]]
+    assert paging.swa_translate(table, mapping).tolist() == [[10, 11], [13, 0]]
+    assert paging.swa_translate(table, lambda x: x + 100).tolist() == [[101, 102], [104, 100]]
 
 
 # ---- local attention ---------------------------------------------------------------
@@ -80,15 +85,17 @@ def test_local_attention_plan_hand_computed():
     # chunk 4, page 2. seq0: 6 prefix + 4 new (positions 6..9): chunks 1 (6,7) and 2 (8,9).
     # seq1: decode at position 4 (k_len 5): chunk 1, keys 4..4.
     pt = torch.arange(20, dtype=I32).reshape(2, 10)
-    plan = core.local_attention_plan(4, t(4, 1), t(10, 5), pt, 2, 4)
-    rows = core.virtual_rows_per_seq(4, 4)
+    plan = plan_step(StepInputs(Mode.MIXED, t(10, 5), 10, 5, 2, query_lens=t(4, 1), max_seqlen_q=4, page_table=pt,
+                                attention_chunk_size=4)).local
+    rows = local_attn.virtual_rows_per_seq(4, 4)
     assert rows == 2
     assert plan.cu_seqlens_q.tolist() == [0, 2, 4, 5, 5]
     assert plan.cache_seqlens.tolist() == [4, 2, 1, 0]
     assert plan.page_table.tolist()[0] == [2, 3] and plan.page_table.tolist()[1] == [4, 5]
     assert plan.page_table.tolist()[2] == [12, 13]
+    assert (plan.max_seqlen_q, plan.max_seqlen_k) == (4, 4)
     with pytest.raises(ValueError, match="multiple of the page size"):
-        core.local_attention_plan(6, t(1), t(1), pt[:1], 4, 1)
+        plan_step(StepInputs(Mode.DECODE, t(1), 1, 1, 4, page_table=pt[:1], attention_chunk_size=6))
 
 
 @settings(max_examples=40)
@@ -106,7 +113,8 @@ def test_local_attention_matches_chunk_masked_naive(data):
     vc = torch.randn_like(kc)
     q = torch.randn(sum(q_lens), 2, 8, generator=gen)
     max_q = max(q_lens + [0])
-    plan = core.local_attention_plan(chunk, t(*q_lens), t(*k_lens), pages, page, max_q)
+    plan = plan_step(StepInputs(Mode.EXTEND, t(*k_lens), max(k_lens + [0]), sum(q_lens), page, query_lens=t(*q_lens),
+                                max_seqlen_q=max_q, page_table=pages, attention_chunk_size=chunk)).local
     out = REF.flash_attn_with_kvcache(q, kc, vc, plan.page_table, plan.cache_seqlens, plan.cu_seqlens_q, plan.max_seqlen_q)
     cu = t(0, *torch.tensor(q_lens, dtype=torch.int64).cumsum(0).tolist()) if batch else t(0)
     want, _ = naive_paged_attention(q, kc, vc, pages, t(*k_lens), cu, chunk_size=chunk)
@@ -115,14 +123,24 @@ def test_local_attention_matches_chunk_masked_naive(data):
 
 # ---- cross attention ---------------------------------------------------------------
 
-def test_encoder_plan_and_decoder_table():
+def test_encoder_decoder_step_from_token_rows():
+    """A token-table row holds the encoder's tokens, then the decoder's: the encoder sub-plan reads the first
+    encoder_lens[b] slots, the decoder's self-attention the rest, which must start on a page boundary."""
     table = torch.arange(16).reshape(1, 16) + 32
-    enc = core.encoder_plan(t(6), table, 4, 6, t(3), 3)
-    assert enc.page_table.tolist() == [[8, 9]] and enc.cache_seqlens.tolist() == [6] and enc.cu_seqlens_q.tolist() == [0, 3]
-    dec = core.decoder_token_table(table, 8, 4)
-    assert dec[0, 0].item() == 40
+
+    def step(encoder_len):
+        return plan_step(StepInputs(Mode.EXTEND, t(3), 3, 3, 4, query_lens=t(3), max_seqlen_q=3, token_table=table,
+                                    encoder_lens=t(encoder_len), max_encoder_len=encoder_len))
+
+    plan = step(8)
+    enc = plan.encoder
+    assert enc.page_table.tolist() == [[8, 9]] and enc.cache_seqlens.tolist() == [8] and enc.cu_seqlens_q.tolist() == [0, 3]
+    assert plan.main.page_table.tolist() == [[10]] and plan.main.cache_seqlens.tolist() == [3]  # slot 40 on
     with pytest.raises(ValueError, match="page boundary"):
-        core.decoder_token_table(table, 6, 4)
+        step(6)
+    unit = plan_step(StepInputs(Mode.EXTEND, t(3), 3, 3, 1, query_lens=t(3), max_seqlen_q=3, token_table=table,
+                                encoder_lens=t(6), max_encoder_len=6))  # page size 1: any offset is a boundary
+    assert unit.main.page_table.tolist() == [[38, 39, 40]] and unit.encoder.page_table.shape == (1, 6)
 
 
 # ---- speculative decoding ----------------------------------------------------------
@@ -133,7 +151,7 @@ def test_verify_expand_plan_matches_reference_example():
     tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
     mask = torch.cat([torch.ones(n, prefix, dtype=torch.bool), tree], dim=1).reshape(-1)
     table = torch.arange(100, 100 + prefix + n).reshape(1, -1)
-    plan = core.verify_expand_plan(t(prefix), table, n, mask)
+    plan = spec_decode.verify_expand_plan(t(prefix), table, n, mask)
     assert plan.cache_seqlens.tolist() == [1, 2, 2]
     assert plan.page_table.tolist() == [[108, 109, 110], [108, 109, 110], [108, 110, 109]]
     assert plan.cu_seqlens_q.tolist() == [0, 1, 2, 3] and plan.page_size == 1
@@ -152,8 +170,8 @@ def test_topk_cascade_equals_tree_masked_naive():
     q = torch.randn(2 * n, 2, 8, generator=gen)
     mask = torch.cat([torch.cat([torch.ones(n, p, dtype=torch.bool), tr], 1).reshape(-1) for p, tr in zip(prefixes, trees)])
     seq = t(*prefixes)
-    main = core.verify_main_plan_topk(seq, core.token_table_to_page_table(table, page, 12), page, n, 12)
-    plan = StepPlan(Mode.TARGET_VERIFY, main, 2 * n, spec_expand=core.verify_expand_plan(seq, table, n, mask))
+    main = spec_decode.verify_main_plan_topk(seq, core.token_table_to_page_table(table, page, 12), page, n, 12)
+    plan = StepPlan(Mode.TARGET_VERIFY, main, 2 * n, spec_expand=spec_decode.verify_expand_plan(seq, table, n, mask))
     sinks = torch.tensor([0.5, -1.0])
     spec = LayerSpec(2, 1, 8, 8 ** -0.5, dtype=torch.float32, kv_dtype=torch.float32, has_sinks=True)
     runner = LayerRunner(spec, "cpu", page, with_spec_decode=True)
@@ -171,7 +189,7 @@ def test_topk_cascade_equals_tree_masked_naive():
 
 def test_draft_decode_expand_plan():
     loc = torch.arange(2 * 2 * 3) + 50  # [B=2, topk=2, steps=3]
-    plan = core.draft_decode_expand_plan(loc, 2, 2, 3, 1)
+    plan = spec_decode.draft_decode_expand_plan(loc, 2, 2, 3, 1)
     assert plan.page_table.tolist() == [[50, 51], [53, 54], [56, 57], [59, 60]]
     assert plan.cache_seqlens.tolist() == [2, 2, 2, 2] and plan.page_size == 1
 
@@ -188,7 +206,7 @@ def test_runner_uses_swa_table_only_for_swa_layers():
     kc = torch.randn(6, 2, 1, 8, generator=gen)
     vc = torch.randn_like(kc)
     q = torch.randn(1, 2, 8, generator=gen)
-    main = core.decode_plan(t(4), t(0, 1).reshape(1, 2), 2, 4)
+    main = plan_step(StepInputs(Mode.DECODE, t(4), 4, 1, 2, page_table=t(0, 1).reshape(1, 2))).main
     plan = StepPlan(Mode.DECODE, main, 1, swa_page_table=t(4, 5).reshape(1, 2))
     full = _runner().forward(plan, q, kc, vc)
     swa = _runner(window_left=1, uses_swa_pool=True).forward(plan, q, kc, vc)
@@ -198,13 +216,14 @@ def test_runner_uses_swa_table_only_for_swa_layers():
     assert_close_to(swa, want_swa, torch.float32)
 
 
-def test_runner_cross_layer_uses_encoder_plan_noncausal():
+def test_runner_cross_layer_uses_encoder_sub_plan_noncausal():
     gen = torch.Generator().manual_seed(1)
     kc = torch.randn(6, 2, 1, 8, generator=gen)
     vc = torch.randn_like(kc)
     q = torch.randn(3, 2, 8, generator=gen)
-    enc = core.encoder_plan(t(5), (torch.arange(6) + 4).reshape(1, 6), 2, 5, t(3), 3)
-    plan = StepPlan(Mode.PREFILL, core.build_plan(t(3), t(3), t(0, 1).reshape(1, 2), 2, 3, 3), 3, encoder=enc)
+    plan = plan_step(StepInputs(Mode.PREFILL, t(3), 3, 3, 2, query_lens=t(3), max_seqlen_q=3,
+                                page_table=t(0, 1).reshape(1, 2), encoder_lens=t(5), max_encoder_len=5,
+                                encoder_page_table=t(2, 3, 4).reshape(1, 3)))
     out = _runner(kind=AttentionKind.CROSS).forward(plan, q, kc, vc)
     want, _ = naive_paged_attention(q, kc, vc, t(2, 3, 4).reshape(1, 3), t(5), t(0, 3), causal=False)
     assert_close_to(out, want, torch.float32)
@@ -255,7 +274,7 @@ def test_flat_slots_to_page_table_vs_per_token(lens, page, seed):
         k += p
         slots += [int(own[j // page]) * page + j % page for j in range(n)]
     cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
-    table = core.flat_slots_to_page_table(torch.tensor(slots, dtype=torch.int64), cu, page, max(lens))
+    table = paging.flat_slots_to_page_table(torch.tensor(slots, dtype=torch.int64), cu, page, max(lens))
     assert table.dtype == torch.int32 and table.shape == (len(lens), -(-max(lens) // page))
     for b, n in enumerate(lens):
         for j in range(n):

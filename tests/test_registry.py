@@ -2,6 +2,8 @@
 
 import dataclasses
 import logging
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,3 +67,26 @@ def test_impossible_configuration_lists_every_provider():
     with pytest.raises(NoProviderError) as e:
         select_provider(req(device_type="cpu", dtype=torch.float64))
     assert "reference: dtype float64 not in" in str(e.value)
+
+
+def test_priority_lists_and_the_usage_docs():
+    """Each device's order, written out by hand; docs/usage.md's table says the same. sgl-kernel's two operators
+    (FA3 API, MLA decode) sit together at the head of the XPU list, each refusing the other's layers."""
+    assert reg.PRIORITY["xpu"] == ["sgl_kernel", "sgl_kernel_mla", "vllm_xpu_kernels", "ipex", "triton", "reference"]
+    assert reg.PRIORITY["cuda"] == ["sgl_kernel", "sgl_kernel_mla", "triton", "reference"]
+    assert reg.PRIORITY["cpu"] == ["torch_sdpa", "reference"]
+    assert all(set(order) <= set(reg.provider_names()) for order in reg.PRIORITY.values())
+    usage = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text()
+    rows = dict(re.findall(r"^\| (Intel XPU|CUDA|CPU) \| ([^|]+) \|", usage, flags=re.M))
+    for dev, label in (("xpu", "Intel XPU"), ("cuda", "CUDA"), ("cpu", "CPU")):
+        assert re.findall(r"`(\w+)`", rows[label]) == reg.PRIORITY[dev], label
+
+
+def test_mla_layers_without_vendor_libraries_go_to_triton_with_reasons():
+    """On this machine (no sgl-kernel): an XPU MLA decode skips both sgl-kernel operators, each saying why."""
+    r = req(device_type="xpu", head_dim=576, v_head_dim=512, num_q_heads=16, num_kv_heads=1, page_size=64,
+            phase="decode", mla=True)
+    rows = dict(explain(r))
+    assert any("not importable" in x for x in rows["sgl_kernel_mla"]), rows["sgl_kernel_mla"]
+    assert any("sgl_kernel_mla serves" in x for x in rows["sgl_kernel"]), rows["sgl_kernel"]
+    assert select_provider(r).name == "triton"

@@ -183,6 +183,7 @@ def test_tensor_descriptor_prefill_matches_reference(layout):
     forced on in the interpreter: same outputs as the reference, and the descriptor kernel is what ran
     wherever the step and the layer's cache allow it (else the pointer kernel of the same tiles)."""
     from vllm_xpu_attn.kernels.triton import provider as tp
+    from vllm_xpu_attn.kernels.triton.descriptors import DESC_DTYPES, desc_layer_ok
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
@@ -197,7 +198,7 @@ def test_tensor_descriptor_prefill_matches_reference(layout):
         TRITON.clear_caches()
     _close(out, ref[0], lay.q.dtype)
     if lay.max_seqlen_q > 1 and lay.q.shape[0] and lay.page_table.shape[0]:
-        expect = lay.q.dtype in tp._DESC_DTYPES and tp._desc_layer_ok(lay.k_cache, lay.v_cache, lay.k_cache.shape[1])
+        expect = lay.q.dtype in DESC_DTYPES and desc_layer_ok(lay.k_cache, lay.v_cache, lay.k_cache.shape[1])
         assert used and all(u == expect for u in used), (used, expect)
 
 
@@ -251,20 +252,20 @@ def test_fp8_decode_takes_its_own_key_tile(layout, splits):
     warp count (same grid, same split count); forced here onto the interpreter's family: results equal the
     reference, and the FP8 layers' launches used the FP8 tile while 16-bit ones kept the decode tile."""
     from vllm_xpu_attn.kernels.contract import is_fp8
-    from vllm_xpu_attn.kernels.triton import provider as tp
+    from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs)
-    fam = tp.device_family(torch.device(DEV))
-    tp.TUNING[fam]["decode_fp8"] = (16, 32, 1, 1)
+    fam = device_family(torch.device(DEV))
+    TUNING[fam]["decode_fp8"] = (16, 32, 1, 1)
     TRITON.clear_caches()
     try:
         out = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, num_splits=splits)
         tiles = {v["BLOCK_N"] for v in TRITON.launched_variants("_paged_attn_kernel")}
     finally:
-        del tp.TUNING[fam]["decode_fp8"]
+        del TUNING[fam]["decode_fp8"]
         TRITON.clear_caches()
     _close(out, ref, lay.q.dtype)
     if lay.max_seqlen_q <= 1 and lay.q.shape[0] and tiles:
-        want = 32 if is_fp8(lay.k_cache.dtype) else tp.TUNING[fam]["decode"][1]
+        want = 32 if is_fp8(lay.k_cache.dtype) else TUNING[fam]["decode"][1]
         assert tiles == {want}, (tiles, want)

@@ -229,7 +229,7 @@ def test_arming_with_fake_compiled_kernel(monkeypatch):
         pass
 
     monkeypatch.setattr(driver_cfg, "_active", FakeDriver())
-    monkeypatch.setattr(L, "_interpreting", lambda: False)
+    monkeypatch.setattr(L.env, "triton_interpreting", lambda: False)
     fn = FakeJIT(py_kernel)
     fl = FastLaunch(fn, (3, 2), dict(BLOCK=64), num_warps=4, num_stages=2)
     x, out = torch.zeros(16), torch.zeros(16)
@@ -248,7 +248,7 @@ def test_arming_with_fake_compiled_kernel(monkeypatch):
 def test_xpu_tiles_ask_for_the_grf_mode_the_intel_lowering_job_checked():
     """The xpu tile table carries Intel's grf_mode (ci/intel_lowering.py compiles these exact tiles); the
     launch passes it as a compile option on xpu only (CUDA's backend rejects the key)."""
-    from vllm_xpu_attn.kernels.triton.provider import tile_config
+    from vllm_xpu_attn.kernels.triton.tiles import tile_config
 
     for phase in ("prefill", "decode", "mla_decode"):
         *_, opts = tile_config("xpu", phase)
@@ -288,7 +288,7 @@ def test_bind_bakes_fixed_arguments_as_addresses(monkeypatch):
         pass
 
     monkeypatch.setattr(driver_cfg, "_active", FakeDriver())
-    monkeypatch.setattr(L, "_interpreting", lambda: False)
+    monkeypatch.setattr(L.env, "triton_interpreting", lambda: False)
     fl = FastLaunch(FakeJIT(py_kernel), (3, 2), dict(BLOCK=64), num_warps=4, num_stages=2, check=False)
     x, t, out = torch.zeros(16), torch.zeros(8), torch.zeros(16)
     with pytest.raises(RuntimeError, match="armed"):

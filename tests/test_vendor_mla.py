@@ -1,11 +1,12 @@
-"""sgl-kernel-xpu's MLA decode (``flash_mla_decode``) as a vendor path of the ``sgl_kernel`` provider,
-against the strict model in tests/fakes/sgl_kernel (attention.py + common_ops.py, every rule citing
-sgl-kernel-xpu@9cf16bf9) and an fp64 oracle: absorbed MLA = MQA over the latent rows, checked once
-more end to end against the paper's naive MLA (tests/naive_mla.py).
+"""sgl-kernel-xpu's MLA decode (``flash_mla_decode``), the ``sgl_kernel_mla`` provider, against the strict
+model in tests/fakes/sgl_kernel (attention.py + common_ops.py, every rule citing sgl-kernel-xpu@9cf16bf9)
+and an fp64 oracle: absorbed MLA = MQA over the latent rows, checked once more end to end against the
+paper's naive MLA (tests/naive_mla.py).
 
 Randomized over batch, lengths, page sizes 16/32/64/128, heads 16/128, bf16/fp16, the vendor's own
-split count and none; selection tests (decode picks sgl_kernel, extend/prefill does not, FP8 latent,
-256 heads and page 8 refused, a USE_MLA=OFF build refused); the fake's rules the wrapper has to meet.
+split count and none; selection tests (decode picks sgl_kernel_mla, extend/prefill does not, FP8 latent,
+256 heads and page 8 refused, a USE_MLA=OFF build refused, the FA3 provider ``sgl_kernel`` never takes an
+MLA layer); the fake's rules the wrapper has to meet.
 """
 
 import os
@@ -41,11 +42,11 @@ def no_mla_build(monkeypatch):
 
     monkeypatch.setattr(common_ops, "USE_MLA", False)
     common_ops.register()
-    reload_provider("sgl_kernel")
+    reload_provider("sgl_kernel_mla")
     yield
     monkeypatch.setattr(common_ops, "USE_MLA", True)
     common_ops.register()
-    reload_provider("sgl_kernel")
+    reload_provider("sgl_kernel_mla")
 
 
 def mla_req(**kw):
@@ -57,7 +58,7 @@ def mla_req(**kw):
 
 # ---- selection ------------------------------------------------------------------------------
 @pytest.mark.parametrize("build", SGL_BUILDS)
-def test_mla_decode_picks_sgl_kernel(build, monkeypatch):
+def test_mla_decode_picks_sgl_kernel_mla(build, monkeypatch):
     import sgl_kernel.flash_attn as fa
 
     monkeypatch.setattr(fa, "BUILD", build)
@@ -66,10 +67,10 @@ def test_mla_decode_picks_sgl_kernel(build, monkeypatch):
         for heads in (1, 16, 128):
             for dtype in (torch.bfloat16, torch.float16):
                 r = mla_req(page_size=page, num_q_heads=heads, dtype=dtype, kv_dtype=dtype)
-                assert select_provider(r).name == "sgl_kernel", reg.explain(r)
+                assert select_provider(r).name == "sgl_kernel_mla", reg.explain(r)
 
 
-REFUSED = [  # (request overrides, a phrase of sgl_kernel's reason)
+REFUSED = [  # (request overrides, a phrase of sgl_kernel_mla's reason)
     (dict(phase="prefill"), "decode phase only"),
     (dict(phase="any"), "decode phase only"),
     (dict(kv_dtype=torch.float8_e4m3fn), "no FP8 latent"),
@@ -78,53 +79,76 @@ REFUSED = [  # (request overrides, a phrase of sgl_kernel's reason)
     (dict(page_size=8), "page size 8"),
     (dict(page_size=1), "page size 1"),
     (dict(page_size=256), "page size 256"),
-    (dict(dtype=torch.float32, kv_dtype=torch.float32), "not fp16/bf16"),
+    (dict(dtype=torch.float32, kv_dtype=torch.float32), "not float16/bfloat16"),
     (dict(return_lse=True), "no LSE"),
     (dict(batch_invariant=True), "batch-invariant"),
     (dict(head_dim=320, v_head_dim=256), "kv_lora_rank 512 + rope 64"),
     (dict(softcap=30.0), "no softcap"),
     (dict(causal=False), "no non-causal"),
+    (dict(window=(127, 0)), "no window"),
+    (dict(has_sinks=True), "no sinks"),
+    (dict(has_alibi=True), "no ALiBi"),
+    (dict(num_kv_heads=2, num_q_heads=32), "Hkv=2"),
 ]
 
 
 @pytest.mark.parametrize("over,why", REFUSED, ids=[str(o) for o, _ in REFUSED])
 def test_mla_requests_outside_the_vendor_limits_are_refused(over, why):
     r = mla_req(**over)
-    reasons = get_provider("sgl_kernel").not_supported_reasons(r)
+    reasons = get_provider("sgl_kernel_mla").not_supported_reasons(r)
     assert any(why in x for x in reasons), reasons
     rows = reg.explain(r)
     chosen = next((n for n, rs in rows if not rs), None)
-    assert chosen not in (None, "sgl_kernel"), rows
+    assert chosen not in (None, "sgl_kernel", "sgl_kernel_mla"), rows
 
 
-def test_mla_extend_goes_to_triton_and_decode_to_sgl_kernel():
+def test_mla_extend_goes_to_triton_and_decode_to_sgl_kernel_mla():
     for page in (16, 64):
         spec = LayerSpec.for_mla(128, DIMS, SCALE, dtype=torch.bfloat16, kv_dtype=torch.bfloat16)
         runner = LayerRunner(spec, "xpu", page)
-        assert runner.decode_provider.name == "sgl_kernel"
+        assert runner.decode_provider.name == "sgl_kernel_mla"
         assert runner.prefill_provider.name == "triton"  # extend / verify / mixed: the absorbed Triton kernel
-        assert runner.mha_provider.name != "sgl_kernel"  # the un-absorbed prefill (192/128, LSE)
+        # the un-absorbed prefill (192/128, LSE)
+        assert runner.mha_provider.name not in ("sgl_kernel", "sgl_kernel_mla")
     spec = LayerSpec.for_mla(16, DIMS, SCALE, dtype=torch.bfloat16, kv_dtype=torch.float8_e4m3fn)
     assert LayerRunner(spec, "xpu", 64).decode_provider.name == "triton"  # FP8 latent: refused by the vendor
     # speculative top-k > 1 decode needs the LSE (cascade): not the vendor's
     spec = LayerSpec.for_mla(16, DIMS, SCALE, dtype=torch.bfloat16, kv_dtype=torch.bfloat16)
-    assert LayerRunner(spec, "xpu", 64, with_spec_decode=True).decode_provider.name != "sgl_kernel"
+    assert LayerRunner(spec, "xpu", 64, with_spec_decode=True).decode_provider.name != "sgl_kernel_mla"
 
 
-def test_mla_declarations_do_not_leak_into_non_mla_requests():
-    prov = get_provider("sgl_kernel")
+def test_the_two_operators_keep_to_their_own_layers():
+    """sgl_kernel (the FA3 API) never takes an MLA layer, sgl_kernel_mla never a plain one, whatever its shape."""
+    fa, mla = get_provider("sgl_kernel"), get_provider("sgl_kernel_mla")
     same_shape = mla_req(mla=False)  # 576/512 without the MLA flag is plain attention with Dv != D: FA path
-    reasons = prov.not_supported_reasons(same_shape)
+    reasons = fa.not_supported_reasons(same_shape)
     assert any("no dv support" in x for x in reasons) and not any("MLA" in x for x in reasons), reasons
+    assert any("not an MLA layer" in x for x in mla.not_supported_reasons(same_shape))
     plain = KernelRequest(device_type="xpu", dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=128,
                           num_q_heads=32, num_kv_heads=8, page_size=64, phase="decode")
-    assert prov.not_supported_reasons(plain) == []
+    assert fa.not_supported_reasons(plain) == []
+    assert mla.not_supported_reasons(plain) == ["not an MLA layer (flash_mla_decode runs absorbed MLA over a latent "
+                                                "cache only)"]
+    assert mla.not_supported_reasons(mla_req()) == []
+    assert any("sgl_kernel_mla serves" in x for x in fa.not_supported_reasons(mla_req()))
+    with pytest.raises(ValueError, match="not an MLA layer"):
+        mla.plan_paged(_step([5], 64, 2), PagedCall.make(16, 1, 128, softmax_scale=SCALE))
+
+
+def test_declarations_are_the_limit_table():
+    """The class declarations (what doctor and the tests read) and the refusals both come from one table."""
+    from vllm_xpu_attn.kernels.xpu_libs.sgl_kernel_mla import LIMITS, SglKernelMlaProvider as P
+
+    assert (LIMITS.kv_lora_rank, LIMITS.rope_dim, LIMITS.max_q_heads) == (512, 64, 128)  # attention.py:77-84
+    assert LIMITS.page_sizes == (16, 32, 64, 128)  # mla_decode.cpp:162-166
+    assert P.head_dims == {D} and P.dtypes == P.kv_dtypes == {torch.float16, torch.bfloat16}
+    assert P.features == LIMITS.features == {"mla", "dv"}
 
 
 def test_build_without_use_mla_is_refused_and_fa_still_served(no_mla_build):
     import sgl_kernel
 
-    prov = get_provider("sgl_kernel")
+    prov = get_provider("sgl_kernel_mla")
     reasons = prov.not_supported_reasons(mla_req())
     assert any("USE_MLA" in x for x in reasons), reasons
     assert select_provider(mla_req()).name == "triton"
@@ -195,8 +219,8 @@ SEEDS = range(14)
 def test_flash_mla_decode_matches_oracle(splits, monkeypatch):
     from _common import CALLS
 
-    prov = get_provider("sgl_kernel")
-    monkeypatch.setattr(prov, "mla_num_kv_splits", splits)
+    prov = get_provider("sgl_kernel_mla")
+    monkeypatch.setattr(prov, "num_kv_splits", splits)
     n_calls, used_splits, pages_seen = len(CALLS), set(), set()
     for seed in SEEDS:
         c = _case(seed)
@@ -261,7 +285,7 @@ def _call(heads=16, **kw):
 
 
 def test_launch_pads_the_table_on_device_without_host_sync(monkeypatch):
-    prov = get_provider("sgl_kernel")
+    prov = get_provider("sgl_kernel_mla")
     step = _step([20, 5], 16, 3, int64=True)
 
     def no_sync(*a, **k):
@@ -282,11 +306,11 @@ def test_launch_pads_the_table_on_device_without_host_sync(monkeypatch):
 def test_workspace_is_sized_by_the_vendor_owned_and_reused(monkeypatch):
     from sgl_kernel import common_ops
 
-    reload_provider("sgl_kernel")  # a fresh provider: no workspace grown by earlier tests
-    prov = get_provider("sgl_kernel")
-    monkeypatch.setattr(prov, "mla_num_kv_splits", 1)
+    reload_provider("sgl_kernel_mla")  # a fresh provider: no workspace grown by earlier tests
+    prov = get_provider("sgl_kernel_mla")
+    monkeypatch.setattr(prov, "num_kv_splits", 1)
     assert prov.plan_paged(_step([40], 64, 2), _call()).workspace.numel() == 0  # 0 bytes with one split (cpp:202)
-    monkeypatch.setattr(prov, "mla_num_kv_splits", -1)
+    monkeypatch.setattr(prov, "num_kv_splits", -1)
     a = prov.plan_paged(_step([700, 30], 128, 6), _call(heads=16))
     splits = common_ops.set_split_kv(2, 16, 6 * 128, 128)
     assert splits == 6 and a.workspace.numel() >= common_ops.split_kv_workspace_bytes(2, 16, splits) > 0
@@ -294,11 +318,11 @@ def test_workspace_is_sized_by_the_vendor_owned_and_reused(monkeypatch):
     assert b.workspace.data_ptr() == a.workspace.data_ptr(), "the workspace is not reused across steps"
     small = prov.plan_paged(_step([30], 64, 2), _call(heads=16))  # needs less: the same buffer
     assert small.workspace.data_ptr() == a.workspace.data_ptr()
-    reload_provider("sgl_kernel")
+    reload_provider("sgl_kernel_mla")
 
 
 def test_calls_the_declarations_exclude_raise_value_errors():
-    prov = get_provider("sgl_kernel")
+    prov = get_provider("sgl_kernel_mla")
     g = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="one query per request"):
         prov.plan_paged(AttnPlan(torch.tensor([0, 2], dtype=torch.int32), torch.tensor([5], dtype=torch.int32),
@@ -320,7 +344,7 @@ def test_calls_the_declarations_exclude_raise_value_errors():
         launch.run(q, strided, strided[..., :DV], out)
     with pytest.raises(ValueError, match="one query per request"):
         launch.run(q[:1], cache, cache[..., :DV], out[:1])
-    with pytest.raises(ValueError, match="fp16/bf16"):
+    with pytest.raises(ValueError, match="not float16/bfloat16"):
         launch.run(q.float(), cache.float(), cache.float()[..., :DV], out.float())
     assert launch.run(q, cache, cache[..., :DV], out) is out  # the well-formed call runs, into out
 

@@ -61,7 +61,8 @@ def request_for(layout, lse: bool, phase: str) -> KernelRequest:
         has_alibi=kw["alibi_slopes"] is not None, return_lse=lse, phase=phase)
 
 
-SERVED = {n: [0, 0, 0] for n in VENDORS}  # provider -> [served, refused, served with FP8] layouts
+# provider -> [served, refused, served with FP8] layouts; sgl_kernel_mla serves MLA layers only (test_vendor_mla.py)
+SERVED = {n: [0, 0, 0] for n in VENDORS if n != "sgl_kernel_mla"}
 
 
 def drive(name: str, layout, lse: bool, use_out: bool) -> None:
@@ -356,13 +357,15 @@ def test_selection_grid(sgl_build, ipex_on, case):
     names = [n for n, _ in rows]
     for name, reasons in rows[: names.index(expected)]:
         assert reasons, f"{name} was skipped without a reason"
+    assert dict(rows)["sgl_kernel_mla"] == ["not an MLA layer (flash_mla_decode runs absorbed MLA over a latent "
+                                            "cache only)"]  # the library's MLA op never takes a plain layer
 
 
 def test_impossible_xpu_configuration_lists_each_provider(ipex_on):
     with pytest.raises(NoProviderError) as e:
         select_provider(req(dtype=torch.float64, kv_dtype=torch.float64))
     msg = str(e.value)
-    for name in ("sgl_kernel", "vllm_xpu_kernels", "ipex", "triton", "reference"):
+    for name in ("sgl_kernel", "sgl_kernel_mla", "vllm_xpu_kernels", "ipex", "triton", "reference"):
         assert f"{name}: " in msg
     assert "dtype float64" in msg
 

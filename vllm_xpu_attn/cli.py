@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from . import env
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
@@ -25,14 +27,6 @@ def _version(dist: str) -> str:
         return md.version(dist)
     except md.PackageNotFoundError:
         return "not installed"
-
-
-def _device() -> str:
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
-        return "xpu"
-    if torch.cuda.is_available():
-        return "cuda"
-    return "cpu"
 
 
 def _transformers_status() -> str:
@@ -73,8 +67,8 @@ def doctor(a: argparse.Namespace) -> int:
     from .kernels import KernelRequest, NoProviderError, PRIORITY, Phase, get_provider, provider_names
     from .kernels.registry import explain
 
-    dev = a.device or _device()
-    here = _device()
+    dev = a.device or env.host_device()
+    here = env.host_device()
     if dev != here:
         name = f"not present; this machine has {here}"
     else:

@@ -2,7 +2,8 @@
 adapters attach a stderr handler once; VLLM_XPU_ATTN_LOG_LEVEL sets the level (default INFO)."""
 
 import logging
-import os
+
+from . import env
 
 logger = logging.getLogger("vllm_xpu_attn")
 
@@ -13,5 +14,5 @@ def setup_logging() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [vllm-xpu-attn] %(message)s", "%m-%d %H:%M:%S"))
     logger.addHandler(handler)
-    logger.setLevel(os.environ.get("VLLM_XPU_ATTN_LOG_LEVEL", "INFO").upper())
+    logger.setLevel(env.text(env.LOG_LEVEL).upper())
     logger.propagate = False

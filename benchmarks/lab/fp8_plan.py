@@ -6,11 +6,11 @@ sys.path.insert(0, "."); sys.path.insert(0, "benchmarks/lab")
 from fp8_probe import SHAPES, HQ, HKV, D, PAGE, inputs, bench_tp
 from vllm_xpu_attn.kernels import get_provider
 from vllm_xpu_attn.kernels.contract import AttnPlan, PagedCall, LayerArgs
-from vllm_xpu_attn.kernels.triton import provider as tp
+from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
 tri = get_provider("triton")
-fam = tp.device_family(torch.device("cuda"))
-default = tp.TUNING[fam]["decode"]
+fam = device_family(torch.device("cuda"))
+default = TUNING[fam]["decode"]
 x = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
 bw = 2 * x.numel() / bench_tp(lambda: y.copy_(x), 20) / 1e12
 del x, y
@@ -27,7 +27,7 @@ for batch, ctx in SHAPES:
         out = torch.empty(batch, HQ, D, device="cuda", dtype=torch.bfloat16)
         byts = 2 * batch * ctx * HKV * D * kc.element_size()
         for cfg in (tiles if name != "bf16" else [default]):
-            tp.TUNING[fam]["decode"] = cfg
+            TUNING[fam]["decode"] = cfg
             tri.clear_caches()
             launch = tri.plan_paged(step, call)
             try:
@@ -38,5 +38,5 @@ for batch, ctx in SHAPES:
             print(json.dumps({"shape": [batch, ctx], "dtype": name, "cfg": cfg, "splits": launch.config.num_splits if hasattr(launch, "config") else None,
                               "us": round(t * 1e6, 1), "TBps": round(byts / t / 1e12, 3), "pct_copy": round(byts / t / 1e12 / bw * 100, 1)}), flush=True)
         del q, kc, vc
-tp.TUNING[fam]["decode"] = default
+TUNING[fam]["decode"] = default
 print(json.dumps({"copy_tbps": round(bw, 3)}))

@@ -99,9 +99,9 @@ def test_decode_path_has_no_host_sync():
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        pt = core.token_table_to_page_table(token_table, page, ctx)
-        plan = core.decode_plan(seq_lens, pt, page, ctx)
-        slots = core.slot_mapping_from_page_table(pt, (seq_lens - 1).long(), torch.arange(b, device=DEV), page)
+        plan = core.plan_step(core.StepInputs(core.Mode.DECODE, seq_lens, ctx, b, page, token_table=token_table)).main
+        pos = (seq_lens - 1).long()  # each request's new token: its slot from the planned page table
+        slots = plan.page_table[torch.arange(b, device=DEV), pos // page].long() * page + pos % page
         TRITON.write_kv(k_new, k_new, kc, vc, slots, scale1, scale1)
         out, lse = TRITON.flash_attn_with_kvcache(q, kc, vc, plan.page_table, plan.cache_seqlens, plan.cu_seqlens_q,
                                                  plan.max_seqlen_q, return_softmax_lse=True, num_splits=8)
@@ -133,12 +133,12 @@ def test_int64_addressing_past_2_31_elements():
 
 @pytest.mark.parametrize("feature", ["plain", "window_softcap", "sinks", "fp8", "local"])
 def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
-    """What the SGLang adapter records under graphs: token table -> page table -> decode plan
-    (static key bound = table width) -> Triton decode, captured once and replayed on new
+    """What the SGLang adapter records under graphs: plan_step over the token-table pool and the requests'
+    rows (static key bound = table width) -> Triton decode, captured once and replayed on new
     lengths, page assignments and queries; each replay checked against the naive oracle."""
     from naive import naive_paged_attention
 
-    from vllm_xpu_attn.core import LayerSpec, Mode, StepPlan
+    from vllm_xpu_attn.core import LayerSpec, Mode, StepInputs
 
     bs, real, width, ps, hq, hkv, d = 8, 6, 1024, 16, 8, 2, 128
     n_pages = (bs + 1) * width // ps
@@ -163,10 +163,8 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
     out = torch.zeros(bs, hq, d, dtype=torch.bfloat16, device=DEV)
 
     def step():
-        table = core.token_table_to_page_table(req_to_token[req_idx], ps, width)
-        plan = StepPlan(Mode.DECODE, core.decode_plan(seq_lens, table, ps, width), bs)
-        if spec.local_attention:
-            plan.local = core.local_attention_plan(64, torch.ones_like(seq_lens), plan.main.cache_seqlens, table, ps, 1)
+        plan = core.plan_step(StepInputs(Mode.DECODE, seq_lens, width, bs, ps, token_table=req_to_token,
+                                         token_rows=req_idx, attention_chunk_size=64 if spec.local_attention else None))
         runner.forward(plan, q, kc, vc, out)
 
     def new_batch(seed):
@@ -360,3 +358,41 @@ def test_token_rows_plan_on_device_equals_the_cpu_plan(page):
                                              token_rows=idx.to(DEV)))
         assert torch.equal(dev.main.page_table.cpu(), cpu.main.page_table), (bs, max_k)
     assert len(tp._LAUNCHERS) > before, "the device plan did not take the one-launch conversion"
+
+
+def test_misaligned_decoder_pages_are_flagged_on_device():
+    """A token-table row whose decoder tokens do not start on a page boundary (encoder_lens % page != 0): on
+    the CPU plan_step refuses it; on the device it reads no value on the host, marks that request's decoder
+    pages -1, and the Triton kernel answers its rows with NaN and reports it at the next plan_step."""
+    from vllm_xpu_attn.kernels.guard import FLAGS
+
+    page, hq, hkv, d = 16, 4, 2, 64
+    table = (torch.arange(4 * 64) + 64).reshape(4, 64).to(DEV)  # 4 requests, whole pages of consecutive slots
+    enc = torch.tensor([16, 20, 32, 0], dtype=torch.int32, device=DEV)  # request 1 misaligned
+    seq = torch.tensor([5, 5, 5, 5], dtype=torch.int32, device=DEV)
+    inputs = core.StepInputs(core.Mode.DECODE, seq, 5, 4, page, token_table=table, encoder_lens=enc, max_encoder_len=32)
+    with pytest.raises(ValueError, match="page boundary"):
+        core.plan_step(core.StepInputs(core.Mode.DECODE, seq.cpu(), 5, 4, page, token_table=table.cpu(),
+                                       encoder_lens=enc.cpu(), max_encoder_len=32))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        plan = core.plan_step(inputs)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    pages = plan.main.page_table.cpu()
+    assert (pages[1] == -1).all() and (pages[[0, 2, 3]] >= 0).all(), pages
+    assert pages[0, 0].item() == (64 + 16) // page and pages[2, 0].item() == (192 + 32) // page  # row b: 64 + 64 b on
+    spec = core.LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=torch.bfloat16,
+                          kv_dtype=torch.bfloat16)
+    runner = core.LayerRunner(spec, DEV, page, override="triton")
+    kc = torch.randn(32, page, hkv, d, device=DEV, dtype=torch.bfloat16)
+    FLAGS.clear()
+    out = runner.forward(plan, torch.randn(4, hq, d, device=DEV, dtype=torch.bfloat16), kc, torch.randn_like(kc))
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1].float()).all() and torch.isfinite(out[[0, 2, 3]].float()).all()
+    core.plan_step(inputs)  # enqueues the copy of what the kernel recorded
+    torch.cuda.synchronize()
+    with pytest.raises(ValueError, match="page_table: sequence 1 references page -1"):
+        core.plan_step(inputs)
+    FLAGS.clear()

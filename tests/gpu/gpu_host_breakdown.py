@@ -143,7 +143,7 @@ def main():
     res["py_shape"] = host_us([lambda: q.shape])
     res["py_sig_tuple"] = host_us([lambda: (q.shape, caches[0][0].shape, caches[0][1].shape, q.dtype, q.device)])
     # the first layer of a step: plan_paged + the checked launch + arming the hot path (bind)
-    from vllm_xpu_attn.kernels.triton import launch as L, provider as P
+    from vllm_xpu_attn.kernels.triton import launch as L, provider as P, step_launch as S
 
     spent = {"bind": 0.0, "plan_paged": 0.0, "run_checked": 0.0}
 
@@ -156,10 +156,10 @@ def main():
                 spent[name] += time.perf_counter() - t0
         return w
 
-    orig = (L.FastLaunch.bind, P.TritonProvider.plan_paged, P.TritonLaunch._execute)
+    orig = (L.FastLaunch.bind, P.TritonProvider.plan_paged, S.TritonLaunch._execute)
     L.FastLaunch.bind = timed("bind", orig[0])
     P.TritonProvider.plan_paged = timed("plan_paged", orig[1])
-    P.TritonLaunch._execute = timed("run_checked", orig[2])
+    S.TritonLaunch._execute = timed("run_checked", orig[2])
     steps, first, later = 300, 0.0, 0.0
     try:
         for s_ in range(steps):
@@ -176,7 +176,7 @@ def main():
             if s_ % 50 == 0:
                 torch.cuda.synchronize()
     finally:
-        L.FastLaunch.bind, P.TritonProvider.plan_paged, P.TritonLaunch._execute = orig
+        L.FastLaunch.bind, P.TritonProvider.plan_paged, S.TritonLaunch._execute = orig
     res["first_layer_us"] = round(first / steps * 1e6, 2)
     res["later_layers_us"] = round(later / steps * 1e6, 2)
     res["first_layer_parts_us"] = {k: round(v / steps * 1e6, 2) for k, v in spent.items()}

@@ -212,7 +212,7 @@ def test_mla_prefill_extend_with_prefix_and_decode_match_naive_mla(page_size, fo
     # what the pool holds is what SGLang's own readers see: get_value_buffer = the first kv_lora_rank columns
     slots = torch.tensor(world.slots[3])
     torch.testing.assert_close(kv_pool.get_value_buffer(0)[slots, 0], world.c[3])
-    assert {"un-absorbed (MHA) prefill", "absorbed extend", "absorbed decode"} <= backend._mla_paths_seen
+    assert {"un-absorbed (MHA) prefill", "absorbed extend", "absorbed decode"} <= backend.mla.paths_seen
 
 
 def test_mla_graph_mode_decode_with_padded_rows(monkeypatch):
@@ -271,7 +271,7 @@ def test_mla_fp8_latent_cache():
     fp8 = torch.float8_e4m3fn
     mqa, mha = _layers()
     backend, req_pool, kv_pool = _setup(kv_dtype=fp8, layers=[mqa, mha])
-    assert kv_pool.store_dtype == torch.uint8 and backend.mla_fp8
+    assert kv_pool.store_dtype == torch.uint8 and backend.mla.fp8
     world = _World(req_pool, kv_pool, seed=4, kv_dtype=fp8)
     _mha_prefill(backend, world, mha, [1], [9])  # its K/V are the model's, unquantised: the oracle's too
     from sglang.srt.model_executor.forward_batch_info import ForwardMode

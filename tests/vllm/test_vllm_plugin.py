@@ -4,6 +4,7 @@ import importlib.metadata as md
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -138,21 +139,27 @@ def test_builder_declares_full_graphs_for_uniform_batches():
     from vllm.config import VllmConfig
     from vllm.v1.attention.backend import AttentionCGSupport
 
+    from vllm_xpu_attn.core import graphs
     from vllm_xpu_attn.vllm import backend
 
+    def layer(why):  # a built layer as the graph policy sees it
+        return SimpleNamespace(graph_capture_reason=lambda **_: why)
+
     b = _builder()
-    saved = set(backend._GRAPH_UNSAFE)
+    saved = graphs.blockers(backend.GRAPH_GROUP)
     try:
-        backend._GRAPH_UNSAFE.clear()  # every layer's providers capturable (Triton on a GPU)
+        graphs.forget(backend.GRAPH_GROUP)  # every layer's providers capturable (Triton on a GPU)
+        graphs.record(backend.GRAPH_GROUP, layer(None))
         assert type(b).get_cudagraph_support(VllmConfig(), b.kv_cache_spec) is AttentionCGSupport.UNIFORM_BATCH
         c = _builder(cross=True)
         assert type(c).get_cudagraph_support(VllmConfig(), c.kv_cache_spec) is AttentionCGSupport.NEVER
         # a layer served by a provider that syncs (the reference): vLLM must run attention outside graphs
-        backend._GRAPH_UNSAFE.add("reference: reads lengths on the host")
+        graphs.record(backend.GRAPH_GROUP, layer("reference: reads lengths on the host"))
         assert type(b).get_cudagraph_support(VllmConfig(), b.kv_cache_spec) is AttentionCGSupport.NEVER
     finally:
-        backend._GRAPH_UNSAFE.clear()
-        backend._GRAPH_UNSAFE.update(saved)
+        graphs.forget(backend.GRAPH_GROUP)
+        for why in saved:
+            graphs.record(backend.GRAPH_GROUP, layer(why))
 
 
 def _runner_buffers(max_reqs=8, max_blocks=4):

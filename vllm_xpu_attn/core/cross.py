@@ -1,49 +1,41 @@
-"""Encoder / cross-attention plans (encoder-decoder models).
+"""Encoder-decoder token tables: the decoder's part of each request's row.
 
-Layout both engines use: a request's encoder tokens occupy the first ``encoder_len``
-entries of its token table and the decoder tokens follow at a page-aligned offset.
+Layout of a token table (SGLang): a request's encoder tokens occupy the first ``encoder_lens[b]``
+entries of its row and its decoder tokens follow, starting on a page boundary.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
-from .paging import cdiv, check_page_size, cu_seqlens, token_table_to_page_table
-from .types import AttnPlan
+from .paging import cdiv, check_page_size
 
 
-def encoder_plan(
-    encoder_lens: torch.Tensor,
-    token_table: torch.Tensor,
-    page_size: int,
-    max_encoder_len: int,
-    query_lens: torch.Tensor,
-    max_seqlen_q: int,
-) -> AttnPlan:
-    """Cross-attention: each request's decoder queries over all of its encoder keys (non-causal).
+def misaligned_decoders(encoder_lens: torch.Tensor, page_size: int) -> Optional[torch.Tensor]:
+    """Requests whose decoder tokens do not start on a page boundary: bool [B], or None when none can be flagged.
 
-    encoder_lens [B] int (device), token_table [B, >= max_encoder_len] int slots,
-    query_lens [B] decoder queries this step. Host ints otherwise.
+    A page table holds each page's first slot, so a request's first decoder token (at offset
+    ``encoder_lens[b]`` of its token-table row) must open a page: that offset must be a multiple of
+    ``page_size``. Lengths on the CPU are read (free) and a misaligned one is refused here; device lengths
+    are never read on the host (no sync): the caller marks those requests' pages -1, which the kernels'
+    guards flag and answer with NaN rows.
     """
-    return AttnPlan(
-        cu_seqlens_q=cu_seqlens(query_lens),
-        cache_seqlens=encoder_lens.to(torch.int32),
-        page_table=token_table_to_page_table(token_table, page_size, max_encoder_len),
-        max_seqlen_q=int(max_seqlen_q),
-        max_seqlen_k=int(max_encoder_len),
-        page_size=page_size,
-    )
-
-
-def decoder_token_table(token_table: torch.Tensor, encoder_offset: int, page_size: int) -> torch.Tensor:
-    """The decoder part of a request's token table, which starts after the encoder tokens."""
     check_page_size(page_size)
-    if encoder_offset % page_size:
+    if page_size == 1:
+        return None
+    bad = encoder_lens % page_size != 0
+    if encoder_lens.device.type != "cpu":
+        return bad
+    if bad.any():
+        b = int(torch.nonzero(bad)[0, 0])
+        offset = int(encoder_lens[b])
         raise ValueError(
-            f"encoder token offset {encoder_offset} is not a multiple of the page size {page_size}: "
-            f"decoder tokens must start on a page boundary (pad the encoder to {cdiv(encoder_offset, page_size) * page_size})"
+            f"request {b}'s encoder tokens end at offset {offset}, not a multiple of the page size {page_size}: "
+            f"decoder tokens must start on a page boundary (pad the encoder to {cdiv(offset, page_size) * page_size})"
         )
-    return token_table[:, encoder_offset:]
+    return None
 
 
 def shift_token_table(token_table: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:

@@ -26,18 +26,6 @@ def virtual_rows_per_seq(chunk_size: int, max_seqlen_q: int) -> int:
     return cdiv(max_seqlen_q - 1, chunk_size) + 1
 
 
-def local_attention_plan(
-    chunk_size: int,
-    query_lens: torch.Tensor,
-    seq_lens: torch.Tensor,
-    page_table: torch.Tensor,
-    page_size: int,
-    max_seqlen_q: int,
-) -> AttnPlan:
-    """The virtual-batch plan alone (see ``local_attention_plans``)."""
-    return local_attention_plans(chunk_size, query_lens, seq_lens, page_table, page_size, max_seqlen_q)[0]
-
-
 def local_attention_plans(
     chunk_size: int,
     query_lens: torch.Tensor,

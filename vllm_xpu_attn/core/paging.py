@@ -12,8 +12,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from ..kernels.guard import flag_torch
-
-from .types import AttnPlan
+from ..kernels.ops import device_op
 
 
 def cdiv(a: int, b: int) -> int:
@@ -55,12 +54,9 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
     n_pages = cdiv(max_seqlen_k, page_size)
     if row_index is not None and row_index.dim() != 1:
         raise ValueError(f"token rows must be [batch], got shape {list(row_index.shape)}")
-    if token_table.device.type in ("cuda", "xpu"):  # one launch instead of two torch ops (same integers)
-        try:
-            from ..kernels.triton.paging import token_pages
-        except ImportError:  # triton not installed
-            token_pages = None
-        pages = token_pages(token_table, page_size, n_pages, row_index) if token_pages is not None else None
+    token_pages = device_op("token_pages", token_table.device.type)  # one launch instead of two torch ops
+    if token_pages is not None:
+        pages = token_pages(token_table, page_size, n_pages, row_index)
         if pages is not None:
             return pages
     firsts = token_table[:, : n_pages * page_size : page_size]  # strided: first token of each page
@@ -110,52 +106,6 @@ def flat_slots_to_page_table(slots: torch.Tensor, cu_seqlens_k: torch.Tensor, pa
     idx = (cu_seqlens_k[:-1].to(torch.int64)[:, None] + starts[None, :]).clamp_(0, slots.numel() - 1)
     pages = torch.div(slots[idx], page_size, rounding_mode="floor")
     return torch.where(valid, pages, torch.zeros_like(pages)).to(torch.int32)
-
-
-def slot_mapping_from_page_table(
-    page_table: torch.Tensor, positions: torch.Tensor, seq_index: torch.Tensor, page_size: int
-) -> torch.Tensor:
-    """Slot of each new token: page_table[seq, pos // page] * page + pos % page. int64 [T]."""
-    check_page_size(page_size)
-    pages = page_table[seq_index.long(), torch.div(positions, page_size, rounding_mode="floor").long()]
-    return pages.long() * page_size + positions.long() % page_size
-
-
-def build_plan(
-    query_lens: torch.Tensor,
-    seq_lens: torch.Tensor,
-    page_table: torch.Tensor,
-    page_size: int,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-) -> AttnPlan:
-    """The main plan from per-sequence query lengths and total key lengths (prefix + new).
-
-    query_lens, seq_lens [B] int (device); page_table [B, >=cdiv(max_seqlen_k, page_size)] page ids.
-    Rows padded for graph capture use query_len 0 or 1 and seq_len 0 or 1; they are legal.
-    """
-    check_page_size(page_size)
-    if query_lens.shape != seq_lens.shape or query_lens.dim() != 1:
-        raise ValueError(f"query_lens {list(query_lens.shape)} and seq_lens {list(seq_lens.shape)} must both be [batch]")
-    if page_table.dim() != 2 or page_table.shape[0] != seq_lens.shape[0]:
-        raise ValueError(f"page_table must be [batch={seq_lens.shape[0]}, max_pages], got {list(page_table.shape)}")
-    if page_table.shape[1] < cdiv(max_seqlen_k, page_size):
-        raise ValueError(
-            f"page table too short: {page_table.shape[1]} pages of {page_size} cannot hold max_seqlen_k={max_seqlen_k}"
-        )
-    return AttnPlan(
-        cu_seqlens_q=cu_seqlens(query_lens),
-        cache_seqlens=seq_lens.to(torch.int32),
-        page_table=page_table.to(torch.int32),
-        max_seqlen_q=int(max_seqlen_q),
-        max_seqlen_k=int(max_seqlen_k),
-        page_size=page_size,
-    )
-
-
-def decode_plan(seq_lens: torch.Tensor, page_table: torch.Tensor, page_size: int, max_seqlen_k: int) -> AttnPlan:
-    """One query per sequence. seq_lens [B] int (device), max_seqlen_k host int. No host sync."""
-    return build_plan(torch.ones_like(seq_lens), seq_lens, page_table, page_size, 1 if seq_lens.numel() else 0, max_seqlen_k)
 
 
 def swa_translate(

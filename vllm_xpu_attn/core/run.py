@@ -95,9 +95,12 @@ class LayerRunner:
         self._cascade_args = self._args.without_sinks()  # the merge adds the sinks once
 
 
-    def graph_capture_reason(self) -> Optional[str]:
-        """None when every provider this layer may run can be captured in a graph, else why not."""
-        provs = {self.prefill_provider, self.decode_provider, self.spec_provider, self.mha_provider} - {None}
+    def graph_capture_reason(self, *, mha_prefill: bool = True) -> Optional[str]:
+        """None when every provider this layer may run can be captured in a graph, else why not
+        (``mha_prefill=False``: MLA's un-absorbed MHA prefill provider not counted; see core/graphs.py)."""
+        provs = {self.prefill_provider, self.decode_provider, self.spec_provider} - {None}
+        if mha_prefill and self.mha_provider is not None:
+            provs.add(self.mha_provider)
         why = [f"{p.name}: {p.graph_capture_reason}" for p in sorted(provs, key=lambda p: p.name)
                if p.graph_capture_reason]
         return "; ".join(why) or None
@@ -133,7 +136,7 @@ class LayerRunner:
 
         latent = torch.cat([c_kv.reshape(c_kv.shape[0], -1), k_rope.reshape(k_rope.shape[0], -1)], dim=-1)
         write_kv(self.decode_provider, latent.unsqueeze(1), None, latent_cache, None, slot_mapping, scale, None,
-                 latent=True)
+                 latent=True, kv_dtype=self.spec.kv_dtype)
 
     def forward_mla_mha(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -149,7 +152,8 @@ class LayerRunner:
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
         from .kv_write import write_kv
 
-        write_kv(self.decode_provider, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+        write_kv(self.decode_provider, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale,
+                 kv_dtype=self.spec.kv_dtype)
 
     def forward_varlen(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                        max_seqlen: int, out: torch.Tensor) -> torch.Tensor:

@@ -192,8 +192,10 @@ def plan_step(inp: StepInputs) -> StepPlan:
         if inp.encoder_lens is not None or inp.swa_mapping is not None or spec.topk > 1:
             rows, row_index = rows.index_select(0, row_index), None  # these read the token-level rows
     request_rows = rows  # [B, max_context] per request (or the pool with row_index), before the encoder shift
+    misaligned: Optional[torch.Tensor] = None  # requests whose decoder pages the token table cannot give
     if rows is not None and inp.encoder_lens is not None:
         # decoder tokens follow each request's encoder tokens in its row
+        misaligned = cross.misaligned_decoders(inp.encoder_lens, page)
         rows = cross.shift_token_table(rows, inp.encoder_lens, max_k + spec.num_draft + spec.num_steps)
     spec_expand: Optional[AttnPlan] = None
     q_lens: Optional[torch.Tensor] = None
@@ -247,6 +249,8 @@ def plan_step(inp: StepInputs) -> StepPlan:
                         max_seqlen_k=max_k, page_size=page)
         num_tokens = int(inp.num_tokens)
 
+    if misaligned is not None:  # their decoder pages are unknown: -1, which the kernels' guards flag (NaN rows)
+        main.page_table = main.page_table.masked_fill(misaligned[:, None], -1)
     plan = StepPlan(mode, main, num_tokens, spec_expand=spec_expand)
 
     if inp.encoder_lens is not None:
@@ -265,7 +269,8 @@ def plan_step(inp: StepInputs) -> StepPlan:
         if rows is None:
             raise ValueError("SWA translation needs the token table (slots are translated before page striding)")
         swa_rows = paging.swa_translate(rows[:, : main.page_table.shape[1] * page], inp.swa_mapping)
-        plan.swa_page_table = paging.token_table_to_page_table(swa_rows, page, swa_rows.shape[1])
+        swa_table = paging.token_table_to_page_table(swa_rows, page, swa_rows.shape[1])
+        plan.swa_page_table = swa_table if misaligned is None else swa_table.masked_fill(misaligned[:, None], -1)
 
     # Local layers run causally in every mode that has a causal main plan (decode, extend, top-k 1
     # verify and draft decode); the top-k > 1 cascade refuses local layers at start-up.

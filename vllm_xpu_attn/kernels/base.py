@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 from typing import ClassVar, Optional
 
 import torch
 
+from .. import env
 from .guard import FLAGS
 from .contract import (FP8_DTYPES, FLOAT_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall,
                        check_paged_layer, check_paged_step, is_fp8)
@@ -48,12 +48,12 @@ class Feature(str, enum.Enum):
     MLA = "mla"  # latent attention: V is the first Dv columns of K, one cache (DeepSeek MLA, absorbed)
 
 
-ENV_BATCH_INVARIANT = "VLLM_XPU_ATTN_BATCH_INVARIANT"
+ENV_BATCH_INVARIANT = env.BATCH_INVARIANT
 
 
 def batch_invariant_requested() -> bool:
     """``VLLM_XPU_ATTN_BATCH_INVARIANT=1``: every sequence's output bitwise independent of the batch."""
-    return os.environ.get(ENV_BATCH_INVARIANT, "0").strip().lower() in ("1", "true", "yes", "on")
+    return env.on(env.BATCH_INVARIANT)
 
 
 def dtype_name(d: torch.dtype) -> str:

@@ -102,6 +102,14 @@ def is_fp8(dtype: torch.dtype) -> bool:
     return dtype in FP8_DTYPES
 
 
+def fp8_descale(kv_dtype: torch.dtype, scale: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The kernels' descale [1] fp32 for an engine's per-tensor KV scale: the scale itself for an FP8 cache
+    (the stored value times it is the real one), None for a 16/32-bit cache or no scale (= 1)."""
+    if not is_fp8(kv_dtype) or scale is None:
+        return None
+    return scale.reshape(1).float()
+
+
 def _fail(cls: type, msg: str) -> None:
     raise cls(msg)
 
@@ -171,6 +179,38 @@ def check_per_head(name: str, t: Optional[torch.Tensor], num_heads: int, device:
         _fail(TypeError, f"{name} must be a floating tensor, got {t.dtype}")
     if not same_device(t.device, device):
         _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
+
+
+def check_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                 cu_seqlens_k: torch.Tensor, *, window_size: Sequence[int], causal: bool,
+                 sinks: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor]) -> tuple[list[int], list[int]]:
+    """Non-paged varlen arguments: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (one float
+    dtype), cu_seqlens_q/k int [B+1]. Returns the two offset lists, read on the host (the varlen path's
+    callers plan on the host anyway)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(t, torch.Tensor):
+            _fail(TypeError, f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        _fail(ValueError, f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, "
+                          f"{list(v.shape)}")
+    if q.dtype not in FLOAT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        _fail(TypeError, f"q/k/v dtypes must match and be float32/float16/bfloat16, got {q.dtype}, {k.dtype}, "
+                         f"{v.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        _fail(ValueError, f"head_dim of q ({q.shape[-1]}) differs from head_dim of k ({k.shape[-1]})")
+    if k.shape[:2] != v.shape[:2] or q.shape[1] % k.shape[1]:
+        _fail(ValueError, f"k/v token/head counts must match and Hq must be a multiple of Hkv: {list(k.shape)}, "
+                          f"{list(v.shape)}, Hq={q.shape[1]}")
+    check_window(window_size, causal)
+    check_per_head("sinks", sinks, q.shape[1], q.device)
+    check_per_head("alibi_slopes", alibi_slopes, q.shape[1], q.device)
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    if len(cq) != len(ck):
+        _fail(ValueError, f"cu_seqlens_q has {len(cq)} entries but cu_seqlens_k has {len(ck)}")
+    for name, cu, total in (("cu_seqlens_q", cq, q.shape[0]), ("cu_seqlens_k", ck, k.shape[0])):
+        if cu[0] != 0 or any(b < a for a, b in zip(cu[:-1], cu[1:])) or cu[-1] != total:
+            _fail(ValueError, f"{name} must start at 0, be non-decreasing and end at {total}, got {cu}")
+    return cq, ck
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:

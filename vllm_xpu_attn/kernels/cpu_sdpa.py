@@ -36,8 +36,8 @@ from typing import Optional, Sequence
 import torch
 
 from .base import Feature, KernelProvider, KernelRequest, PagedLaunch
-from .contract import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, check_per_head,
-                       check_window, is_fp8)
+from .contract import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, check_varlen,
+                       is_fp8)
 from .torch_ops import merge_state_torch, write_kv_torch
 
 NEG_INF = float("-inf")
@@ -425,24 +425,8 @@ class TorchSdpaProvider(KernelProvider):
         fp32/fp16/bf16), cu_seqlens_q/k int [B+1] -> out [total_q, Hq, Dv] (, lse [Hq, total_q] fp32).
 
         Served as a paged call over page-size-1 views of k/v (one code path with the paged one)."""
-        for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-            raise ValueError(f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, "
-                             f"{list(v.shape)}")
-        if q.dtype not in FLOAT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-            raise TypeError(f"q/k/v dtypes must match and be float32/float16/bfloat16, got {q.dtype}, {k.dtype}, "
-                            f"{v.dtype}")
-        check_window(window_size, causal)
-        check_per_head("sinks", sinks, q.shape[1], q.device)
-        check_per_head("alibi_slopes", alibi_slopes, q.shape[1], q.device)
-        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-        if len(cq) != len(ck):
-            raise ValueError(f"cu_seqlens_q has {len(cq)} entries but cu_seqlens_k has {len(ck)}")
-        for name, cu, total in (("cu_seqlens_q", cq, q.shape[0]), ("cu_seqlens_k", ck, k.shape[0])):
-            if cu[0] != 0 or any(b < a for a, b in zip(cu[:-1], cu[1:])) or cu[-1] != total:
-                raise ValueError(f"{name} must start at 0, be non-decreasing and end at {total}, got {cu}")
+        cq, ck = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, window_size=window_size, causal=causal,
+                              sinks=sinks, alibi_slopes=alibi_slopes)
         batch = len(ck) - 1
         lens = [ck[b + 1] - ck[b] for b in range(batch)]
         width = max(lens + [1])

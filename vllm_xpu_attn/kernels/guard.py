@@ -15,10 +15,11 @@ launch instead (debugging: it costs a device sync per layer).
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
+
+from .. import env
 
 # code -> (argument, what the kernel found: index = the sequence / token, value = the bad value)
 CODES = {
@@ -34,7 +35,7 @@ SLOTS = 2 * len(CODES)  # per code: (max index + 1, one bad value)
 
 def sync_checks() -> bool:
     """``VLLM_XPU_ATTN_SYNC_CHECKS=1``: check after every launch, synchronously."""
-    return os.environ.get("VLLM_XPU_ATTN_SYNC_CHECKS", "0") not in ("", "0", "false", "False")
+    return env.on(env.SYNC_CHECKS)
 
 
 class DeviceErrorFlags:

@@ -13,7 +13,7 @@ import torch
 
 from .base import Feature, KernelProvider, batch_invariant_requested
 from .torch_ops import merge_state_torch, write_kv_torch
-from .contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_values, check_per_head, check_window
+from .contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_values, check_varlen
 
 
 def _descale_for(descale: Optional[torch.Tensor], b: int) -> Optional[torch.Tensor]:
@@ -185,23 +185,8 @@ class ReferenceProvider(KernelProvider):
         out: Optional[torch.Tensor] = None,
     ):
         """Non-paged varlen attention: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]."""
-        if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-            raise ValueError(f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
-        if q.dtype not in FLOAT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-            raise TypeError(f"q/k/v dtypes must match and be float32/float16/bfloat16, got {q.dtype}, {k.dtype}, {v.dtype}")
-        if q.shape[-1] != k.shape[-1]:
-            raise ValueError(f"head_dim of q ({q.shape[-1]}) differs from head_dim of k ({k.shape[-1]})")
-        if k.shape[:2] != v.shape[:2] or q.shape[1] % k.shape[1]:
-            raise ValueError(f"k/v token/head counts must match and Hq must be a multiple of Hkv: {list(k.shape)}, {list(v.shape)}, Hq={q.shape[1]}")
-        check_window(window_size, causal)
-        check_per_head("sinks", sinks, q.shape[1], q.device)
-        check_per_head("alibi_slopes", alibi_slopes, q.shape[1], q.device)
-        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-        if len(cq) != len(ck):
-            raise ValueError(f"cu_seqlens_q has {len(cq)} entries but cu_seqlens_k has {len(ck)}")
-        for name, cu, total in (("cu_seqlens_q", cq, q.shape[0]), ("cu_seqlens_k", ck, k.shape[0])):
-            if cu[0] != 0 or any(b < a for a, b in zip(cu[:-1], cu[1:])) or cu[-1] != total:
-                raise ValueError(f"{name} must start at 0, be non-decreasing and end at {total}, got {cu}")
+        cq, ck = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, window_size=window_size, causal=causal,
+                              sinks=sinks, alibi_slopes=alibi_slopes)
         scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
         hq = q.shape[1]
         o = torch.zeros(q.shape[0], hq, v.shape[-1], dtype=torch.float32, device=q.device)

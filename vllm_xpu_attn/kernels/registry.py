@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from typing import Callable, Optional
 
+from .. import env
 from .base import KernelProvider, KernelRequest
 
 logger = logging.getLogger("vllm_xpu_attn")
 
-ENV_OVERRIDE = "VLLM_XPU_ATTN_KERNEL"
+ENV_OVERRIDE = env.KERNEL
 
 # name -> "module:Class", imported lazily so that optional libraries stay optional.
 _PROVIDER_PATHS: dict[str, str] = {
     "sgl_kernel": "vllm_xpu_attn.kernels.xpu_libs.sgl_kernel:SglKernelProvider",
+    "sgl_kernel_mla": "vllm_xpu_attn.kernels.xpu_libs.sgl_kernel_mla:SglKernelMlaProvider",
     "vllm_xpu_kernels": "vllm_xpu_attn.kernels.xpu_libs.vllm_xpu_kernels:VllmXpuKernelsProvider",
     "ipex": "vllm_xpu_attn.kernels.xpu_libs.ipex:IpexProvider",
     "triton": "vllm_xpu_attn.kernels.triton.provider:TritonProvider",
@@ -29,10 +30,11 @@ _PROVIDER_PATHS: dict[str, str] = {
 
 # The order each device prefers: vendor libraries first where present. CPU: torch's fused flash-attention CPU
 # kernel (torch_sdpa), then the reference for what it refuses (softcap, batch-invariant); triton on CPU runs only
-# through its interpreter (tests), never by default.
+# through its interpreter (tests), never by default. sgl_kernel (FA3 API) and sgl_kernel_mla (MLA decode) are two
+# operators of one library, each refusing the other's layers, so their order between themselves does not matter.
 PRIORITY: dict[str, list[str]] = {
-    "xpu": ["sgl_kernel", "vllm_xpu_kernels", "ipex", "triton", "reference"],
-    "cuda": ["sgl_kernel", "triton", "reference"],
+    "xpu": ["sgl_kernel", "sgl_kernel_mla", "vllm_xpu_kernels", "ipex", "triton", "reference"],
+    "cuda": ["sgl_kernel", "sgl_kernel_mla", "triton", "reference"],
     "cpu": ["torch_sdpa", "reference"],
 }
 
@@ -135,7 +137,7 @@ def select_provider(req: KernelRequest, override: Optional[str] = None) -> Kerne
     ``override`` (or $VLLM_XPU_ATTN_KERNEL) forces a provider; if it cannot serve the
     request that is an error, not a silent fallback.
     """
-    forced = override or os.environ.get(ENV_OVERRIDE) or None
+    forced = override or env.text(env.KERNEL)
     if forced:
         prov = get_provider(forced)
         reasons = prov.not_supported_reasons(req)

@@ -12,8 +12,9 @@ from typing import ClassVar, Optional
 
 import torch
 
+from ..core import graphs
 from ..core import AttentionKind, LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, plan_step
-from ..kernels import batch_invariant_requested
+from ..kernels import batch_invariant_requested, fp8_descale
 from . import compat
 from .compat import (
     AttentionBackend,
@@ -29,9 +30,7 @@ from .compat import (
 
 logger = logging.getLogger("vllm_xpu_attn")
 
-# why some layer of this process cannot be captured in a graph (its providers), filled as layers are built
-_GRAPH_UNSAFE: set[str] = set()
-
+GRAPH_GROUP = "vllm"
 BACKEND_NAME = "CUSTOM"  # vLLM resolves get_name() through AttentionBackendEnum; CUSTOM is the slot for out-of-tree backends
 
 
@@ -125,8 +124,9 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         # (their grid depends on max_query_len). Cross-attention: vLLM does not capture encoder-decoders.
         if isinstance(kv_cache_spec, CrossAttentionSpec):
             return AttentionCGSupport.NEVER
-        if _GRAPH_UNSAFE:  # a layer's provider cannot be captured: vLLM then runs attention eagerly (piecewise)
-            logger.warning("vllm-xpu-attn: no FULL graphs: %s", "; ".join(sorted(_GRAPH_UNSAFE)))
+        why = graphs.blockers(GRAPH_GROUP)
+        if why:  # a layer's provider cannot be captured: vLLM then runs attention eagerly (piecewise)
+            logger.warning("vllm-xpu-attn: no FULL graphs: %s", "; ".join(why))
             return AttentionCGSupport.NEVER
         return cls._cudagraph_support
 
@@ -287,9 +287,7 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         # Providers are chosen now, so an unservable layer fails at start-up with every reason.
         self.runner = LayerRunner(self.spec, current_platform.device_type, page_size)
         self._bound_to = None  # the vLLM layer whose sinks / FP8 scales the runner holds (bound at its first run)
-        why = self.runner.graph_capture_reason()
-        if why:  # the builders (made after the layers) then declare NEVER
-            _GRAPH_UNSAFE.add(why)
+        graphs.record(GRAPH_GROUP, self.runner)  # the builders (made after the layers) then may declare NEVER
         tp_rank, tp_size = compat.tp_rank_and_size()  # per-rank head shards are visible in the log (TP tests)
         logger.info("vllm-xpu-attn: layer Hq=%d Hkv=%d D=%d window=%s kind=%s tp_rank=%d/%d -> providers %s",
                     num_heads, self.num_kv_heads, head_size, self.spec.window, self.spec.kind.value, tp_rank, tp_size,
@@ -299,9 +297,7 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         return compat.split_kv_cache(kv_cache, self.head_size, self.spec.kv_dtype)
 
     def _descales(self, layer) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        if self.spec.kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            return layer._k_scale.reshape(1).float(), layer._v_scale.reshape(1).float()
-        return None, None
+        return fp8_descale(self.spec.kv_dtype, layer._k_scale), fp8_descale(self.spec.kv_dtype, layer._v_scale)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata: Optional[XpuAttnMetadata], output,
                 output_scale=None, output_block_scale=None):

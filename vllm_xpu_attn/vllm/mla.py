@@ -24,8 +24,9 @@ from typing import ClassVar, Optional
 
 import torch
 
+from ..core import graphs
 from ..core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs, StepPlan, plan_step
-from ..kernels import batch_invariant_requested
+from ..kernels import batch_invariant_requested, fp8_descale
 from . import compat
 from .compat import (
     AttentionCGSupport,
@@ -42,8 +43,7 @@ logger = logging.getLogger("vllm_xpu_attn")
 
 MLA_BACKEND_NAME = "XPU_ATTN_MLA"  # MLA layers never resolve get_name() through AttentionBackendEnum
 
-# why some MLA layer of this process cannot be captured in a graph (its providers)
-_GRAPH_UNSAFE: set[str] = set()
+GRAPH_GROUP = "vllm_mla"
 _LOGGED: set[str] = set()
 
 
@@ -106,8 +106,9 @@ class XpuAttnMLAMetadataBuilder(MLACommonMetadataBuilder[MLACommonMetadata]):
 
     @classmethod
     def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
-        if _GRAPH_UNSAFE:
-            logger.warning("vllm-xpu-attn: MLA: no FULL graphs: %s", "; ".join(sorted(_GRAPH_UNSAFE)))
+        why = graphs.blockers(GRAPH_GROUP)
+        if why:
+            logger.warning("vllm-xpu-attn: MLA: no FULL graphs: %s", "; ".join(why))
             return AttentionCGSupport.NEVER
         return cls._cudagraph_support
 
@@ -180,15 +181,13 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
         self.page_size = cfg.cache_config.block_size
         self.runner = LayerRunner(self.spec, current_platform.device_type, self.page_size)
         self._bound_to = None  # the vLLM layer whose FP8 scale the runner holds (bound at its first decode)
-        reason = self.runner.graph_capture_reason()
-        if reason:
-            _GRAPH_UNSAFE.add(reason)
+        graphs.record(GRAPH_GROUP, self.runner)
         logger.info("vllm-xpu-attn: MLA layer H=%d kv_lora_rank=%d rope=%d nope=%d v=%d kv=%s page=%d -> providers %s",
                     num_heads, self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim,
                     kv_cache_dtype, self.page_size, self.runner.providers_used())
 
     def _kv_scale(self, k_scale: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        return k_scale.reshape(1).float() if self.fp8 and k_scale is not None else None
+        return fp8_descale(self.spec.kv_dtype, k_scale)
 
     # ---- cache write -------------------------------------------------------------------
     def do_kv_cache_update(self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,

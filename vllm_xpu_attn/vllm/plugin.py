@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Optional
+
+from .. import env
 
 logger = logging.getLogger("vllm_xpu_attn")
 
-ENV_ENABLE = "XPU_ATTN_ENABLE"  # not VLLM_*: vLLM warns about VLLM_ variables it does not know
 BACKEND_PATH = "vllm_xpu_attn.vllm.backend.XpuAttnBackend"
 _PLATFORMS = {
     "xpu": "vllm_xpu_attn.vllm.platform.XpuAttnXPUPlatform",
@@ -26,35 +26,17 @@ _PLATFORMS = {
 }
 
 
-def _env_flag(name: str) -> Optional[bool]:
-    val = os.environ.get(name)
-    if val is None or val == "":
-        return None
-    return val.strip().lower() in ("1", "true", "yes", "on")
-
-
-def host_device() -> str:
-    """The device vLLM would pick by itself: xpu, cuda or cpu."""
-    import torch
-
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
-        return "xpu"
-    if torch.cuda.is_available():
-        return "cuda"
-    return "cpu"
-
-
 def platform_plugin() -> Optional[str]:
     from ..log import setup_logging
 
     setup_logging()
-    enabled = _env_flag(ENV_ENABLE)
-    dev = host_device()
+    enabled = env.flag(env.ENABLE)
+    dev = env.host_device()
     if enabled is False:
         return None  # explicitly off
     if dev == "xpu" or enabled:
         logger.info("vllm-xpu-attn: platform plugin active on %s (%s)", dev,
-                    "Intel XPU" if dev == "xpu" and not enabled else f"{ENV_ENABLE}=1")
+                    "Intel XPU" if dev == "xpu" and not enabled else f"{env.ENABLE}=1")
         return _PLATFORMS[dev]
     return None
 

@@ -47,6 +47,38 @@ def _flag(ERR, code: tl.constexpr, index, value):
 
 
 @triton.jit
+def _checked_lengths(ERR, b, q_start, q_end, k_len, total_q, max_keys, first):
+    """One sequence's query rows [q_start, q_end) and key count k_len clamped into what exists: rows inside
+    q/out (total_q rows) and keys inside its page-table row (max_keys); a bad value is flagged once (by the
+    ``first`` program of the sequence). Returns (q_start, q_end, k_len, bad): a bad sequence's rows that exist
+    come out NaN (guard.py)."""
+    rows_bad = (q_start < 0) | (q_end < q_start) | (q_end > total_q)
+    keys_bad = (k_len < 0) | (k_len > max_keys)
+    if rows_bad:
+        if first:
+            _flag(ERR, 0, b, q_end)
+        q_start = tl.minimum(tl.maximum(q_start, 0), total_q)
+        q_end = tl.minimum(tl.maximum(q_end, q_start), total_q)
+    if keys_bad:
+        if first:
+            _flag(ERR, 1, b, k_len)
+        k_len = tl.minimum(tl.maximum(k_len, 0), max_keys)
+    return q_start, q_end, k_len, rows_bad | keys_bad
+
+
+@triton.jit
+def _checked_pages(ERR, b, pt_row, j, j_ok, n_pages, PAGE: tl.constexpr):
+    """Page ids int64 [BLOCK_N] of keys j (masked by j_ok) from a page-table row; an id outside [0, n_pages)
+    reads page 0 instead and is flagged. Returns (pages, any_bad)."""
+    page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
+    page_bad = ((page < 0) | (page >= n_pages)) & j_ok
+    any_bad = tl.max(page_bad.to(tl.int32), 0) > 0
+    if any_bad:
+        _flag(ERR, 2, b, tl.max(tl.where(page_bad, page, -(1 << 40)), 0))
+    return tl.where(page_bad, 0, page), any_bad
+
+
+@triton.jit
 def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo,
                 ERR, b, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
                 qk_scale, qk_scale_log2, softcap, slope, offs_d, offs_dv,
@@ -89,12 +121,7 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
         k_row = k_base + in_page * stride_ks
         v_row = v_base + in_page * stride_vs
     else:
-        page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
-        page_bad = ((page < 0) | (page >= n_pages)) & j_ok
-        pg_bad = tl.max(page_bad.to(tl.int32), 0) > 0
-        if pg_bad:
-            _flag(ERR, 2, b, tl.max(tl.where(page_bad, page, -(1 << 40)), 0))
-        page = tl.where(page_bad, 0, page)
+        page, pg_bad = _checked_pages(ERR, b, pt_row, j, j_ok, n_pages, PAGE)
         slot_off = (j % PAGE).to(tl.int64)
         k_row = K + page * stride_kp + slot_off * stride_ks + kvh * stride_kh
         v_row = V + page * stride_vp + slot_off * stride_vs + kvh * stride_vh
@@ -120,7 +147,7 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
         alpha = tl.exp2(m_i - m_new)
     else:
         # scores go to base 2 for exp2; log2(e) is folded into a multiply already there where possible (one
-        # multiply less per score: Intel's 256-GRF paged tiles then lower without register spill, issue #12)
+        # multiply less per score, which keeps Intel's 256-GRF paged tiles free of register spill)
         if HAS_ALIBI or FP32_DOT:
             s = s * qk_scale
             if HAS_SOFTCAP:
@@ -209,17 +236,8 @@ def _paged_attn_kernel(
     k_len = tl.load(SEQ + b)
     # bounds (guard.py): rows outside q/out and keys beyond the table row are never touched; such a
     # sequence is flagged and its rows that exist come out NaN (l_i starts NaN)
-    rows_bad = (q_start < 0) | (q_end < q_start) | (q_end > total_q)
-    keys_bad = (k_len < 0) | (k_len > pt_cols * PAGE)
-    if rows_bad:
-        if (tile == 0) & (kvh_split == 0):
-            _flag(ERR, 0, b, q_end)
-        q_start = tl.minimum(tl.maximum(q_start, 0), total_q)
-        q_end = tl.minimum(tl.maximum(q_end, q_start), total_q)
-    if keys_bad:
-        if (tile == 0) & (kvh_split == 0):
-            _flag(ERR, 1, b, k_len)
-        k_len = tl.minimum(tl.maximum(k_len, 0), pt_cols * PAGE)
+    q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, b, q_start, q_end, k_len, total_q, pt_cols * PAGE,
+                                                      (tile == 0) & (kvh_split == 0))
     q_len = q_end - q_start
     # ALIGN_ROWS (batch-invariant mode): tiles cover fixed absolute (position, head) rows, so a query
     # sits at the same place in its tile however its sequence's queries were chunked or batched
@@ -279,7 +297,7 @@ def _paged_attn_kernel(
         hi = tl.minimum(hi, lo + per)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32) + tl.where(rows_bad | keys_bad, float("nan"), 0.0)
+    l_i = tl.zeros([BLOCK_M], tl.float32) + tl.where(seq_bad, float("nan"), 0.0)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     pt_row = PT + b.to(tl.int64) * stride_ptb
     n_pages = kv_rows // PAGE
@@ -493,17 +511,8 @@ def _mla_attn_kernel(
     q_end = tl.load(CUQ + b + 1)
     k_len = tl.load(SEQ + b)
     # bounds as in _paged_attn_kernel (guard.py)
-    rows_bad = (q_start < 0) | (q_end < q_start) | (q_end > total_q)
-    keys_bad = (k_len < 0) | (k_len > pt_cols * PAGE)
-    if rows_bad:
-        if (tile == 0) & (split == 0):
-            _flag(ERR, 0, b, q_end)
-        q_start = tl.minimum(tl.maximum(q_start, 0), total_q)
-        q_end = tl.minimum(tl.maximum(q_end, q_start), total_q)
-    if keys_bad:
-        if (tile == 0) & (split == 0):
-            _flag(ERR, 1, b, k_len)
-        k_len = tl.minimum(tl.maximum(k_len, 0), pt_cols * PAGE)
+    q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, b, q_start, q_end, k_len, total_q, pt_cols * PAGE,
+                                                      (tile == 0) & (split == 0))
     q_len = q_end - q_start
     if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
         return
@@ -532,19 +541,14 @@ def _mla_attn_kernel(
         lo = split * per
         hi = tl.minimum(hi, lo + per)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32) + tl.where(rows_bad | keys_bad, float("nan"), 0.0)
+    l_i = tl.zeros([BLOCK_H], tl.float32) + tl.where(seq_bad, float("nan"), 0.0)
     acc = tl.zeros([BLOCK_H, D_C], tl.float32)
     pt_row = PT + b.to(tl.int64) * stride_ptb
     n_pages = kv_rows // PAGE
     for start in range(lo, hi, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
         j_ok = j < hi
-        page = tl.load(pt_row + j // PAGE, mask=j_ok, other=0).to(tl.int64)
-        page_bad = ((page < 0) | (page >= n_pages)) & j_ok
-        pg_bad = tl.max(page_bad.to(tl.int32), 0) > 0
-        if pg_bad:
-            _flag(ERR, 2, b, tl.max(tl.where(page_bad, page, -(1 << 40)), 0))
-        page = tl.where(page_bad, 0, page)
+        page, pg_bad = _checked_pages(ERR, b, pt_row, j, j_ok, n_pages, PAGE)
         row = KV + page * stride_kp + (j % PAGE).to(tl.int64) * stride_ks
         kc = tl.load(row[:, None] + offs_c[None, :], mask=j_ok[:, None], other=0.0)  # [BLOCK_N, D_C]: K and V
         kr = tl.load(row[:, None] + D_C + offs_r[None, :], mask=j_ok[:, None], other=0.0)

@@ -1,105 +1,26 @@
 """Launch one specialisation of a ``@triton.jit`` kernel without Triton's JIT binder on later calls.
 
-``kernel[grid](*args, **constexprs)`` costs host time on every call: Triton binds ~40 arguments by
-name, computes each one's *specialisation* (dtype, 16-byte divisibility, ``== 1``), builds a cache
-key string, looks the compiled kernel up, and only then calls the launcher. Within one model step the
-provider launches the same specialisation once per layer, so :class:`FastLaunch` pays that once and then
-calls the compiled kernel's launcher directly, exactly as the binder does at the end of ``JITFunction.run``.
-
-The launch convention mirrored here (read in Triton's sources, identical in every version listed):
-
-* Triton 3.6.0 (the PyPI wheel ``triton-3.6.0-cp311``, ``triton/runtime/jit.py`` lines 743-745, in
-  ``JITFunction.run``)::
-
-      launch_metadata = kernel.launch_metadata(grid, stream, *bound_args.values())
-      kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,
-                 knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *bound_args.values())
-
-  with ``stream = driver.active.get_current_stream(device)``, ``device =
-  driver.active.get_current_device()`` (lines 700-701) and the same call in ``CompiledKernel.__getitem__``
-  (``triton/compiler/compiler.py`` lines 490-499). ``bound_args`` holds *every* parameter, constexprs
-  included, in declaration order: the launcher's signature keeps a ``"constexpr"`` slot for each and
-  skips it (``backends/nvidia/driver.py`` make_launcher, line 260: ``if ty != "constexpr"``).
-  The hooks are ``knobs.HookChain`` objects, never None (``triton/knobs.py`` lines 406-424, 468-469);
-  ``CompiledKernel.launch_metadata`` (compiler.py 479-488) returns None only when the enter hook is None.
-* Triton 3.3.0 (Intel's fork, tag ``v3.3.0b1`` of intel/intel-xpu-backend-for-triton, which is what
-  ``triton-xpu 3.3.0b1`` ships; ``python/triton/runtime/jit.py`` lines 584-587): the same call, but the
-  hooks are class attributes ``CompiledKernel.launch_enter_hook`` / ``launch_exit_hook`` (None by default,
-  ``python/triton/compiler/compiler.py`` lines 362-365), and ``CompiledKernel.run`` is materialised by
-  ``__getattribute__`` (compiler.py 415-418). The XPU launcher takes the same positional layout
-  (``third_party/intel/backend/driver.py`` lines 572-574: grid, stream (``sycl_queue``), function,
-  metadata, launch metadata, hooks, args) and ``get_current_stream`` returns
-  ``torch.xpu.current_stream().sycl_queue`` (driver.py 735-737).
-* Triton 3.4, 3.5, 3.7 (Intel fork tags v3.4.0b1 jit.py 600-602, v3.5.0 jit.py 622-624, v3.7.2 jit.py
-  777-779) and 3.9 (the local install, ``runtime/jit.py`` lines 785-787, ``compiler/compiler.py`` 492-520):
-  the same call with ``knobs.runtime`` hooks (None by default in 3.4/3.5, HookChain from 3.6).
-* Passing None for the hooks (done here when no hook is installed, instead of an empty HookChain) is what
-  the launchers expect: they call a hook only ``if (launch_enter_hook != Py_None)`` (3.6
-  ``backends/nvidia/driver.py`` lines 519 and 555; 3.9 ``backends/nvidia/driver.c`` ``launchHook``,
-  lines 1420-1429; intel v3.3.0b1 ``third_party/intel/backend/driver.py`` line 603).
-* Prior art: vLLM's ``vllm/v1/worker/gpu/triton_utils.py`` ``CachedKernel`` calls ``compiled.run`` the
-  same way, keyed only by its int arguments' specialisation (it ignores pointer alignment and always
-  passes None launch metadata); this module also guards tensors and honours installed hooks.
-
-Specialisation (why a compiled kernel is only valid for "the same kind" of arguments): Triton 3.3
-``specialize_impl`` (intel v3.3.0b1 ``python/triton/runtime/jit.py`` lines 282-320) and the native
-``specialize_impl`` of 3.6 (``python/src/specialize.cc`` lines 225-330, ``handle_long_type`` /
-``handle_tensor``) key each non-constexpr argument by: ints -> ``constexpr 1`` when ``== 1`` (the value is
-baked in!), else i32/i64/u64 by range plus ``"D"`` when divisible by 16; bools -> i1/u1; None ->
-``constexpr None``; floats -> ``fp32`` with no value key; tensors -> dtype (+const) plus ``"D"`` when
-``data_ptr() % 16 == 0`` (``backends/compiler.py`` ``get_tensor_specialization``, 3.6 lines 83-92, the
-same in the NVIDIA and Intel backends; AMD adds a pointer-range key, so the AMD backend is left out here).
-
-So, per :class:`FastLaunch`, every call after the first must keep:
-
-* every int / bool / None argument **identical** (value and type) to the first call's,
-* every float argument a Python ``float`` (its value may change: floats are not specialised),
-* every tensor argument the same type and dtype, with ``data_ptr() % 16 == 0`` exactly when the first
-  call's was (the pointer itself may change: per-layer KV caches, outputs, ...),
-* the grid, constexprs, num_warps / num_stages (fixed at construction) and the current device.
-
-With ``check=True`` (the default) each call verifies all of that (a few hundred ns for ~40 arguments,
-in one generated function) and, on any mismatch, launches that call through the normal binder path
-instead (counted in ``slow_calls``), so the output is never wrong. A caller that can guarantee the
-contract (the provider's per-step plan: one FastLaunch per step and kernel, strides and sizes fixed
-for the step, per-layer tensors allocated by the caching allocator, which aligns to >= 512 bytes) may
-pass ``check=False``. Not replicated on the fast path (the binder does these per call): the
-``used_global_vals`` "global changed since compile" check, ``JITFunction.pre_run_hooks`` (a kernel that
-has any stays on the binder path), and re-reading ``TRITON_DEBUG`` / instrumentation knobs.
-
-Device addresses for tensors (``takes_addresses``): once armed, an unchecked FastLaunch passes its
-arguments straight to the launcher, whose pointer extraction takes a Python int as the device address
-before trying ``data_ptr()``: Triton 3.9 ``backends/nvidia/driver.c`` ``extractPointer`` lines 1072-1075
-(then, for a tensor, a ``data_ptr()`` call and ``cuPointerGetAttribute``, lines 1076-1094, which an int
-skips); Triton 3.6 ``backends/nvidia/driver.py`` ``getPointer`` in the generated launcher (the same
-``PyLong_Check`` branch first); intel v3.3.0b1 ``third_party/intel/backend/driver.py`` lines 486-489 (an
-int is still checked by ``checkDevicePointer``). So a caller that has checked every tensor's device
-may pass ``t.data_ptr()`` in place of ``t`` on the armed path (the first call, which compiles, must get
-the tensors: the binder specialises on them). The provider does so with its per-step tensors, whose
-addresses it reads once per step.
-
-Under ``TRITON_INTERPRET=1`` (CPU CI) there is no compiled kernel: FastLaunch always uses the normal
-path. The same happens, visibly, when the installed Triton is not one whose API was read above
-(:func:`fast_launch_supported` gives the reason; ``VLLM_XPU_ATTN_FAST_LAUNCH=0`` turns the fast path off).
+What this relies on in Triton (launch convention, specialisation, addresses) and what a caller must keep:
+docs/triton_launch.md.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import os
 import re
 from typing import Any, Callable, Optional, Sequence
 
+from ... import env
+
 __all__ = ["FastLaunch", "fast_launch_supported", "VERIFIED_TRITON"]
 
-# (major, minor) versions whose JITFunction.run / CompiledKernel launch convention was read (module doc).
+# (major, minor) versions whose launch convention was read (docs/triton_launch.md).
 VERIFIED_TRITON = frozenset({(3, 3), (3, 4), (3, 5), (3, 6), (3, 7), (3, 9)})
 # Backends whose argument specialisation is only dtype + 16-byte divisibility (BaseBackend's).
 _BACKENDS = ("cuda", "xpu")
-_ENV = "VLLM_XPU_ATTN_FAST_LAUNCH"
 
-# The binder's launch statement, whitespace removed, per hook style (see the module doc for lines).
+# The binder's launch statement, whitespace removed, per hook style (docs/triton_launch.md gives the lines).
 _LAUNCH_SRC = {
     "knobs": "kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,launch_metadata,"
              "knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,*bound_args.values())",
@@ -107,14 +28,6 @@ _LAUNCH_SRC = {
              "self.CompiledKernel.launch_enter_hook,self.CompiledKernel.launch_exit_hook,*bound_args.values())",
 }
 _METADATA_SRC = "launch_metadata=kernel.launch_metadata(grid,stream,*bound_args.values())"
-
-
-def _interpreting() -> bool:
-    try:
-        from triton import knobs  # 3.4+
-        return bool(knobs.runtime.interpret)
-    except Exception:  # 3.3: the env var, as triton.runtime.jit reads it
-        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 @functools.lru_cache(maxsize=None)
@@ -145,9 +58,9 @@ def _static_support() -> tuple[bool, str, Optional[str]]:
 
 def fast_launch_supported() -> tuple[bool, str]:
     """Whether FastLaunch can skip the binder here, and why (not): (ok, reason)."""
-    if os.environ.get(_ENV, "1").lower() in ("0", "false", "off", "no"):
-        return False, f"{_ENV}=0: fast launch disabled"
-    if _interpreting():
+    if not env.flag(env.FAST_LAUNCH):
+        return False, f"{env.FAST_LAUNCH}=0: fast launch disabled"
+    if env.triton_interpreting():
         return False, "TRITON_INTERPRET=1: the interpreter has no compiled kernel; normal launch path"
     ok, reason, _ = _static_support()
     return ok, reason
@@ -246,7 +159,7 @@ class FastLaunch:
     non-constexpr parameters in declaration order (every one of them), ``constexprs`` = the constexpr
     parameters by name (those with defaults may be left out). The first call goes through
     ``fn[grid](...)`` and keeps the CompiledKernel it returns; later calls invoke its launcher directly
-    while the arguments keep the first call's specialisation (module doc); ``check=False`` trusts the
+    while the arguments keep the first call's specialisation (docs/triton_launch.md); ``check=False`` trusts the
     caller to guarantee that. ``reason`` says why the fast path is off (None while it is on);
     ``slow_calls`` counts calls that took the normal path.
     """
@@ -329,7 +242,7 @@ class FastLaunch:
 
     @property
     def takes_addresses(self) -> bool:
-        """Armed and unchecked: ``bind`` can fix arguments as device addresses (module doc)."""
+        """Armed and unchecked: ``bind`` can fix arguments as device addresses (docs/triton_launch.md)."""
         return self._launch is not None and not self.check
 
     def bind(self, fixed: dict[int, Any], slots: Optional[dict[int, int]] = None) -> Callable:

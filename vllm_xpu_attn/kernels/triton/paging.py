@@ -21,7 +21,7 @@ _LAUNCHERS: dict[tuple, FastLaunch] = {}
 
 
 def _int_class(v: int) -> tuple:
-    """What Triton specialises an int argument on (launch.py's module doc): == 1, % 16, 32-bit range."""
+    """What Triton specialises an int argument on (docs/triton_launch.md): == 1, % 16, 32-bit range."""
     return (v == 1, v % 16 == 0, -(2 ** 31) <= v < 2 ** 31)
 
 

@@ -21,6 +21,20 @@ def try_import(module: str) -> tuple[Optional[object], Optional[str]]:
         return None, f"{module} not importable ({type(e).__name__}: {first})"
 
 
+def require(module: str):
+    """The imported module, or RuntimeError saying why it is unavailable."""
+    mod, why = try_import(module)
+    if why:
+        raise RuntimeError(why)
+    return mod
+
+
+def module_version(module: str) -> Optional[str]:
+    """``module.__version__`` when the module imports, else None."""
+    mod, _ = try_import(module)
+    return getattr(mod, "__version__", None) if mod is not None else None
+
+
 def dist_version(dist: str) -> Optional[str]:
     """The installed distribution's version string, or None."""
     try:

@@ -16,93 +16,55 @@ In short (``cpp`` = src/sycl/flash_attention.cpp):
 - page tables are read at ``row * size(1)`` (xe_fmha_fwd_mainloop.hpp:278): made contiguous here;
 - ``out=`` is taken (py:135) and written in place.
 
-MLA decode (absorbed DeepSeek MLA) runs ``sgl_kernel.flash_mla_decode`` (``att`` =
-python/sgl_kernel/attention.py, ``mla`` = src/sycl/mla_decode.cpp, 9cf16bf9): kv_lora_rank 512 + rope 64
-hard-coded (att:77-81), H <= 128 (att:83-84), one query row per page-table row (att:97-99), table width
-a multiple of 128/page (att:101: padded here on the device), fp16/bf16 with q, q_pe and cache of one
-dtype (att:103-107: no FP8 latent), int32 lengths/table (att:108-113), every tensor contiguous
-(mla:145-151), pages 16/32/64/128 (mla:162-166), no out= (att:115-119: copied into the engine's
-buffer), no LSE. The ops exist only in a USE_MLA build (src/torch_extension_sycl.cc:361-390): the
-Python wrappers are there in every build, so the ops themselves are looked up.
+The same library's MLA decode (``flash_mla_decode``) is a different operator with its own limits: the
+``sgl_kernel_mla`` provider (sgl_kernel_mla.py).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 
-from ..base import Feature, KernelRequest, PagedLaunch, Phase
-from ..contract import FP8_DTYPES, NO_LAYER_ARGS, AttnPlan
+from ... import env
+from ..base import Feature, KernelRequest, Phase
+from ..contract import FP8_DTYPES
 from ..torch_ops import write_kv_torch
-from .common import (XpuLibProvider, empty_result, Probes, compare, fa3_window, int32_contiguous, is_fp8, next_pow2,
-                     per_tensor_scale, tiny_paged_case, try_import)
+from .common import (XpuLibProvider, empty_result, Probes, compare, fa3_window, is_fp8, module_version, next_pow2,
+                     per_tensor_scale, require, tiny_paged_case, try_import)
 
+PACKAGE = "sgl_kernel"
 MODULE = "sgl_kernel.flash_attn"
 DECODE_PAGE_SIZES = (64, 128)  # cpp:668-671
-
-# MLA decode (attention.py / mla_decode.cpp @9cf16bf9)
-MLA_FUNCS = ("flash_mla_decode", "flash_mla_get_workspace_size")  # __init__.py:16-22
-MLA_LATENT, MLA_ROPE = 512, 64  # att:77-81
-MLA_MAX_HEADS = 128  # att:83-84
-MLA_PAGE_SIZES = (16, 32, 64, 128)  # mla_decode.cpp:162-166
-MLA_TILE = 128  # att:101: page-table width % (128 / page_size) == 0
-MLA_DTYPES = (torch.float16, torch.bfloat16)  # att:103-107
-
-
-class SglMlaLaunch(PagedLaunch):
-    """One step's MLA decode launch: the padded int32 table, int32 lengths and the workspace, fixed once."""
-
-    __slots__ = ("workspace", "num_kv_splits")
-
-    def __init__(self, provider, step: AttnPlan, call, workspace: Optional[torch.Tensor], num_kv_splits: int):
-        super().__init__(provider, step, call)
-        self.workspace = workspace
-        self.num_kv_splits = num_kv_splits
-
-    def run(self, q, k_cache, v_cache, out, *, layer=NO_LAYER_ARGS):
-        self.check(q, k_cache, v_cache, out, layer)
-        return self.provider._run_mla(self, q, k_cache, v_cache, out, layer)
 
 
 class SglKernelProvider(XpuLibProvider):
     name = "sgl_kernel"
-    description = "sgl-kernel flash_attn (FA3 API) and MLA decode (flash_mla_decode) built for Intel XPU"
+    description = "sgl-kernel flash_attn (FA3 API) built for Intel XPU"
     devices = frozenset({"xpu"})
     dtypes = frozenset({torch.float16, torch.bfloat16})
     kv_dtypes = frozenset({torch.float16, torch.bfloat16, *FP8_DTYPES})
     head_dims = frozenset({64, 96, 128, 192, 256, 512})
     # softcap, lse and page size 1 are further gated by probes of the installed build (extra_reasons)
     features = frozenset({Feature.WINDOW, Feature.SOFTCAP, Feature.SINKS, Feature.LSE, Feature.NON_CAUSAL})
-    probe_device: Optional[str] = None  # where probes run; None = "xpu" (tests point it at the fake's CPU)
-    # MLA decode split-KV count: -1 = the vendor's own choice (mla_decode.cpp:168-172, set_split_kv tuned on
-    # BMG), 1 = no split (what SGLang's XPU backend passes); the workspace is sized for it either way
-    mla_num_kv_splits: int = -1
+    probe_device: Optional[str] = None  # where probes run; None = VLLM_XPU_ATTN_PROBE_DEVICE (tests: the fake's CPU)
 
     def __init__(self) -> None:
         self.probes = Probes()
-        self._mla_why: Optional[tuple[str]] = None  # cached (reason,) of the MLA op lookup
-        self._mla_ws: dict[torch.device, torch.Tensor] = {}  # uint8 workspaces, grown, reused across steps
-        self._mla_retired: list[torch.Tensor] = []  # replaced workspaces kept alive (a graph may address them)
 
     def _module(self):
-        mod, why = try_import(MODULE)
-        if why:
-            raise RuntimeError(why)
-        return mod
+        return require(MODULE)
 
     def unavailable_reason(self) -> Optional[str]:
         return try_import(MODULE)[1]
 
     def version(self) -> Optional[str]:
-        mod, _ = try_import("sgl_kernel")
-        return getattr(mod, "__version__", None) if mod is not None else None
+        return module_version(PACKAGE)
 
     # ---- capabilities of the installed build ----------------------------------------
     def _device(self) -> torch.device:
-        # VLLM_XPU_ATTN_PROBE_DEVICE: where a model of the library runs (the tests' fakes run on the CPU)
-        return torch.device(self.probe_device or os.environ.get("VLLM_XPU_ATTN_PROBE_DEVICE") or "xpu")
+        # where a model of the library runs: the device itself, or the CPU for the tests' fakes
+        return torch.device(self.probe_device or env.text(env.PROBE_DEVICE))
 
     def _vs_reference(self, page: int, q_lens, k_lens, lse: bool, **kw) -> Optional[str]:
         from ..reference import paged_attention  # the oracle (a function, not a provider) judges the answer
@@ -147,6 +109,13 @@ class SglKernelProvider(XpuLibProvider):
             return self.page_size_1_reason()
         return f"page size {page_size}: sgl-kernel-xpu's paged decode takes {list(DECODE_PAGE_SIZES)} only"
 
+    def not_supported_reasons(self, req: KernelRequest) -> list[str]:
+        if req.mla:  # the FA3 kernels have no latent layout: one reason, not every declaration an MLA shape misses
+            why = self.unavailable_reason()
+            return ([why] if why else []) + ["MLA latent attention is not the FA3 API's (sgl_kernel_mla serves "
+                                             "its decode)"]
+        return super().not_supported_reasons(req)
+
     def extra_reasons(self, req: KernelRequest) -> list[str]:
         r = []
         if next_pow2(req.gqa_group) > 16:
@@ -171,153 +140,11 @@ class SglKernelProvider(XpuLibProvider):
                     r.append(why)
         return r
 
-    # ---- MLA decode (flash_mla_decode) ----------------------------------------------------
-    def mla_reason(self) -> Optional[str]:
-        """None when the installed sgl_kernel has the MLA decode entry points *and* their ops, else why not."""
-        if self._mla_why is None:
-            mod, why = try_import("sgl_kernel")
-            if why is None:
-                missing = [f for f in MLA_FUNCS if not callable(getattr(mod, f, None))]
-                if missing:
-                    why = f"this sgl_kernel has no {', '.join(missing)} (sgl-kernel-xpu python/sgl_kernel/attention.py)"
-                else:
-                    ns = torch.ops.sgl_kernel
-                    missing = [f for f in MLA_FUNCS if not hasattr(ns, f)]
-                    if missing:
-                        why = (f"this sgl-kernel build has no torch.ops.sgl_kernel.{missing[0]}: built without "
-                               "USE_MLA (src/torch_extension_sycl.cc:361-390 registers the MLA ops only #ifdef USE_MLA)")
-            self._mla_why = (why,)
-        return self._mla_why[0]
-
-    def mla_reasons(self, req: KernelRequest) -> list[str]:
-        """Every reason flash_mla_decode cannot serve an MLA request (the FA-path declarations do not apply)."""
-        r = []
-        why = self.mla_reason()
-        if why:
-            r.append(why)
-        if req.device_type not in self.devices:
-            r.append(f"device {req.device_type!r} not in {sorted(self.devices)}")
-        if req.dtype not in MLA_DTYPES:
-            r.append(f"MLA: dtype {req.dtype} not fp16/bf16 (attention.py:103-106)")
-        if req.kv_dtype != req.dtype:
-            r.append(f"MLA: latent cache {req.kv_dtype} must be q's dtype {req.dtype}, no FP8 latent (attention.py:107)")
-        if (req.head_dim, req.v_head_dim, req.num_kv_heads) != (MLA_LATENT + MLA_ROPE, MLA_LATENT, 1):
-            r.append(f"MLA: only kv_lora_rank {MLA_LATENT} + rope {MLA_ROPE} over one latent head (attention.py:77-81); "
-                     f"got D={req.head_dim}, Dv={req.v_head_dim}, Hkv={req.num_kv_heads}")
-        if req.num_q_heads > MLA_MAX_HEADS:
-            r.append(f"MLA: {req.num_q_heads} heads > {MLA_MAX_HEADS} (attention.py:83-84)")
-        if req.page_size not in MLA_PAGE_SIZES:
-            r.append(f"MLA: page size {req.page_size} not in {list(MLA_PAGE_SIZES)} (mla_decode.cpp:162-166)")
-        if req.phase != Phase.DECODE:
-            r.append(f"MLA: decode phase only (one query per request, attention.py:97-99; flash_mla_prefill not "
-                     f"wrapped), got phase {Phase(req.phase).value}")
-        if req.batch_invariant:
-            r.append("MLA: no batch-invariant mode (split-KV count depends on the batch, mla_decode.cpp:60-93)")
-        if req.return_lse:
-            r.append("MLA: flash_mla_decode returns no LSE")
-        for on, what in ((req.has_window, "window"), (req.softcap > 0, "softcap"), (req.has_sinks, "sinks"),
-                         (req.has_alibi, "ALiBi"), (not req.causal, "non-causal")):
-            if on:
-                r.append(f"MLA: no {what} in flash_mla_decode")
-        return r
-
-    def not_supported_reasons(self, req: KernelRequest) -> list[str]:
-        if req.mla:
-            return self.mla_reasons(req)
-        return super().not_supported_reasons(req)
-
-    def mla_workspace(self, device: torch.device, nbytes: int) -> torch.Tensor:
-        """A uint8 workspace of >= nbytes on ``device``, owned here and reused (grown by doubling)."""
-        buf = self._mla_ws.get(device)
-        if buf is None or buf.numel() < nbytes:
-            if buf is not None:
-                self._mla_retired.append(buf)
-            size = max(nbytes, 2 * buf.numel()) if buf is not None and nbytes else nbytes
-            buf = self._mla_ws[device] = torch.empty(size, dtype=torch.uint8, device=device)
-        return buf
-
-    def _launch(self, step: AttnPlan, call, **options) -> PagedLaunch:
-        if not call.mla:
-            return super()._launch(step, call, **options)
-        if options:
-            raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
-        bad = self._mla_call_reasons(step, call)
-        if bad:
-            raise ValueError("sgl_kernel flash_mla_decode cannot run this MLA call (the registry should not have "
-                             "chosen it): " + "; ".join(bad))
-        step = int32_contiguous(step)
-        table = step.page_table
-        batch, width = table.shape
-        page = step.page_size
-        mult = MLA_TILE // page
-        padded = max(-(-width // mult), 1) * mult  # att:100-101: > 0 and a multiple of 128 / page
-        if padded != width:  # on the device, no host sync: zero page ids are never read (kern:266, 545)
-            wide = table.new_zeros(batch, padded)
-            wide[:, :width] = table
-            table = wide
-        step = AttnPlan(step.cu_seqlens_q, step.cache_seqlens, table, step.max_seqlen_q, padded * page, page)
-        workspace = None
-        if batch:
-            # host ints only; the same (B, H, page * width, page) the kernel derives its split count from
-            # (mla_decode.cpp:168-172 vs :194-201), so the size is exact for the split count it picks
-            nbytes = int(self._module_mla().flash_mla_get_workspace_size(
-                padded * page, batch, call.num_q_heads, page, self.mla_num_kv_splits))
-            workspace = self.mla_workspace(table.device, nbytes)
-        return SglMlaLaunch(self, step, call, workspace, self.mla_num_kv_splits)
-
-    @staticmethod
-    def _mla_call_reasons(step: AttnPlan, call) -> list[str]:
-        r = []
-        if (call.head_dim, call.v_head_dim, call.num_kv_heads) != (MLA_LATENT + MLA_ROPE, MLA_LATENT, 1):
-            r.append(f"D/Dv/Hkv {call.head_dim}/{call.v_head_dim}/{call.num_kv_heads} (needs 576/512/1)")
-        if call.num_q_heads > MLA_MAX_HEADS:
-            r.append(f"{call.num_q_heads} heads > {MLA_MAX_HEADS}")
-        if step.page_size not in MLA_PAGE_SIZES:
-            r.append(f"page size {step.page_size} not in {list(MLA_PAGE_SIZES)}")
-        if int(step.max_seqlen_q) > 1:
-            r.append(f"max_seqlen_q {step.max_seqlen_q} > 1 (one query per request)")
-        if call.return_lse or call.batch_invariant or call.softcap or call.window != (-1, -1) or not call.causal:
-            r.append("LSE, batch invariance, softcap, window and non-causal are not served")
-        return r
-
-    def _module_mla(self):
-        mod, why = try_import("sgl_kernel")
-        why = why or self.mla_reason()
-        if why:
-            raise RuntimeError(why)
-        return mod
-
-    def _run_mla(self, launch: SglMlaLaunch, q, k_cache, v_cache, out, layer):
-        step, call = launch.step, launch.call
-        if layer.tensors:
-            raise ValueError("sgl_kernel flash_mla_decode takes no sinks, ALiBi or FP8 descales")
-        if q.dtype not in MLA_DTYPES or k_cache.dtype != q.dtype:
-            raise ValueError(f"sgl_kernel flash_mla_decode: q {q.dtype} and latent cache {k_cache.dtype} must be one "
-                             "of fp16/bf16 (attention.py:103-107)")
-        if v_cache.data_ptr() != k_cache.data_ptr() or v_cache.shape[-1] != MLA_LATENT:
-            raise ValueError("sgl_kernel flash_mla_decode: v_cache must be the first 512 columns of the latent "
-                             "cache k_cache (one cache; the kernel reads V from it, mla_decode_types.hpp:281-285)")
-        if not k_cache.is_contiguous():
-            raise ValueError("sgl_kernel flash_mla_decode needs the whole contiguous latent cache [pages, page, 1, "
-                             "576] (CHECK_INPUT, mla_decode.cpp:148); got a strided one")
-        total_q, batch = q.shape[0], step.page_table.shape[0]
-        if total_q == 0 or batch == 0:
-            return out
-        if total_q != batch:
-            raise ValueError(f"sgl_kernel flash_mla_decode: one query per request, got {total_q} queries for "
-                             f"{batch} requests (attention.py:97-99)")
-        q_nope = q[..., :MLA_LATENT].contiguous()
-        q_pe = q[..., MLA_LATENT:].contiguous()
-        kv = k_cache.view(-1, step.page_size, MLA_LATENT + MLA_ROPE)  # [pages, page, 576] (attention.py:75)
-        o = self._module_mla().flash_mla_decode(q_nope, q_pe, kv, step.cache_seqlens, step.page_table,
-                                                launch.workspace, float(call.softmax_scale), launch.num_kv_splits)
-        out.copy_(o)  # no out= in the vendor API (attention.py:115-119): the one copy, here
-        return out
-
     # ---- the contract -----------------------------------------------------------------
     def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):
         if call.mla:
-            raise ValueError("sgl_kernel: an MLA call runs through the launch plan_paged() returns")
+            raise ValueError("sgl_kernel flash_attn has no MLA (latent) layout; the sgl_kernel_mla provider runs "
+                             "flash_mla_decode")
         sinks, k_descale, v_descale = layer.sinks, layer.k_descale, layer.v_descale
         if layer.alibi_slopes is not None:
             raise ValueError("sgl_kernel flash_attn has no ALiBi parameter; the registry should not route ALiBi here")
@@ -361,10 +188,8 @@ class SglKernelProvider(XpuLibProvider):
 
     def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         # sgl_kernel.merge_state_v2 takes contiguous lse [T, H] (merge_states.cpp:92-93, 340-345); ours are [H, T]
-        mod, why = try_import("sgl_kernel")
-        if why:
-            raise RuntimeError(why)
-        o, lse = mod.merge_state_v2(o_a.contiguous(), lse_a.T.contiguous(), o_b.contiguous(), lse_b.T.contiguous())
+        o, lse = require(PACKAGE).merge_state_v2(o_a.contiguous(), lse_a.T.contiguous(), o_b.contiguous(),
+                                                 lse_b.T.contiguous())
         lse = lse.T
         if sinks is not None:  # merge_state_v2 has no sink: the sink's share of the denominator, here
             with_sink = torch.logaddexp(lse, sinks.float()[:, None].expand_as(lse))

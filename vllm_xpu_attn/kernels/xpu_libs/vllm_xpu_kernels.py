@@ -16,11 +16,11 @@ its binaries; docs/xpu_vendors.md has the table, tests/fakes/vllm_xpu_kernels th
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 
+from ... import env
 from ..base import Feature, KernelRequest, Phase
 from ..contract import FP8_DTYPES
 from ..torch_ops import write_kv_torch
@@ -28,7 +28,7 @@ from .common import XpuLibProvider, empty_result, dist_version, fa3_window, is_f
 
 MODULE = "vllm_xpu_kernels.flash_attn_interface"
 DIST = "vllm-xpu-kernels"
-ENV_TRUST = "VLLM_XPU_ATTN_TRUST_VLLM_XPU_KERNELS"  # =1: take an unknown version's kernel set to be 0.1.16.2's
+ENV_TRUST = env.TRUST_VLLM_XPU_KERNELS  # =1: take an unknown version's kernel set to be 0.1.16.2's
 
 # Compiled xe2 kernel tuples of the 0.1.16.2 wheel (from its generated kernel file names; the xe3 set
 # is a subset for what is declared here). Decode: (qgroup, head bucket, page tile, local, sink) with
@@ -88,7 +88,7 @@ class VllmXpuKernelsProvider(XpuLibProvider):
         v = self.version()
         if v in KNOWN_BUILDS:
             return KNOWN_BUILDS[v]
-        if os.environ.get(ENV_TRUST) == "1":
+        if env.on(env.TRUST_VLLM_XPU_KERNELS):
             return KNOWN_BUILDS["0.1.16.2"]
         return None
 

@@ -1,0 +1,76 @@
+"""The Triton provider's tile table and the device queries that pick an entry of it.
+
+``TUNING[family][phase]`` = (BLOCK_M, BLOCK_N, num_warps, num_stages[, grf_mode]); ``device_family`` maps a
+torch device to its family. ci/intel_lowering.py reads ``TUNING`` from this file's source (a literal).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+# Phases: "prefill" / "decode" of the paged kernel; "prefill_ptr": the pointer-load prefill kernel where a step
+# cannot take tensor descriptors (families that have descriptors); "prefill_ptr_wide" (and its fp32 variant): a
+# layer whose cache strides refuse descriptors inside a descriptor step (the same BLOCK_M, so the same grid);
+# "decode_fp8": decode over an FP8 cache (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
+# (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA kernel, "mla_wide" from 64 heads per rank
+# (compute-bound: bigger head tiles). CUDA entries are tuned (docs/benchmarks.md); Intel entries are
+# conservative (less register file and SLM on Xe).
+TUNING: dict[str, dict[str, tuple]] = {
+    "cuda_sm90": {"prefill": (128, 64, 4, 2), "prefill_ptr": (64, 64, 4, 3),
+                  # 8 warps: 128-row tiles with pointer loads spill at 4; fp32 spills at N=64, so N=16
+                  "prefill_ptr_wide": (128, 64, 8, 2), "prefill_ptr_wide_fp32": (128, 16, 8, 2),
+                  "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2), "mla_wide": (64, 64, 8, 2),
+                  # fp8 -> 16-bit conversions raise register use: fewer warps and keys keep more blocks per SM
+                  "decode_fp8": (16, 64, 2, 3)},
+    "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
+             "mla_wide": (64, 32, 8, 2)},
+    # the GRF mode Intel's backend is asked for (launch option grf_mode): 256 GRF ("large") and N=32 lower
+    # with the least register spill (docs/intel_lowering.md)
+    "xpu": {"prefill": (64, 32, 8, 2, "large"), "decode": (16, 32, 8, 2, "large"),
+            "mla_decode": (16, 16, 4, 2, "large"), "mla_wide": (16, 16, 4, 2, "large")},
+    # the interpreter (tests): the descriptor / pointer prefill split too, so both kernels run in CI
+    "cpu": {"prefill": (16, 16, 1, 1), "prefill_ptr": (16, 16, 1, 1), "prefill_ptr_wide": (16, 16, 1, 1),
+            "prefill_ptr_wide_fp32": (16, 16, 1, 1),
+            "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1), "mla_wide": (16, 16, 1, 1)},
+}
+
+
+def tile_config(family: str, phase: str) -> tuple[int, int, int, int, dict]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, compile options) of a family's phase (xpu: grf_mode)."""
+    cfg = TUNING[family][phase]
+    return (*cfg[:4], {"grf_mode": cfg[4]} if len(cfg) > 4 else {})
+
+
+def device_family(device: torch.device) -> str:
+    """The ``TUNING`` key of a device: "cuda_sm90" (sm90+), "cuda", "xpu" or "cpu"."""
+    return _family(device.type, device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _family(dev_type: str, index: Optional[int]) -> str:  # cached: a device query per step is host time
+    if dev_type == "cuda":
+        major, _ = torch.cuda.get_device_capability(index)
+        return "cuda_sm90" if major >= 9 else "cuda"
+    return dev_type if dev_type in TUNING else "cuda"
+
+
+@functools.lru_cache(maxsize=None)
+def compute_units(dev_type: str, index: Optional[int]) -> int:
+    """SMs (CUDA) or sub-slices (XPU) of a device, queried once."""
+    if dev_type == "cuda":
+        return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                                ).multi_processor_count
+    return getattr(torch.xpu.get_device_properties(index), "gpu_subslice_count", 64)
+
+
+def pow2(n: int, lo: int = 16) -> int:
+    """The power of two >= n and >= lo (a tile width covering n)."""
+    return max(lo, 1 << (max(n, 1) - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints (tiles covering a rows of b each)."""
+    return -(-a // b)
