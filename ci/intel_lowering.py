@@ -639,7 +639,8 @@ def main() -> int:
                   spill_known=sum(r["status"] == "spill-known" for r in results),
                   known_spill={f"{t}/{p}": v for (t, p), v in KNOWN_SPILL.items()},
                   kernels_not_covered=missing, kernels_sha256=hashlib.sha256(KERNELS.read_bytes()).hexdigest()[:16],
-                  provider_sha256=hashlib.sha256(PROVIDER.read_bytes()).hexdigest()[:16])
+                  provider_sha256=hashlib.sha256(b"".join(f.read_bytes() for f in (PROVIDER, TILES, STEP_LAUNCH,
+                                                  PROVIDER.parent / "launch_config.py"))).hexdigest()[:16])
     if a.json:
         # the header pretty, one line per case (diffs stay readable)
         body = {k: "@" + k for k in (("results", "sweep") if a.sweep else ("results",))}

@@ -187,6 +187,14 @@ class XpuAttnSGLangBackend(AttentionBackend):
             inputs.encoder_lens = fb.encoder_lens
             enc_cpu = list(fb.encoder_lens_cpu) if fb.encoder_lens_cpu is not None else fb.encoder_lens.tolist()
             inputs.max_encoder_len = max(enc_cpu + [0])
+            # decoder tokens follow the encoder's in each row: the page table needs them to open a page. Checked
+            # here on the host lengths, so no provider (vendor kernels have no page guards) sees an unknown page
+            bad = [(b, n) for b, n in enumerate(enc_cpu) if self.page_size > 1 and n % self.page_size]
+            if bad:
+                b, n = bad[0]
+                raise ValueError(f"xpu_attn: request {b}'s encoder tokens end at offset {n}, not a multiple of the "
+                                 f"page size {self.page_size}: decoder tokens must start on a page boundary "
+                                 f"(run with --page-size 1, or pad the encoder to a multiple of {self.page_size})")
         if mode.is_decode_or_idle():
             if fb.spec_info is not None:  # an EAGLE draft decode step
                 inputs.mode = Mode.DRAFT_DECODE
@@ -278,7 +286,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
                 "run with --disable-cuda-graph"
             )
         # an MLA layer's un-absorbed MHA prefill never runs in a graph: SGLang picks the absorbed form for decode,
-        # verify and under prefill graph capture, and _forward_mla_mha refuses every mode but a first prefill
+        # verify and under prefill graph capture, and SGLangMLA.forward_mha refuses every mode but a first prefill
         roles = {key: key[2] if len(key) > 2 else "" for key in self._runners}
         unsafe = sorted(set(graphs.capture_blockers(r for key, r in self._runners.items() if not roles[key])) | set(
             graphs.capture_blockers((r for key, r in self._runners.items() if roles[key] not in ("", "mha")),

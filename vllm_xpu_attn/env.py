@@ -61,6 +61,23 @@ def flag(name: str) -> Optional[bool]:
     raise ValueError(f"{name}={os.environ.get(name)!r}: expected one of {'/'.join(_TRUE + _FALSE)}")
 
 
+def validate() -> None:
+    """Every variable of the table that is set, parsed now: one error naming each bad value (called where the
+    package is configured: plugin load, layer set-up), so a typo fails start-up instead of a later launch."""
+    bad = []
+    for v in VARIABLES:
+        raw = os.environ.get(v.name, "").strip()
+        if not raw:
+            continue
+        if v.default in ("0", "1") or v.name == ENABLE:  # on/off switches
+            if raw.lower() not in _TRUE + _FALSE:
+                bad.append(f"{v.name}={raw!r} (expected one of {'/'.join(_TRUE + _FALSE)})")
+        elif v.name == LOG_LEVEL and raw.upper() not in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"):
+            bad.append(f"{v.name}={raw!r} (expected DEBUG/INFO/WARNING/ERROR/CRITICAL)")
+    if bad:
+        raise ValueError("vllm-xpu-attn: bad environment variable value: " + "; ".join(bad))
+
+
 def on(name: str) -> bool:
     """``flag(name)`` with unset meaning off."""
     return bool(flag(name))

@@ -9,6 +9,9 @@ logger = logging.getLogger("vllm_xpu_attn")
 
 
 def setup_logging() -> None:
+    """Attach the handler once. Every adapter's entry calls this first, so it also checks the package's
+    environment variables there (env.validate): a bad value fails configuration, naming the variable."""
+    env.validate()
     if logger.handlers:
         return
     handler = logging.StreamHandler()

@@ -193,3 +193,18 @@ def test_cross_attention_reads_encoder_tokens_non_causal():
     want = naive_paged_attention(q.view(dec, H, D), enc_k[:, None], enc_v[:, None], pt, torch.tensor([enc]),
                                  torch.tensor([0, dec]), scale=D ** -0.5, causal=False)[0]
     assert_close_to(out.view(dec, H, D), want, torch.float32)
+
+
+def test_cross_attention_refuses_a_decoder_off_a_page_boundary():
+    """Encoder tokens that end mid-page leave the decoder's first page unknown to a page table: refused on the
+    host lengths, before any provider sees the step."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    backend, req_pool, _ = _setup(page_size=4, encoder_decoder=True)
+    enc, dec = 6, 3
+    req_pool.req_to_token[1, : enc + dec] = torch.arange(8, 8 + enc + dec, dtype=torch.int32)
+    fb = _fb(ForwardMode.EXTEND, [1], [dec], torch.arange(8 + enc, 8 + enc + dec), [dec], [0])
+    fb.encoder_lens = torch.tensor([enc], dtype=torch.int32)
+    fb.encoder_lens_cpu = [enc]
+    with pytest.raises(ValueError, match="offset 6, not a multiple of the page size 4.*--page-size 1"):
+        backend.init_forward_metadata(fb)

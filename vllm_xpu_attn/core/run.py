@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from .. import env
 from ..kernels import KernelProvider, KernelRequest, Phase, select_provider
 from ..kernels.base import PagedLaunch
 from ..kernels.contract import LayerArgs, PagedCall, call_id
@@ -43,6 +44,7 @@ class LayerRunner:
 
     def __init__(self, spec: LayerSpec, device: torch.device | str, page_size: int, *, override: Optional[str] = None,
                  with_spec_decode: bool = False):
+        env.validate()  # configuration time: a bad variable is named here, not at a later launch
         if with_spec_decode and spec.kind is not AttentionKind.CROSS and (spec.window_left >= 0 or spec.local_attention):
             # The top-k > 1 cascade runs the drafts non-causally over the whole prefix; a window or
             # a chunk would need per-draft key ranges that plan does not carry. Refuse now, not mid-step.

@@ -249,7 +249,9 @@ def plan_step(inp: StepInputs) -> StepPlan:
                         max_seqlen_k=max_k, page_size=page)
         num_tokens = int(inp.num_tokens)
 
-    if misaligned is not None:  # their decoder pages are unknown: -1, which the kernels' guards flag (NaN rows)
+    # their decoder pages are unknown: -1, which the Triton and reference providers flag (NaN rows / an error);
+    # adapters that have host lengths refuse such requests first (SGLang's), so vendor kernels never see -1
+    if misaligned is not None:
         main.page_table = main.page_table.masked_fill(misaligned[:, None], -1)
     plan = StepPlan(mode, main, num_tokens, spec_expand=spec_expand)
 

@@ -44,7 +44,15 @@ class DeviceErrorFlags:
     def __init__(self) -> None:
         self._dev: dict[torch.device, torch.Tensor] = {}
         self._host: dict[torch.device, torch.Tensor] = {}
-        self.sync = sync_checks()  # read once (the per-layer path reads this attribute, not the environment)
+        self._sync: Optional[bool] = None
+
+    @property
+    def sync(self) -> bool:
+        """``VLLM_XPU_ATTN_SYNC_CHECKS``, read once at first use (not at import: a bad value is reported where
+        the package is configured, env.validate)."""
+        if self._sync is None:
+            self._sync = sync_checks()
+        return self._sync
 
     def buffer(self, device: torch.device) -> torch.Tensor:
         """The device's flag buffer (made once, outside any graph capture)."""

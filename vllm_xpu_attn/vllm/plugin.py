@@ -29,7 +29,11 @@ _PLATFORMS = {
 def platform_plugin() -> Optional[str]:
     from ..log import setup_logging
 
-    setup_logging()
+    try:
+        setup_logging()
+    except ValueError as e:  # vLLM drops a platform plugin's exception without a word: say it first
+        logger.error("%s", e)
+        raise
     enabled = env.flag(env.ENABLE)
     dev = env.host_device()
     if enabled is False:

@@ -221,6 +221,8 @@ class SglKernelMlaProvider(XpuLibProvider):
         step, call, lim = launch.step, launch.call, self.limits
         bad = self.layer_reasons(layer.sinks is not None, layer.alibi_slopes is not None)
         bad += self.dtype_reasons(q.dtype, k_cache.dtype)
+        if layer.has_descale:  # the kernel reads a 16-bit latent: a bound descale would be dropped
+            bad.append("MLA: FP8 descales given, but flash_mla_decode reads a 16-bit latent cache")
         if bad:
             raise ValueError("sgl_kernel flash_mla_decode: " + "; ".join(bad))
         if v_cache.data_ptr() != k_cache.data_ptr() or v_cache.shape[-1] != lim.kv_lora_rank:
