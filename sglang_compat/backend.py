@@ -125,7 +125,10 @@ class XpuAttnSGLangBackend(AttentionBackend):
         r = self._runners.get(key)
         if r is None:
             spec = self.mla.spec(layer, has_sinks) if role else self._spec(layer, has_sinks)
-            r = LayerRunner(spec, self.device, self.page_size, with_spec_decode=self.topk > 1)
+            # an encoder-decoder's self-attention reads its keys token by token (the decoder's tokens follow the
+            # encoder's mid-page: core.plan_step plans them at page size 1), so its providers are chosen for that
+            page = 1 if self.is_encoder_decoder and spec.kind is not AttentionKind.CROSS else self.page_size
+            r = LayerRunner(spec, self.device, page, with_spec_decode=self.topk > 1)
             self._runners[key] = r
             if len(self._runners) == 1:
                 logger.info("xpu_attn (SGLang): providers %s, page size %d", r.providers_used(), self.page_size)
@@ -187,14 +190,6 @@ class XpuAttnSGLangBackend(AttentionBackend):
             inputs.encoder_lens = fb.encoder_lens
             enc_cpu = list(fb.encoder_lens_cpu) if fb.encoder_lens_cpu is not None else fb.encoder_lens.tolist()
             inputs.max_encoder_len = max(enc_cpu + [0])
-            # decoder tokens follow the encoder's in each row: the page table needs them to open a page. Checked
-            # here on the host lengths, so no provider (vendor kernels have no page guards) sees an unknown page
-            bad = [(b, n) for b, n in enumerate(enc_cpu) if self.page_size > 1 and n % self.page_size]
-            if bad:
-                b, n = bad[0]
-                raise ValueError(f"xpu_attn: request {b}'s encoder tokens end at offset {n}, not a multiple of the "
-                                 f"page size {self.page_size}: decoder tokens must start on a page boundary "
-                                 f"(run with --page-size 1, or pad the encoder to a multiple of {self.page_size})")
         if mode.is_decode_or_idle():
             if fb.spec_info is not None:  # an EAGLE draft decode step
                 inputs.mode = Mode.DRAFT_DECODE

@@ -55,7 +55,7 @@ def test_extend_and_cross_planning_is_sync_free():
     plan = plan_step(StepInputs(Mode.EXTEND, meta(3), 128, 64, 16, query_lens=meta(3), max_seqlen_q=64,
                                 page_table=meta(3, 8)))
     assert plan.main.cu_seqlens_q.shape == (4,)
-    # token-table rows with the encoder's tokens first (page 16: the decoder's page-boundary check runs, unread)
+    # token-table rows with the encoder's tokens first (page 16): the encoder in pages, the decoder token by token
     cross = plan_step(StepInputs(Mode.EXTEND, meta(3), 50, 12, 16, query_lens=meta(3), max_seqlen_q=4,
                                  token_table=meta(3, 256, dtype=torch.int64), encoder_lens=meta(3), max_encoder_len=200))
-    assert cross.encoder.page_table.shape == (3, 13) and cross.main.page_table.shape == (3, 4)
+    assert cross.encoder.page_table.shape == (3, 13) and cross.main.page_table.shape == (3, 50)

@@ -125,7 +125,8 @@ def test_local_attention_matches_chunk_masked_naive(data):
 
 def test_encoder_decoder_step_from_token_rows():
     """A token-table row holds the encoder's tokens, then the decoder's: the encoder sub-plan reads the first
-    encoder_lens[b] slots, the decoder's self-attention the rest, which must start on a page boundary."""
+    encoder_lens[b] slots in whole pages, the decoder's self-attention the rest, token by token (page size 1),
+    wherever the encoder ends; the decoder layer's output on that plan matches the oracle over those slots."""
     table = torch.arange(16).reshape(1, 16) + 32
 
     def step(encoder_len):
@@ -135,12 +136,21 @@ def test_encoder_decoder_step_from_token_rows():
     plan = step(8)
     enc = plan.encoder
     assert enc.page_table.tolist() == [[8, 9]] and enc.cache_seqlens.tolist() == [8] and enc.cu_seqlens_q.tolist() == [0, 3]
-    assert plan.main.page_table.tolist() == [[10]] and plan.main.cache_seqlens.tolist() == [3]  # slot 40 on
-    with pytest.raises(ValueError, match="page boundary"):
-        step(6)
-    unit = plan_step(StepInputs(Mode.EXTEND, t(3), 3, 3, 1, query_lens=t(3), max_seqlen_q=3, token_table=table,
-                                encoder_lens=t(6), max_encoder_len=6))  # page size 1: any offset is a boundary
-    assert unit.main.page_table.tolist() == [[38, 39, 40]] and unit.encoder.page_table.shape == (1, 6)
+    assert enc.page_size == 4 and plan.main.page_size == 1
+    assert plan.main.page_table.tolist() == [[40, 41, 42]] and plan.main.cache_seqlens.tolist() == [3]
+    plan = step(6)  # the decoder's first token at slot 38, mid-page 9
+    assert plan.main.page_table.tolist() == [[38, 39, 40]] and plan.encoder.page_table.tolist() == [[8, 9]]
+
+    g = torch.Generator().manual_seed(4)
+    kc, vc = torch.randn(12, 4, 1, 8, generator=g), torch.randn(12, 4, 1, 8, generator=g)  # [pages, page, Hkv, D]
+    q = torch.randn(3, 2, 8, generator=g)
+    runner = LayerRunner(LayerSpec(num_q_heads=2, num_kv_heads=1, head_dim=8, scale=8 ** -0.5), "cpu", 1,
+                         override="reference")
+    out = runner.forward(plan, q, kc, vc)
+    flat_k, flat_v = kc.reshape(-1, 1, 1, 8), vc.reshape(-1, 1, 1, 8)  # the pool, one token per page
+    want, _ = naive_paged_attention(q, flat_k, flat_v, torch.tensor([[38, 39, 40]], dtype=torch.int32), t(3),
+                                    torch.tensor([0, 3], dtype=torch.int32))
+    assert_close_to(out, want, torch.float32)
 
 
 # ---- speculative decoding ----------------------------------------------------------

@@ -46,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
                     help="JSON list of token-id sequences: after generating, score each (input logprobs from "
                          "position 0, top-5 and the given token at every position after the first) into "
                          "'teacher_forced'")
+    ap.add_argument("--whisper", action="store_true",
+                    help="the model is whisper_model.py's: requests are its N_INPUTS audio inputs (float WAV files "
+                         "written next to OUT_JSON), language en, no text prompt; context length 2048")
     ap.add_argument("--speculative-json", default=None,
                     help="JSON dict of speculative Engine kwargs (speculative_algorithm, speculative_draft_model_path, "
                          "speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens, ...)")
@@ -60,6 +63,10 @@ def run(a: argparse.Namespace) -> None:
     from tiny_model import PROMPTS
 
     prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
+    audio = None
+    if a.whisper:
+        audio = whisper_audio_files(Path(a.out).parent)
+        prompts, a.context_length = [""] * len(audio), 2048  # SGLang's Whisper ignores text prompts; 1,500 encoder tokens lead each row
     kw = dict(model_path=a.model, device="cpu", attention_backend=a.backend, dtype="float32", context_length=a.context_length,
               mem_fraction_static=0.1, disable_cuda_graph=True, random_seed=0, skip_server_warmup=True,
               log_level="info", disable_radix_cache=a.disable_radix_cache)
@@ -84,7 +91,8 @@ def run(a: argparse.Namespace) -> None:
     try:
         rounds = [prompts] * a.repeat + [json.load(open(f)) for f in a.then_prompts_json]
         for round_prompts in rounds:
-            res = engine.generate(prompt=round_prompts, sampling_params=sp, return_logprob=True, top_logprobs_num=5)
+            res = engine.generate(prompt=round_prompts, sampling_params=sp, return_logprob=True, top_logprobs_num=5,
+                                  **({"audio_data": [[f] for f in audio]} if audio else {}))
             for r in res:
                 mi = r["meta_info"]
                 cached.append(mi.get("cached_tokens", 0))
@@ -119,6 +127,18 @@ def run(a: argparse.Namespace) -> None:
     if teacher_forced is not None:
         res["teacher_forced"] = teacher_forced
     json.dump(res, open(a.out, "w"))
+
+
+def whisper_audio_files(folder: Path) -> list[str]:
+    """whisper_model.py's inputs as 32-bit float WAV files (exact samples; SGLang reads audio from files)."""
+    import soundfile
+    import whisper_model
+
+    paths = []
+    for i in range(whisper_model.N_INPUTS):
+        paths.append(str(folder / f"whisper-input-{i}.wav"))
+        soundfile.write(paths[-1], whisper_model.audio(i), whisper_model.SAMPLE_RATE, subtype="FLOAT")
+    return paths
 
 
 def main():

@@ -195,16 +195,43 @@ def test_cross_attention_reads_encoder_tokens_non_causal():
     assert_close_to(out.view(dec, H, D), want, torch.float32)
 
 
-def test_cross_attention_refuses_a_decoder_off_a_page_boundary():
-    """Encoder tokens that end mid-page leave the decoder's first page unknown to a page table: refused on the
-    host lengths, before any provider sees the step."""
+def test_encoder_decoder_with_encoder_ending_mid_page():
+    """Page size 4, 6 encoder tokens: the decoder's tokens start mid-page (as Whisper's 1,500 positions at any page
+    > 4). The cross layer reads the encoder's 6 keys, the self-attention layer the decoder's own, causally, in an
+    extend step and the decode step after it; both against the naive oracle on K/V the test keeps."""
+    from sglang.srt.layers.radix_attention import RadixAttention
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     backend, req_pool, _ = _setup(page_size=4, encoder_decoder=True)
+    cross = RadixAttention(H, D, D ** -0.5, HKV, layer_id=2, is_cross_attention=True)
+    self_attn = RadixAttention(H, D, D ** -0.5, HKV, layer_id=0)
+    g = torch.Generator().manual_seed(9)
     enc, dec = 6, 3
-    req_pool.req_to_token[1, : enc + dec] = torch.arange(8, 8 + enc + dec, dtype=torch.int32)
-    fb = _fb(ForwardMode.EXTEND, [1], [dec], torch.arange(8 + enc, 8 + enc + dec), [dec], [0])
-    fb.encoder_lens = torch.tensor([enc], dtype=torch.int32)
-    fb.encoder_lens_cpu = [enc]
-    with pytest.raises(ValueError, match="offset 6, not a multiple of the page size 4.*--page-size 1"):
-        backend.init_forward_metadata(fb)
+    slots = torch.arange(8, 8 + enc + dec + 1)  # the request's pages 2, 3, 4: its tokens in page order
+    req_pool.req_to_token[1, : enc + dec + 1] = slots.int()
+    enc_k, enc_v = torch.randn(enc, HKV, D, generator=g), torch.randn(enc, HKV, D, generator=g)
+    dec_k, dec_v = torch.randn(dec + 1, HKV, D, generator=g), torch.randn(dec + 1, HKV, D, generator=g)
+
+    def oracle(q, k, v, n_q, causal):
+        pt = torch.arange(k.shape[0], dtype=torch.int32).reshape(1, -1)
+        return naive_paged_attention(q.view(n_q, H, D), k[:, None], v[:, None], pt, torch.tensor([k.shape[0]]),
+                                     torch.tensor([0, n_q]), scale=D ** -0.5, causal=causal)[0]
+
+    fb = _fb(ForwardMode.EXTEND, [1], [dec], slots[enc: enc + dec], [dec], [0])
+    fb.encoder_lens, fb.encoder_lens_cpu = torch.tensor([enc], dtype=torch.int32), [enc]
+    fb.encoder_out_cache_loc = slots[:enc]
+    backend.init_forward_metadata(fb)
+    q = torch.randn(dec, H * D, generator=g) * 3
+    out = backend.forward_extend(q, enc_k, enc_v, cross, fb)
+    assert_close_to(out.view(dec, H, D), oracle(q, enc_k, enc_v, dec, causal=False), torch.float32)
+    out = backend.forward_extend(q, dec_k[:dec], dec_v[:dec], self_attn, fb)
+    assert_close_to(out.view(dec, H, D), oracle(q, dec_k[:dec], dec_v[:dec], dec, causal=True), torch.float32)
+
+    fb = _fb(ForwardMode.DECODE, [1], [dec + 1], slots[enc + dec:], None, None)
+    fb.encoder_lens, fb.encoder_lens_cpu = torch.tensor([enc], dtype=torch.int32), [enc]
+    backend.init_forward_metadata(fb)
+    q = torch.randn(1, H * D, generator=g) * 3
+    out = backend.forward_decode(q, None, None, cross, fb)
+    assert_close_to(out.view(1, H, D), oracle(q, enc_k, enc_v, 1, causal=False), torch.float32)
+    out = backend.forward_decode(q, dec_k[dec:], dec_v[dec:], self_attn, fb)
+    assert_close_to(out.view(1, H, D), oracle(q, dec_k, dec_v, 1, causal=True), torch.float32)

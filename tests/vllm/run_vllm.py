@@ -57,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
 def run(a: argparse.Namespace) -> None:
     t0 = time.time()
     from vllm import LLM, SamplingParams
+    from vllm_xpu_attn.core import served
+
+    served_before = served()  # the process's counts so far (batch mode: earlier runs)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
     from tiny_model import PROMPTS
@@ -114,17 +117,17 @@ def run(a: argparse.Namespace) -> None:
         metrics["error"] = repr(e)
     from vllm.platforms import current_platform
 
-    backend, served = None, None
-    try:  # which providers this backend picked and which layer kinds it served (in-process engine core)
-        from vllm_xpu_attn.core import served
+    backend = None
+    try:  # which providers this backend picked (in-process engine core)
         from vllm_xpu_attn.kernels import chosen_providers
-        backend, served = chosen_providers() or None, served()
+        backend = chosen_providers() or None
     except Exception:
         pass
     res = {
         "platform": type(current_platform).__name__,
         "providers": backend,
-        "served": served,
+        # layer calls this run served, by attention kind (in-process engine core; {} under vLLM's own backend)
+        "served": {k: n - served_before.get(k, 0) for k, n in served().items() if n > served_before.get(k, 0)},
         "metrics": metrics,
         "outputs": [
             {"prompt": o.prompt, "prompt_token_ids": list(o.prompt_token_ids), "text": o.outputs[0].text,

@@ -250,6 +250,10 @@ class LayerRunner:
         which = self._which(plan)
         _count(self.spec.kind.value, provider.name)
 
+        page = self._sub_plan(plan, which).page_size
+        if k_cache.shape[1] != page:  # a token-level sub-plan (an encoder-decoder's decoder rows): same pool, page 1
+            k_cache = k_cache.view(-1, page, *k_cache.shape[2:])
+            v_cache = v_cache.view(-1, page, *v_cache.shape[2:])
         if plan.spec_expand is None or which == "encoder":
             self._launch(plan, which, provider, self._call).run(q_real, k_cache, v_cache, out_real, layer=self._args)
             return out

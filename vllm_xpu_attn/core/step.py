@@ -141,11 +141,12 @@ def _i32(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.int32 else t.to(torch.int32)
 
 
-def _pages(inp: StepInputs, rows: Optional[torch.Tensor], max_k: int,
-           row_index: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The page table covering max_k keys per row (validated by shape only: no sync)."""
+def _pages(inp: StepInputs, rows: Optional[torch.Tensor], max_k: int, row_index: Optional[torch.Tensor] = None,
+           page: Optional[int] = None) -> torch.Tensor:
+    """The page table covering max_k keys per row, at ``page`` (default the engine's page size) for token rows
+    (validated by shape only: no sync)."""
     if rows is not None:
-        return paging.token_table_to_page_table(rows, inp.page_size, max_k, row_index=row_index)
+        return paging.token_table_to_page_table(rows, page or inp.page_size, max_k, row_index=row_index)
     table = inp.page_table
     if table is None:
         raise ValueError("plan_step needs a page_table or a token_table")
@@ -192,11 +193,12 @@ def plan_step(inp: StepInputs) -> StepPlan:
         if inp.encoder_lens is not None or inp.swa_mapping is not None or spec.topk > 1:
             rows, row_index = rows.index_select(0, row_index), None  # these read the token-level rows
     request_rows = rows  # [B, max_context] per request (or the pool with row_index), before the encoder shift
-    misaligned: Optional[torch.Tensor] = None  # requests whose decoder pages the token table cannot give
     if rows is not None and inp.encoder_lens is not None:
-        # decoder tokens follow each request's encoder tokens in its row
-        misaligned = cross.misaligned_decoders(inp.encoder_lens, page)
+        # Decoder tokens follow each request's encoder tokens in its row, so they open a page only when the
+        # encoder length is a multiple of the page (Whisper's 1,500 positions are not): the decoder's keys are
+        # planned token by token (page size 1: the rows are slots), for any encoder length, with no host read.
         rows = cross.shift_token_table(rows, inp.encoder_lens, max_k + spec.num_draft + spec.num_steps)
+        page = 1
     spec_expand: Optional[AttnPlan] = None
     q_lens: Optional[torch.Tensor] = None
     if seq_lens.dim() != 1:
@@ -214,7 +216,8 @@ def plan_step(inp: StepInputs) -> StepPlan:
         return StepPlan(mode, enc, int(inp.num_tokens), encoder=enc)
 
     if mode is Mode.DRAFT_DECODE and spec.topk > 1:  # tree branches: prefix part + per-branch drafts
-        main = spec_decode.verify_main_plan_topk(seq_lens, _pages(inp, rows, max_k), page, spec.topk, max_k)
+        table = _pages(inp, rows, max_k, page=page)
+        main = spec_decode.verify_main_plan_topk(seq_lens, table, page, spec.topk, max_k)
         if inp.draft_slots is None:
             raise ValueError("a top-k > 1 draft decode step needs draft_slots")
         spec_expand = spec_decode.draft_decode_expand_plan(inp.draft_slots, bs, spec.topk, spec.num_steps,
@@ -223,7 +226,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
     elif mode.is_decode:
         extra = spec.step_id + 1 if mode is Mode.DRAFT_DECODE else 0  # drafts written so far follow the prefix
         k_lens = _i32(seq_lens + extra if extra else seq_lens)
-        table = _pages(inp, rows, max_k + extra, row_index)
+        table = _pages(inp, rows, max_k + extra, row_index, page=page)
         main = AttnPlan(cu_seqlens_q=_queries(inp, bs), cache_seqlens=k_lens,
                         page_table=_i32(table), max_seqlen_q=1 if bs else 0, max_seqlen_k=max_k + extra,
                         page_size=page)
@@ -233,46 +236,44 @@ def plan_step(inp: StepInputs) -> StepPlan:
         if n < 1:
             raise ValueError("a target-verify step needs spec.num_draft >= 1")
         if spec.topk <= 1:  # a chain: causal attention with n queries per request
-            main = spec_decode.verify_plan_topk1(seq_lens, _pages(inp, rows, max_k + n, row_index), page, n, max_k)
+            table = _pages(inp, rows, max_k + n, row_index, page=page)
+            main = spec_decode.verify_plan_topk1(seq_lens, table, page, n, max_k)
         else:
             if rows is None or inp.custom_mask is None:
                 raise ValueError("a top-k > 1 verify step needs the token_table and the tree's custom_mask")
-            main = spec_decode.verify_main_plan_topk(seq_lens, _pages(inp, rows, max_k), page, n, max_k)
+            main = spec_decode.verify_main_plan_topk(seq_lens, _pages(inp, rows, max_k, page=page), page, n, max_k)
             spec_expand = spec_decode.verify_expand_plan(seq_lens, rows, n, inp.custom_mask)
         num_tokens, max_q = bs * n, n
     else:  # PREFILL / EXTEND / MIXED: each row by its own lengths
         max_q = int(inp.max_seqlen_q)
         cu = _queries(inp, bs)
         q_lens = inp.query_lens
-        table = _pages(inp, rows, max_k, row_index)
+        table = _pages(inp, rows, max_k, row_index, page=page)
         main = AttnPlan(cu_seqlens_q=cu, cache_seqlens=_i32(seq_lens), page_table=_i32(table), max_seqlen_q=max_q,
                         max_seqlen_k=max_k, page_size=page)
         num_tokens = int(inp.num_tokens)
 
-    # their decoder pages are unknown: -1, which the Triton and reference providers flag (NaN rows / an error);
-    # adapters that have host lengths refuse such requests first (SGLang's), so vendor kernels never see -1
-    if misaligned is not None:
-        main.page_table = main.page_table.masked_fill(misaligned[:, None], -1)
     plan = StepPlan(mode, main, num_tokens, spec_expand=spec_expand)
 
     if inp.encoder_lens is not None:
         cu_q = main.cu_seqlens_q
         if request_rows is not None:  # encoder tokens lead each row of the token table
-            enc_table = paging.token_table_to_page_table(request_rows[:, : max(inp.max_encoder_len, 1)], page,
-                                                         inp.max_encoder_len)
+            enc_table = paging.token_table_to_page_table(request_rows[:, : max(inp.max_encoder_len, 1)],
+                                                         inp.page_size, inp.max_encoder_len)
         elif inp.encoder_page_table is not None:
             enc_table = inp.encoder_page_table
         else:
             raise ValueError("an encoder-decoder step needs a token_table or an encoder_page_table")
         plan.encoder = AttnPlan(cu_seqlens_q=cu_q, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(enc_table),
-                                max_seqlen_q=main.max_seqlen_q, max_seqlen_k=int(inp.max_encoder_len), page_size=page)
+                                max_seqlen_q=main.max_seqlen_q, max_seqlen_k=int(inp.max_encoder_len),
+                                page_size=inp.page_size)  # encoder tokens open each row: whole pages
 
     if inp.swa_mapping is not None:
         if rows is None:
             raise ValueError("SWA translation needs the token table (slots are translated before page striding)")
         swa_rows = paging.swa_translate(rows[:, : main.page_table.shape[1] * page], inp.swa_mapping)
         swa_table = paging.token_table_to_page_table(swa_rows, page, swa_rows.shape[1])
-        plan.swa_page_table = swa_table if misaligned is None else swa_table.masked_fill(misaligned[:, None], -1)
+        plan.swa_page_table = swa_table
 
     # Local layers run causally in every mode that has a causal main plan (decode, extend, top-k 1
     # verify and draft decode); the top-k > 1 cascade refuses local layers at start-up.
