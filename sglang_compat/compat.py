@@ -20,7 +20,6 @@ try:
 except ImportError:  # older layouts kept it in memory_pool
     from sglang.srt.mem_cache.memory_pool import SWAKVPool  # type: ignore  # noqa: F401
 
-SUPPORTED_SGLANG = "0.5.23"
 
 
 def registry():

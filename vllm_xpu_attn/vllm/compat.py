@@ -26,7 +26,6 @@ from vllm.v1.kv_cache_interface import (  # noqa: F401
     KVCacheLayout,
 )
 
-SUPPORTED_VLLM = "0.32"
 
 # vLLM cache-dtype strings -> torch dtypes of the cache *values* (storage may be uint8).
 KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {

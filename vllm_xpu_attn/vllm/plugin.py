@@ -7,6 +7,11 @@
 * ``general_plugin`` (group ``vllm.general_plugins``): registers the backend as
   ``AttentionBackendEnum.CUSTOM`` so ``--attention-backend CUSTOM`` selects it wherever the
   platform honours the user's choice. Runs in every vLLM process; re-entrant.
+
+Both first check the vLLM release (``vllm_xpu_attn.versions``): on one outside the supported range, or one
+missing a name the adapter imports, they log one line and change nothing - or, with ``XPU_ATTN_ENABLE=1``
+(this backend forced), ``general_plugin`` stops start-up with that line (vLLM ignores a platform plugin's
+exceptions, not a general plugin's).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from .. import env
+from .. import env, versions
 
 logger = logging.getLogger("vllm_xpu_attn")
 
@@ -39,6 +44,10 @@ def platform_plugin() -> Optional[str]:
     if enabled is False:
         return None  # explicitly off
     if dev == "xpu" or enabled:
+        why = engine_problem(symbols=False)  # vLLM is half-imported here: importing compat could be circular
+        if why:  # vLLM swallows a platform plugin's exception: log here, general_plugin refuses a forced start-up
+            versions.refuse_or_log(why, forced=False, how_forced="")
+            return None
         logger.info("vllm-xpu-attn: platform plugin active on %s (%s)", dev,
                     "Intel XPU" if dev == "xpu" and not enabled else f"{env.ENABLE}=1")
         return _PLATFORMS[dev]
@@ -55,6 +64,14 @@ def general_plugin() -> None:
     setup_logging()
     if _registered:
         return
+    why = engine_problem()
+    if why:
+        # forced, or our platform already on (Intel XPU, by itself) with a name missing: starting would fail later
+        on_xpu = env.host_device() == "xpu" and env.flag(env.ENABLE) is not False
+        forced = env.flag(env.ENABLE) is True or (on_xpu and versions.unsupported_reason("vllm", _version()) is None)
+        versions.refuse_or_log(why, forced=forced,
+                               how_forced=f"{env.ENABLE}=1" if env.flag(env.ENABLE) else "its platform is active on XPU")
+        return
     try:
         from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
     except Exception as e:  # vLLM absent or too different: say so, change nothing
@@ -62,3 +79,23 @@ def general_plugin() -> None:
         return
     register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
     _registered = True
+
+
+def _version() -> str:
+    import vllm
+
+    return str(getattr(vllm, "__version__", "unknown"))
+
+
+def engine_problem(symbols: bool = True) -> Optional[str]:
+    """None when the running vLLM is supported and (``symbols``) has every name the adapter imports, else why not
+    (one line)."""
+    version = _version()
+    why = versions.unsupported_reason("vllm", version)
+    if why or not symbols:
+        return why
+    try:
+        from . import compat  # noqa: F401  (every vLLM name the adapter uses is imported there)
+    except ImportError as e:
+        return versions.missing_symbol_reason("vllm", version, e)
+    return None

