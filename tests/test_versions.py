@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
     ("vllm", "0.30.0", True), ("vllm", "0.30.0+cpu", True), ("vllm", "0.31.1rc2", True), ("vllm", "0.32.0", True),
     ("vllm", "0.32.9+xpu", True), ("vllm", "0.29.9", False), ("vllm", "0.33.0", False), ("vllm", "1.0.0", False),
     ("vllm", "dev", False), ("vllm", "unknown", False),
-    ("sglang", "0.5.21", True), ("sglang", "0.5.22", True), ("sglang", "0.5.23.post1", True),
+    ("sglang", "0.5.21", False), ("sglang", "0.5.22", True), ("sglang", "0.5.23.post1", True),
     ("sglang", "0.5.20", False), ("sglang", "0.5.24", False), ("sglang", "0.6.0", False), ("sglang", "0.4.99", False),
 ])
 def test_supported_ranges(engine, version, ok):

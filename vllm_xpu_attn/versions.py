@@ -21,7 +21,7 @@ logger = logging.getLogger("vllm_xpu_attn")
 # pyproject's extras and README's table state the same (tests/test_versions.py checks both).
 SUPPORTED: dict[str, tuple[str, str]] = {
     "vllm": ("0.30", "0.32"),
-    "sglang": ("0.5.21", "0.5.23"),
+    "sglang": ("0.5.22", "0.5.23"),  # 0.5.21: not runnable here (docs/usage.md, release matrix)
 }
 
 

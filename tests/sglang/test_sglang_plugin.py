@@ -170,7 +170,7 @@ except UnsupportedEngine as e:
     env = sglang_env()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
-    line = "vllm-xpu-attn supports sglang 0.5.21 to 0.5.23; installed: sglang 0.5.20"
+    line = "vllm-xpu-attn supports sglang 0.5.22 to 0.5.23; installed: sglang 0.5.20"
     assert (out.stdout + out.stderr).count(line) == 2, out.stderr[-3000:]  # the log line once + the refusal
     assert out.stdout.startswith("REFUSED " + line) and "forced (--attention-backend xpu_attn)" in out.stdout
 
