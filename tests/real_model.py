@@ -99,9 +99,29 @@ def venv_dir() -> Path:
     return Path(os.environ.get("VXA_VENV_DIR", ROOT / ".venvs"))
 
 
+def _wait_for_ci_preparation(timeout_s: float = 1800) -> None:
+    """ci/test.sh prepares the model and its reference in the background while the first suites run, and names
+    a status file (running / ok / failed) in VXA_REAL_MODEL_STATUS: wait for it rather than convert twice."""
+    status = os.environ.get("VXA_REAL_MODEL_STATUS")
+    if not status:
+        return
+    import time
+
+    t0 = time.monotonic()
+    while Path(status).exists() and Path(status).read_text().strip() == "running":
+        if time.monotonic() - t0 > timeout_s:
+            raise RuntimeError(f"the real model's preparation (ci/test.sh) still runs after {timeout_s:.0f} s")
+        time.sleep(5)
+    if Path(status).exists() and Path(status).read_text().strip() == "failed":
+        log = Path(status).with_suffix(".log")
+        raise RuntimeError(f"the real model's preparation failed (ci/real_model.sh):\n"
+                           f"{log.read_text()[-3000:] if log.exists() else status}")
+
+
 def model_dir() -> str:
     """The converted model; ci/real_model.sh makes it on first use (~1 min) and then answers from its cache."""
     dest = venv_dir() / "smollm2-135m-instruct"
+    _wait_for_ci_preparation()
     if (dest / ".vxa-ready").exists():
         return str(dest)
     env = dict(os.environ, VXA_REAL_MODEL_PYTHON=os.environ.get("VXA_REAL_MODEL_PYTHON", sys.executable))

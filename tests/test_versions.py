@@ -56,3 +56,17 @@ def test_pyproject_and_readme_declare_the_same_ranges():
         for dist in dists:
             assert re.search(rf'"{dist}>={re.escape(lo)},<{re.escape(nxt)}"', py), (dist, lo, nxt)
         assert f"{engine} {lo} to {hi}" in readme.replace("vLLM", "vllm").replace("SGLang", "sglang"), engine
+
+
+def test_ci_smoke_runs_the_oldest_supported_releases():
+    """CI's oldest-release smoke (ci/venvs.sh vllm-oldest / sglang-oldest) pins the lower end of the declared range,
+    and ci/test.sh runs both by default."""
+    venvs = (ROOT / "ci" / "venvs.sh").read_text()
+    pins = dict(re.findall(r'^OLDEST_(VLLM|SGLANG)="[a-z-]+==([0-9.]+)"', venvs, re.M))
+    for engine, (lo, _) in versions.SUPPORTED.items():
+        pin = pins[engine.upper()]
+        width = len(lo.split("."))
+        assert pin.split(".")[:width] == lo.split("."), (engine, pin, lo)
+        assert versions.unsupported_reason(engine, pin) is None
+    default = re.search(r'^SUITES="\$\{VXA_SUITES:-([^}]*)\}"', (ROOT / "ci" / "test.sh").read_text(), re.M).group(1)
+    assert {"vllm-oldest", "sglang-oldest", "vllm", "sglang"} <= set(default.split())
