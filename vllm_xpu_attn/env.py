@@ -22,6 +22,7 @@ KERNEL = "VLLM_XPU_ATTN_KERNEL"
 BATCH_INVARIANT = "VLLM_XPU_ATTN_BATCH_INVARIANT"
 SYNC_CHECKS = "VLLM_XPU_ATTN_SYNC_CHECKS"
 FAST_LAUNCH = "VLLM_XPU_ATTN_FAST_LAUNCH"
+WARMUP = "VLLM_XPU_ATTN_WARMUP"
 LOG_LEVEL = "VLLM_XPU_ATTN_LOG_LEVEL"
 TRUST_VLLM_XPU_KERNELS = "VLLM_XPU_ATTN_TRUST_VLLM_XPU_KERNELS"
 PROBE_DEVICE = "VLLM_XPU_ATTN_PROBE_DEVICE"
@@ -33,6 +34,8 @@ VARIABLES: tuple[Var, ...] = (
     Var(BATCH_INVARIANT, "0", "`1`: each sequence's output bitwise independent of the batch"),
     Var(SYNC_CHECKS, "0", "`1`: check the kernels' device-side bounds flags after every launch (a sync per layer)"),
     Var(FAST_LAUNCH, "1", "`0`: launch Triton kernels through Triton's normal launcher"),
+    Var(WARMUP, "1", "`0`: a layer kind's first call no longer compiles every Triton variant it can launch "
+                     "(shorter start-up; a step shape met later compiles its own)"),
     Var(LOG_LEVEL, "INFO", "the package logger's level; `DEBUG` logs one line per planned step"),
     Var(TRUST_VLLM_XPU_KERNELS, "0", "`1`: treat an unknown vllm-xpu-kernels version as the newest one declared"),
     Var(PROBE_DEVICE, "xpu", "device the sgl-kernel wrappers probe their build on (the tests' fakes use `cpu`)"),

@@ -392,3 +392,49 @@ def test_misaligned_decoder_rows_on_device():
                                     vc.cpu().float().reshape(-1, 1, hkv, d), want_slots.int(), seq.cpu(),
                                     torch.arange(5, dtype=torch.int32), scale=d ** -0.5)
     assert_close_to(out.cpu(), want, torch.bfloat16)
+
+
+@pytest.mark.parametrize("kind", ["gqa-bf16", "fp8-e4m3", "sinks-window-softcap", "mla", "batch-invariant"])
+def test_warm_up_then_serve_matches_reference(kind, monkeypatch):
+    """The first call of a layer kind launches every variant it can reach on dummy steps over the layer's own
+    caches (warmup.py; the rest of this suite runs with it off): nothing but the output may change (memcheck runs
+    this too), and the served steps after it match the reference, split-K decode included."""
+    from vllm_xpu_attn.kernels.triton import warmup
+
+    monkeypatch.setenv("VLLM_XPU_ATTN_WARMUP", "1")
+    prov = type(TRITON)()
+    g = torch.Generator(device=DEV).manual_seed(7)
+    hq, hkv, d, dv, kvdt, kw = {
+        "gqa-bf16": (32, 8, 128, 128, torch.bfloat16, {}),
+        "fp8-e4m3": (32, 8, 128, 128, torch.float8_e4m3fn, {}),
+        "sinks-window-softcap": (16, 2, 64, 64, torch.bfloat16, dict(window_size=(255, 0), softcap=30.0)),
+        "mla": (16, 1, 576, 512, torch.bfloat16, {}),
+        "batch-invariant": (8, 8, 128, 128, torch.bfloat16, dict(batch_invariant=True)),
+    }[kind]
+    page, pages, b, ctx = 64, 400, 3, 5000
+    k = torch.randn(pages, page, hkv, d, device=DEV, generator=g).to(kvdt)
+    v = k[..., :dv] if kind == "mla" else torch.randn(pages, page, hkv, dv, device=DEV, generator=g).to(kvdt)
+    kept = (k.clone(), v.clone())
+    if kind == "sinks-window-softcap":
+        kw["sinks"] = torch.randn(hq, device=DEV, generator=g)
+    table = torch.randperm(pages, device=DEV, generator=g)[: b * 100].reshape(b, 100).to(torch.int32)
+    seq = torch.tensor([ctx, 1, 3000], device=DEV, dtype=torch.int32)
+    before = len(prov.launched_variants())
+    for qlens in ([1, 1, 1], [7, 1, 4]):  # decode (split-K at this batch), then extend / verify rows
+        cu = torch.tensor([0] + torch.tensor(qlens).cumsum(0).tolist(), device=DEV, dtype=torch.int32)
+        q = torch.randn(sum(qlens), hq, d, device=DEV, generator=g).to(torch.bfloat16)
+        if kind == "mla":
+            call = PagedCall.make(hq, 1, d, dv, mla=True)
+            step = AttnPlan(cu, seq, table, max(qlens), 100 * page, page)
+            out = torch.empty(sum(qlens), hq, dv, device=DEV, dtype=torch.bfloat16)
+            prov.plan_paged(step, call).run(q, k, v, out)
+            ref = REF.plan_paged(step, call).run(q, k, v, torch.empty_like(out))
+        else:
+            out = prov.flash_attn_with_kvcache(q, k, v, table, seq, cu, max(qlens), **kw)
+            ref = REF.flash_attn_with_kvcache(q, k, v, table, seq, cu, max(qlens), **kw)
+        torch.cuda.synchronize()
+        assert_close_to(out.float().cpu(), ref.double().cpu(), torch.bfloat16)
+    assert len(prov.launched_variants()) - before >= len(warmup.layer_steps(
+        PagedCall.make(hq, hkv, d, dv, mla=kind == "mla", batch_invariant=kind == "batch-invariant"),
+        torch.device(DEV), page))  # the warm-up's variants were launched
+    assert torch.equal(k.float(), kept[0].float()) and torch.equal(v.float(), kept[1].float())  # caches only read

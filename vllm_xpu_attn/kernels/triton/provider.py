@@ -8,6 +8,8 @@ the paged launch itself is launch_config.py (per step shape) and step_launch.py 
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Optional
 
 import torch
@@ -21,6 +23,16 @@ from .launch import FastLaunch
 from .launch_config import LaunchConfig, mla_kernel_fits
 from .step_launch import TritonLaunch
 from .tiles import pow2
+from .warmup import warm_up
+
+logger = logging.getLogger("vllm_xpu_attn")
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether a graph is being captured on the device's current stream."""
+    mod = getattr(torch, device.type, None)
+    fn = getattr(mod, "is_current_stream_capturing", None)
+    return bool(fn()) if fn is not None else False
 
 
 class TritonProvider(KernelProvider):
@@ -122,6 +134,26 @@ class TritonProvider(KernelProvider):
         self._scales: dict[tuple, torch.Tensor] = {}
         self._launchers: dict[tuple, FastLaunch] = {}
         self._configs: dict[tuple, LaunchConfig] = {}
+        self._warmed: set[tuple] = set()  # layer kinds whose variants are compiled (warm_once)
+
+    def warm_once(self, step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs) -> None:
+        """On a GPU, the first call of a layer kind (the call, page size, dtypes, strides, per-layer tensors)
+        compiles every kernel variant that kind can launch (warmup.py), so that no step shape met later while
+        serving compiles one. Not while a graph is being captured (nothing may be added to it), nor with
+        VLLM_XPU_ATTN_WARMUP=0."""
+        if q.device.type not in ("cuda", "xpu") or _capturing(q.device) or not env.flag(env.WARMUP):
+            return
+        key = (call_id(call), step.page_size, q.dtype, k_cache.dtype, v_cache.dtype, out.dtype, q.stride(),
+               k_cache.stride(), v_cache.stride(), out.stride(), q.get_device(), layer.key)
+        if key in self._warmed:
+            return
+        self._warmed.add(key)
+        t0 = time.perf_counter()
+        n = warm_up(self, call, step.page_size, q, k_cache, v_cache, out, layer)
+        logger.info("vllm-xpu-attn: triton compiled %d kernel variants of a layer kind (%d q / %d kv heads, head dim "
+                    "%d, %s cache) in %.1f s", n, call.num_q_heads, call.num_kv_heads, call.head_dim,
+                    str(k_cache.dtype).replace("torch.", ""), time.perf_counter() - t0)
 
     def clear_caches(self) -> None:
         """Forget every launch configuration and compiled launcher (the next steps re-plan and re-arm)."""

@@ -36,6 +36,10 @@ class LaunchHost(Protocol):
                  options: Optional[dict] = None) -> FastLaunch:
         """The kept FastLaunch of one compiled specialisation."""
 
+    def warm_once(self, step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs) -> None:
+        """The first call of a layer kind compiles every variant it can launch (warmup.py)."""
+
 
 class TritonLaunch(PagedLaunch):
     """One step's sub-plan x one layer configuration: the step's tensors and their device addresses over
@@ -128,6 +132,7 @@ class TritonLaunch(PagedLaunch):
                cfg.desc and q.dtype in DESC_DTYPES and desc_layer_ok(k_cache, v_cache, step.page_size))
         fast = cfg.fast.get(sig)
         if fast is None:
+            self.provider.warm_once(step, call, q, k_cache, v_cache, out, layer)  # every variant, once per layer kind
             fast = cfg.fast[sig] = self._launchers(sig, q, total_q, layer, per_head)
         attn, merge = fast
         if cfg.mla_decode:

@@ -1,0 +1,101 @@
+"""No kernel compile while serving: what a layer kind can launch is launched once when it first runs.
+
+On the CPU through Triton's interpreter (no compile here, but the same launch decisions): a fresh provider warms
+one layer kind (vllm_xpu_attn.kernels.triton.warmup), then serves a sequence of steps like an engine's (decode
+at batch 1..3 and contexts up to 4,096 keys, where split-K starts; prefill; extend; spec-decode verify) for that
+kind; every kernel specialisation those steps launch (constexprs: split count, tiles, descriptors, features) must
+already be among the warmed ones. On the H200, benchmarks/bench_compile_stalls.py counts the stalls of a cold
+serving-like sequence with and without it.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from vllm_xpu_attn.kernels import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.contract import LayerArgs, PagedCall  # noqa: E402
+
+pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
+from vllm_xpu_attn.kernels.triton import launch_config, warmup  # noqa: E402
+
+PAGE = 16
+WIDTH = 256  # page-table columns: 4,096 keys addressable (the CPU policy splits from 2,048)
+
+KINDS = {  # layer kind -> (Hq, Hkv, D, q dtype, cache dtype, call kwargs, provider.tensor_descriptors)
+    "gqa-bf16": (4, 2, 32, torch.bfloat16, torch.bfloat16, {}, None),
+    "gqa-bf16-descriptors": (4, 2, 32, torch.bfloat16, torch.bfloat16, {}, True),
+    "fp8-cache": (4, 2, 32, torch.bfloat16, torch.float8_e4m3fn, {}, None),
+    "sinks-window-softcap": (4, 1, 32, torch.float32, torch.float32,
+                             {"window_size": (7, 0), "softcap": 20.0, "sinks": True}, None),
+    "batch-invariant": (2, 2, 32, torch.bfloat16, torch.bfloat16, {"batch_invariant": True}, None),
+}
+
+
+def _variants(provider) -> set:
+    return {(name, tuple(sorted(v.items()))) for name in ("_paged_attn_kernel", "_merge_splits", "_mla_attn_kernel")
+            for v in provider.launched_variants(name)}
+
+
+def _steps(gen: torch.Generator):
+    """(q lens, cache lens) per step: decode batches at short and long contexts, prefill, extend, verify."""
+    steps = []
+    for b in (1, 2, 3):  # the split count follows the table's width (4,096 keys), not the filled length
+        for ctx in (5, 70):
+            steps.append(([1] * b, [ctx - i for i in range(b)]))
+    steps += [([12], [12]), ([7, 30], [7, 30]), ([5], [300]), ([4, 4, 4], [60, 200, 9])]  # prefill / extend / verify
+    return steps
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_variant_a_served_step_launches_was_warmed(kind):
+    hq, hkv, d, qdt, kvdt, kw, desc = KINDS[kind]
+    kw = dict(kw)
+    provider = type(get_provider("triton"))()  # a fresh one: nothing launched yet
+    provider.tensor_descriptors = desc
+    gen = torch.Generator().manual_seed(0)
+    pages = WIDTH * 3 + 1
+    k_cache = torch.randn(pages, PAGE, hkv, d, generator=gen).to(kvdt)
+    v_cache = torch.randn(pages, PAGE, hkv, d, generator=gen).to(kvdt)
+    sinks = torch.randn(hq, generator=gen) if kw.pop("sinks", False) else None
+    call = PagedCall.make(hq, hkv, d, d, window=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0),
+                          batch_invariant=kw.get("batch_invariant", False))
+    layer = LayerArgs.make(call, device=torch.device("cpu"), kv_dtype=kvdt, sinks=sinks)
+    q = torch.randn(8, hq, d, generator=gen).to(qdt)
+    out = torch.empty(8, hq, d, dtype=qdt)
+    n = warmup.warm_up(provider, call, PAGE, q, k_cache, v_cache, out, layer)
+    warmed = _variants(provider)
+    assert n == len(warmup.layer_steps(call, torch.device("cpu"), PAGE)) and warmed
+
+    for qlens, clens in _steps(gen):
+        b = len(qlens)
+        table = torch.randperm(pages - 1, generator=gen)[: b * WIDTH].reshape(b, WIDTH).to(torch.int32) + 1
+        cu = torch.tensor([0] + torch.tensor(qlens).cumsum(0).tolist(), dtype=torch.int32)
+        qs = torch.randn(sum(qlens), hq, d, generator=gen).to(qdt)
+        provider.flash_attn_with_kvcache(qs, k_cache, v_cache, table, torch.tensor(clens, dtype=torch.int32), cu,
+                                         max(qlens), sinks=sinks, **kw)
+    served = _variants(provider)
+    splits = {dict(v).get("NUM_SPLITS") for _, v in served}
+    assert (splits == {1}) if call.batch_invariant else (splits >= {1, 2}), splits  # the steps reach split-K
+    assert served - warmed == set(), f"compiled while serving (not warmed): {sorted(served - warmed)}"
+
+
+def test_reachable_splits_cover_every_batch_and_context(monkeypatch):
+    """On a GPU the split count depends on the device's compute units: for an H200-like count (132 SMs), every
+    count the policy picks for any batch and context length is among the warmed ones."""
+    monkeypatch.setattr(launch_config, "compute_units", lambda dev_type, index: 132)
+    warmup.reachable_splits.cache_clear()
+    try:
+        for units in (1, 2, 8, 16, 64):
+            reach = set(warmup.reachable_splits("cuda", 0, units))
+            g = torch.Generator().manual_seed(units)
+            for _ in range(3000):
+                batch = int(torch.randint(1, 5000, (1,), generator=g))
+                keys = int(torch.randint(1, 1 << 24, (1,), generator=g))
+                s = launch_config.split_count(torch.device("cuda", 0), batch, units, 1, keys)
+                assert s in reach, (units, batch, keys, s, reach)
+        assert warmup.reachable_splits("cuda", 0, 8) == (1, 2, 4, 8, 16, 32)
+    finally:
+        warmup.reachable_splits.cache_clear()

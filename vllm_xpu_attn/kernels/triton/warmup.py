@@ -1,0 +1,94 @@
+"""Every kernel specialisation a layer can launch, compiled the first time the layer runs.
+
+Which compiled kernel a paged call needs depends on the step, not only on the layer: the split-K count (and its
+merge kernel) on batch x heads and context length, descriptor or pointer loads in prefill on the grid size. A
+step shape met for the first time while serving (the first long-context decode at a small batch) would compile
+its variant then, a latency spike of seconds. So the first call of a layer configuration (the engine's warm-up
+or profiling run) launches one tiny dummy step per variant the configuration can reach (``layer_steps``), on the
+layer's own caches (read only) and tensors of the layer's dtypes and strides; later steps find every variant
+compiled. Graph capture never warms (no launch may be added to a graph being captured).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from ..contract import AttnPlan, LayerArgs, PagedCall
+from .launch_config import LaunchConfig, mla_kernel_fits, split_count
+from .tiles import TUNING, cdiv, device_family, tile_config
+
+if TYPE_CHECKING:
+    from .provider import TritonProvider
+
+_MAX_KEYS = 1 << 22  # the longest context and the most sequences considered: every split count the policy can
+_MAX_BATCH = 1024   # pick is reached below them (it splits only while batch x units < 2 x compute units)
+
+
+@functools.lru_cache(maxsize=None)
+def reachable_splits(dev_type: str, index: Optional[int], units: int) -> tuple[int, ...]:
+    """Every split count ``split_count`` can pick for ``units`` (KV heads, or MLA head tiles) per sequence on
+    this device, over every batch and context length (host math, cached)."""
+    device = torch.device(dev_type, index) if index is not None else torch.device(dev_type)
+    seen = set()
+    keys = 1
+    while keys <= _MAX_KEYS:
+        for batch in range(1, _MAX_BATCH + 1):
+            s = split_count(device, batch, units, 1, keys)
+            seen.add(s)
+            if s == 1:
+                break  # more sequences only lower the count
+        keys *= 2
+    return tuple(sorted(seen))
+
+
+def layer_steps(call: PagedCall, device: torch.device, page_size: int) -> list[tuple[AttnPlan, Optional[int], Optional[bool]]]:
+    """(dummy step, forced split count, forced descriptors) per variant a layer configuration can launch:
+    decode at every reachable split count, prefill (one row tile; a spec-decode verify or extend step is the
+    same kernel) with descriptors as the device decides and, where the family has it, with pointer loads (big
+    grids); batch-invariant mode has one variant. Each step: one sequence on page 0 of the caches."""
+    family = device_family(device)
+    decode = _step(device, page_size, q_len=1)
+    prefill = _step(device, page_size, q_len=2)
+    if call.batch_invariant:
+        return [(prefill, None, None)]
+    if mla_kernel_fits(call):
+        block_h = tile_config(family, "mla_wide" if call.num_q_heads >= 64 else "mla_decode")[0]
+        units = cdiv(call.num_q_heads, block_h)
+    else:
+        units = call.num_kv_heads
+    out = [(decode, s, None) for s in reachable_splits(device.type, device.index, units)]
+    out.append((prefill, None, None))
+    if not call.mla and "prefill_ptr" in TUNING[family]:
+        out.append((prefill, None, False))
+    return out
+
+
+def _step(device: torch.device, page_size: int, q_len: int) -> AttnPlan:
+    i32 = dict(dtype=torch.int32, device=device)
+    return AttnPlan(cu_seqlens_q=torch.tensor([0, q_len], **i32), cache_seqlens=torch.tensor([q_len], **i32),
+                    page_table=torch.zeros(1, 1, **i32), max_seqlen_q=q_len, max_seqlen_k=q_len, page_size=page_size)
+
+
+def warm_up(provider: "TritonProvider", call: PagedCall, page_size: int, q: torch.Tensor, k_cache: torch.Tensor,
+            v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs) -> int:
+    """Launch every variant of ``layer_steps`` once: q [*, Hq, D] / out [*, Hq, Dv] give the dtypes and strides
+    (dummies of 2 rows are made with them), the caches are the layer's own (page 0 read, nothing written).
+    Returns how many variants ran."""
+    from .descriptors import ensure_scratch_allocator
+    from .step_launch import TritonLaunch
+
+    qd = torch.empty_strided((2, *q.shape[1:]), q.stride(), dtype=q.dtype, device=q.device).zero_()
+    od = torch.empty_strided((2, *out.shape[1:]), out.stride(), dtype=out.dtype, device=out.device)
+    n = 0
+    for step, splits, desc in layer_steps(call, q.device, page_size):
+        cfg = LaunchConfig(step, call, splits,
+                           tensor_descriptors=provider.tensor_descriptors if desc is None else desc)
+        if cfg.desc:
+            ensure_scratch_allocator()
+        rows = int(step.max_seqlen_q)
+        TritonLaunch(provider, step, call, cfg, None)._execute(qd[:rows], k_cache, v_cache, od[:rows], layer)
+        n += 1
+    return n
