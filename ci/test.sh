@@ -39,7 +39,8 @@ declare -A install_pid
 for s in $SUITES; do
   v=$(venv_of "$s")
   [ -n "${install_pid[$v]:-}" ] && continue
-  bash ci/venvs.sh "$v" > "$LOGDIR/venv-$v.log" 2>&1 &
+  rm -f "$LOGDIR/venv-$v.rc"
+  ( bash ci/venvs.sh "$v" > "$LOGDIR/venv-$v.log" 2>&1; echo $? > "$LOGDIR/venv-$v.rc" ) &
   install_pid[$v]=$!
 done
 
@@ -53,10 +54,13 @@ done
 if [ -n "$real_model_venv" ]; then
   export VXA_REAL_MODEL_STATUS="$LOGDIR/real-model.status"
   echo running > "$VXA_REAL_MODEL_STATUS"
-  ( vp="${install_pid[$real_model_venv]}"
+  ( echo "running $BASHPID" > "$VXA_REAL_MODEL_STATUS"  # the waiting tests check that this process lives
+    vp="${install_pid[$real_model_venv]}"
     while kill -0 "$vp" 2>/dev/null; do sleep 5; done
     t0=$SECONDS
-    if [ -f "$VENV_DIR/$real_model_venv/.vxa-stamp" ] &&
+    [ "$(cat "$LOGDIR/venv-$real_model_venv.rc" 2>/dev/null)" = 0 ] ||
+      echo "[test] the $real_model_venv venv did not install (log: $LOGDIR/venv-$real_model_venv.log)"
+    if [ "$(cat "$LOGDIR/venv-$real_model_venv.rc" 2>/dev/null)" = 0 ] &&
        VXA_REAL_MODEL_STATUS="" VXA_REAL_MODEL_PYTHON="$VENV_DIR/$real_model_venv/bin/python" bash ci/real_model.sh &&
        VXA_REAL_MODEL_STATUS="" "$VENV_DIR/$real_model_venv/bin/python" tests/real_model.py reference /dev/null; then
       echo "[test] real model and reference ready in $((SECONDS - t0))s"; echo ok > "$VXA_REAL_MODEL_STATUS"
@@ -72,7 +76,7 @@ run_suite() {  # name, pytest args... (appends "name: exit RC in Ns" to the summ
   local venv; venv=$(venv_of "$name")
   # polled, not `wait`ed: the background lane is a subshell, and the installs are its parent's children
   while kill -0 "${install_pid[$venv]}" 2>/dev/null; do sleep 5; done
-  if [ ! -f "$VENV_DIR/$venv/.vxa-stamp" ]; then
+  if [ "$(cat "$LOGDIR/venv-$venv.rc" 2>/dev/null)" != 0 ]; then
     echo "[test] $name: venv install FAILED"; tail -n 40 "$LOGDIR/venv-$venv.log"
     echo "$name: install failed" >> "$LOGDIR/summary.txt"; return
   fi
@@ -104,18 +108,21 @@ bg_pid=""
 bg=()
 for s in $SUITES; do [[ " $BACKGROUND " == *" $s "* ]] && bg+=("$s"); done
 if [ ${#bg[@]} -gt 0 ]; then
-  ( for s in "${bg[@]}"; do suite "$s" > "$LOGDIR/suite-$s.log" 2>&1; done ) &
+  ( renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true  # first: every child (pytest, ocloc, engines) inherits it
+    for s in "${bg[@]}"; do suite "$s" > "$LOGDIR/suite-$s.log" 2>&1; done ) &
   bg_pid=$!
-  renice -n 19 -p "$bg_pid" >/dev/null 2>&1 || true  # children (pytest, ocloc, engines) inherit it
 fi
 for s in $SUITES; do [[ " $BACKGROUND " == *" $s "* ]] || suite "$s"; done
 if [ -n "$bg_pid" ]; then
   echo "[test] waiting for the background lane (${bg[*]}) from $((SECONDS - T0))s"
-  wait "$bg_pid"
-  for s in "${bg[@]}"; do cat "$LOGDIR/suite-$s.log"; done
+  wait "$bg_pid" || echo "background lane: ended with status $?" >> "$LOGDIR/summary.txt"
+  for s in "${bg[@]}"; do cat "$LOGDIR/suite-$s.log" 2>/dev/null; done
 fi
 [ -f "$LOGDIR/real-model.log" ] && tail -n 1 "$LOGDIR/real-model.log"
 echo "[test] summary (total $((SECONDS - T0))s):"; sed 's/^/  /' "$LOGDIR/summary.txt"
+# every selected suite must have reported, and reported exit 0
 n_ok=$(grep -c ": exit 0 in" "$LOGDIR/summary.txt")
 n_all=$(wc -l < "$LOGDIR/summary.txt")
-[ "$n_all" -gt 0 ] && [ "$n_ok" -eq "$n_all" ]
+n_suites=$(wc -w <<< "$SUITES")
+[ "$n_all" -eq "$n_suites" ] || echo "[test] $n_all of $n_suites suites reported"
+[ "$n_suites" -gt 0 ] && [ "$n_all" -eq "$n_suites" ] && [ "$n_ok" -eq "$n_all" ]

@@ -108,7 +108,11 @@ def _wait_for_ci_preparation(timeout_s: float = 1800) -> None:
     import time
 
     t0 = time.monotonic()
-    while Path(status).exists() and Path(status).read_text().strip() == "running":
+    while Path(status).exists() and Path(status).read_text().startswith("running"):
+        pid = Path(status).read_text().split()[1:2]
+        if pid and not Path(f"/proc/{pid[0]}").exists():
+            raise RuntimeError(f"the real model's preparation (ci/test.sh, pid {pid[0]}) ended without a result "
+                               f"({status})")
         if time.monotonic() - t0 > timeout_s:
             raise RuntimeError(f"the real model's preparation (ci/test.sh) still runs after {timeout_s:.0f} s")
         time.sleep(5)

@@ -16,7 +16,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from vllm_xpu_attn.kernels import get_provider  # noqa: E402
-from vllm_xpu_attn.kernels.contract import LayerArgs, PagedCall  # noqa: E402
+from vllm_xpu_attn.kernels.contract import AttnPlan, LayerArgs, PagedCall  # noqa: E402
+from vllm_xpu_attn.kernels.guard import FLAGS  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
 from vllm_xpu_attn.kernels.triton import launch_config, warmup  # noqa: E402
@@ -31,6 +32,8 @@ KINDS = {  # layer kind -> (Hq, Hkv, D, q dtype, cache dtype, call kwargs, provi
     "sinks-window-softcap": (4, 1, 32, torch.float32, torch.float32,
                              {"window_size": (7, 0), "softcap": 20.0, "sinks": True}, None),
     "batch-invariant": (2, 2, 32, torch.bfloat16, torch.bfloat16, {"batch_invariant": True}, None),
+    "page-1": (4, 2, 32, torch.float32, torch.float32, {"page": 1}, None),  # varlen calls, page-1 decoder plans
+    "mla": (16, 1, 64 + 16, torch.bfloat16, torch.bfloat16, {"mla": 64}, None),  # latent 64 + rope 16
 }
 
 
@@ -53,29 +56,37 @@ def _steps(gen: torch.Generator):
 def test_every_variant_a_served_step_launches_was_warmed(kind):
     hq, hkv, d, qdt, kvdt, kw, desc = KINDS[kind]
     kw = dict(kw)
+    page, dv = kw.pop("page", PAGE), kw.pop("mla", d)
+    width = WIDTH * PAGE // page
     provider = type(get_provider("triton"))()  # a fresh one: nothing launched yet
     provider.tensor_descriptors = desc
     gen = torch.Generator().manual_seed(0)
-    pages = WIDTH * 3 + 1
-    k_cache = torch.randn(pages, PAGE, hkv, d, generator=gen).to(kvdt)
-    v_cache = torch.randn(pages, PAGE, hkv, d, generator=gen).to(kvdt)
+    pages = width * 3 + 1
+    k_cache = torch.randn(pages, page, hkv, d, generator=gen).to(kvdt)
+    v_cache = k_cache[..., :dv] if dv != d else torch.randn(pages, page, hkv, d, generator=gen).to(kvdt)
     sinks = torch.randn(hq, generator=gen) if kw.pop("sinks", False) else None
-    call = PagedCall.make(hq, hkv, d, d, window=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0),
-                          batch_invariant=kw.get("batch_invariant", False))
+    call = PagedCall.make(hq, hkv, d, dv, window=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0),
+                          batch_invariant=kw.get("batch_invariant", False), mla=dv != d)
     layer = LayerArgs.make(call, device=torch.device("cpu"), kv_dtype=kvdt, sinks=sinks)
     q = torch.randn(8, hq, d, generator=gen).to(qdt)
-    out = torch.empty(8, hq, d, dtype=qdt)
-    n = warmup.warm_up(provider, call, PAGE, q, k_cache, v_cache, out, layer)
+    out = torch.empty(8, hq, dv, dtype=qdt)
+    n = warmup.warm_up(provider, call, page, q, k_cache, v_cache, out, layer)
+    FLAGS.check_now(torch.device("cpu"))  # the dummy steps are valid input: nothing flagged
     warmed = _variants(provider)
-    assert n == len(warmup.layer_steps(call, torch.device("cpu"), PAGE)) and warmed
+    assert n == len(warmup.layer_steps(call, torch.device("cpu"), page)) and warmed
 
     for qlens, clens in _steps(gen):
         b = len(qlens)
-        table = torch.randperm(pages - 1, generator=gen)[: b * WIDTH].reshape(b, WIDTH).to(torch.int32) + 1
+        table = torch.randperm(pages - 1, generator=gen)[: b * width].reshape(b, width).to(torch.int32) + 1
         cu = torch.tensor([0] + torch.tensor(qlens).cumsum(0).tolist(), dtype=torch.int32)
         qs = torch.randn(sum(qlens), hq, d, generator=gen).to(qdt)
-        provider.flash_attn_with_kvcache(qs, k_cache, v_cache, table, torch.tensor(clens, dtype=torch.int32), cu,
-                                         max(qlens), sinks=sinks, **kw)
+        seq = torch.tensor(clens, dtype=torch.int32)
+        if call.mla:  # the MLA kernel through the plan / run interface (the one-call form is MHA's)
+            step = AttnPlan(cu, seq, table, max(qlens), width * page, page)
+            provider.plan_paged(step, call).run(qs, k_cache, v_cache, torch.empty(len(qs), hq, dv, dtype=qdt))
+        else:
+            provider.flash_attn_with_kvcache(qs, k_cache, v_cache, table, seq, cu, max(qlens), sinks=sinks, **kw)
+        FLAGS.check_now(torch.device("cpu"))
     served = _variants(provider)
     splits = {dict(v).get("NUM_SPLITS") for _, v in served}
     assert (splits == {1}) if call.batch_invariant else (splits >= {1, 2}), splits  # the steps reach split-K

@@ -489,7 +489,9 @@ def _write_kv_kernel(X, C, SLOT, SCALE, ERR, stride_xt, stride_xh, stride_cp, st
         tl.store(dst, x.to(C.dtype.element_ty), mask=msk)
 
 
-@triton.jit(do_not_specialize=["kv_rows", "pt_cols"])
+# total_q and the table's row stride change per step: not specialised, so the variants compiled at warm-up
+# (warmup.py) serve every step (num_q_heads is the layer's)
+@triton.jit(do_not_specialize=["kv_rows", "pt_cols", "total_q", "stride_ptb"])
 def _mla_attn_kernel(
     Q, KV, PT, SEQ, CUQ, KDS, O, LSE, OP, LP, ERR,
     stride_qt, stride_qh, stride_kp, stride_ks, stride_ot, stride_oh, stride_ptb,

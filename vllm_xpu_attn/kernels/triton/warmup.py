@@ -12,6 +12,7 @@ compiled. Graph capture never warms (no launch may be added to a graph being cap
 from __future__ import annotations
 
 import functools
+import logging
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -22,6 +23,8 @@ from .tiles import TUNING, cdiv, device_family, tile_config
 
 if TYPE_CHECKING:
     from .provider import TritonProvider
+
+logger = logging.getLogger("vllm_xpu_attn")
 
 _MAX_KEYS = 1 << 22  # the longest context and the most sequences considered: every split count the policy can
 _MAX_BATCH = 1024   # pick is reached below them (it splits only while batch x units < 2 x compute units)
@@ -67,16 +70,19 @@ def layer_steps(call: PagedCall, device: torch.device, page_size: int) -> list[t
 
 
 def _step(device: torch.device, page_size: int, q_len: int) -> AttnPlan:
+    """One sequence of q_len new keys, every table entry page 0 (wide enough for q_len keys at any page size:
+    a narrower table is bad input the kernels flag)."""
     i32 = dict(dtype=torch.int32, device=device)
     return AttnPlan(cu_seqlens_q=torch.tensor([0, q_len], **i32), cache_seqlens=torch.tensor([q_len], **i32),
-                    page_table=torch.zeros(1, 1, **i32), max_seqlen_q=q_len, max_seqlen_k=q_len, page_size=page_size)
+                    page_table=torch.zeros(1, cdiv(q_len, page_size), **i32), max_seqlen_q=q_len, max_seqlen_k=q_len,
+                    page_size=page_size)
 
 
 def warm_up(provider: "TritonProvider", call: PagedCall, page_size: int, q: torch.Tensor, k_cache: torch.Tensor,
             v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs) -> int:
     """Launch every variant of ``layer_steps`` once: q [*, Hq, D] / out [*, Hq, Dv] give the dtypes and strides
     (dummies of 2 rows are made with them), the caches are the layer's own (page 0 read, nothing written).
-    Returns how many variants ran."""
+    Returns how many variants ran (one that fails is logged, not raised: a step that reaches it raises then)."""
     from .descriptors import ensure_scratch_allocator
     from .step_launch import TritonLaunch
 
@@ -84,11 +90,16 @@ def warm_up(provider: "TritonProvider", call: PagedCall, page_size: int, q: torc
     od = torch.empty_strided((2, *out.shape[1:]), out.stride(), dtype=out.dtype, device=out.device)
     n = 0
     for step, splits, desc in layer_steps(call, q.device, page_size):
-        cfg = LaunchConfig(step, call, splits,
-                           tensor_descriptors=provider.tensor_descriptors if desc is None else desc)
-        if cfg.desc:
-            ensure_scratch_allocator()
-        rows = int(step.max_seqlen_q)
-        TritonLaunch(provider, step, call, cfg, None)._execute(qd[:rows], k_cache, v_cache, od[:rows], layer)
-        n += 1
+        try:
+            cfg = LaunchConfig(step, call, splits,
+                               tensor_descriptors=provider.tensor_descriptors if desc is None else desc)
+            if cfg.desc:
+                ensure_scratch_allocator()
+            rows = int(step.max_seqlen_q)
+            TritonLaunch(provider, step, call, cfg, None)._execute(qd[:rows], k_cache, v_cache, od[:rows], layer)
+            n += 1
+        except Exception as e:  # noqa: BLE001 - a variant that cannot compile here fails again if a step reaches it
+            logger.warning("vllm-xpu-attn: warm-up could not launch the %s variant (split count %s) of a layer kind: "
+                           "%s: %s; a step that needs it will raise the same error", "decode" if step.max_seqlen_q == 1
+                           else "prefill", splits, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
     return n
