@@ -9,7 +9,8 @@ Each mode runs in its own process with an empty TRITON_CACHE_DIR (cold: nothing 
   off     the same with that warm-up switched off (TritonProvider.warm_once replaced by a no-op): what a step
           shape met for the first time while serving costs
 
-Layer kinds (bf16 q, page 64, 32 q / 8 KV heads, D 128): plain; FP8 e4m3 cache; window 1024 + sinks + softcap.
+Layer kinds (bf16 q, page 64, 32 q / 8 KV heads, D 128): plain; FP8 e4m3 cache; window 1024 + sinks + softcap;
+and absorbed MLA (16 heads, latent 512 + rope 64, one cache).
 Engine start-up is modelled as one prefill step and one decode step per layer kind (what an engine's profiling
 and warm-up runs launch); its wall time is the start-up compile time. Then 60 serving steps, each over every
 layer kind: decode at batch 1..256 and contexts up to 32k keys (split-K from batch x heads < 2 x SMs), prefill
@@ -31,7 +32,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HQ, HKV, D, PAGE = 32, 8, 128, 64
-KINDS = ("plain", "fp8", "window+sinks+softcap")
+KINDS = ("plain", "fp8", "window+sinks+softcap", "mla")
+MLA_HQ, MLA_D, MLA_DV = 16, 576, 512  # DeepSeek-V3 absorbed MLA, 128 heads over 8 ranks
 
 
 def serving_steps() -> list[dict]:
@@ -61,7 +63,7 @@ def serving_steps() -> list[dict]:
 def child(mode: str, out_path: str) -> None:
     import torch
 
-    from vllm_xpu_attn.kernels import get_provider
+    from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
 
     prov = get_provider("triton")
     if mode == "off":
@@ -71,7 +73,12 @@ def child(mode: str, out_path: str) -> None:
     max_ctx = 32768
     pages = 256 * 2048 // PAGE + max_ctx // PAGE + 8
     caches = {}
+    mla_call = PagedCall.make(MLA_HQ, 1, MLA_D, MLA_DV, mla=True)
     for kind in KINDS:
+        if kind == "mla":
+            kv = torch.randn(pages, PAGE, 1, MLA_D, device=dev, dtype=torch.bfloat16, generator=g)
+            caches[kind] = (kv, kv[..., :MLA_DV])
+            continue
         dt = torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16
         k = torch.randn(pages, PAGE, HKV, D, device=dev, dtype=torch.bfloat16, generator=g).to(dt)
         v = torch.randn(pages, PAGE, HKV, D, device=dev, dtype=torch.bfloat16, generator=g).to(dt)
@@ -88,6 +95,12 @@ def child(mode: str, out_path: str) -> None:
         q = torch.randn(sum(qlens), HQ, D, device=dev, dtype=torch.bfloat16, generator=g)
         for kind in KINDS:
             kc, vc = caches[kind]
+            if kind == "mla":
+                qm = torch.randn(sum(qlens), MLA_HQ, MLA_D, device=dev, dtype=torch.bfloat16, generator=g)
+                plan = AttnPlan(cu, seq, table, max(qlens), width * PAGE, PAGE)
+                prov.plan_paged(plan, mla_call).run(qm, kc, vc, torch.empty(len(qm), MLA_HQ, MLA_DV, device=dev,
+                                                                            dtype=torch.bfloat16))
+                continue
             kw = {}
             if kind == "fp8":
                 kw = dict(k_descale=one, v_descale=one)
@@ -165,7 +178,7 @@ def main() -> None:
                     label=f"{mode}: start-up {res[mode]['startup_s']:.0f} s, {res[mode]['n_stalls']} stalls")
         ax.set_yscale("log")
         ax.set_xlabel("serving step (after start-up)")
-        ax.set_ylabel("step time, ms (3 layer kinds)")
+        ax.set_ylabel(f"step time, ms ({len(KINDS)} layer kinds)")
         ax.set_title(f"Cold Triton cache, {res['device']}")
         ax.legend()
         fig.tight_layout()
