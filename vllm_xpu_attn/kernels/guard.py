@@ -58,7 +58,7 @@ class DeviceErrorFlags:
         """The device's flag buffer (made once, outside any graph capture)."""
         buf = self._dev.get(device)
         if buf is None:
-            if _capturing(device):
+            if capturing(device):
                 raise RuntimeError("vllm-xpu-attn: the first guarded launch on this device is inside a graph "
                                    "capture; run one step eagerly first (the engines' warm-up does)")
             buf = self._dev[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)
@@ -76,7 +76,7 @@ class DeviceErrorFlags:
             return
         host = self._host[device]
         self._raise_if_set(host, device)
-        if not _capturing(device):
+        if not capturing(device):
             host.copy_(buf, non_blocking=True)
 
     def check_now(self, device: torch.device) -> None:
@@ -116,7 +116,8 @@ def flag_torch(code: int, bad: torch.Tensor, values: torch.Tensor) -> None:
     err[2 * code + 1] = torch.where(last > 0, pick, err[2 * code + 1])
 
 
-def _capturing(device: torch.device) -> bool:
+def capturing(device: torch.device) -> bool:
+    """Whether a graph is being captured on the device's current stream (CUDA, XPU)."""
     if device.type == "cuda":
         return torch.cuda.is_current_stream_capturing()
     if device.type == "xpu":

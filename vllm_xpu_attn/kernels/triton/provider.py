@@ -18,7 +18,7 @@ from ... import env
 from ..base import Feature, KernelProvider, KernelRequest
 from ..contract import (FLOAT_DTYPES, FP8_DTYPES, AttnPlan, LayerArgs, PagedCall, call_id, check_paged_step,
                         check_per_head, check_write_kv_all, check_write_kv_slots, is_fp8)
-from ..guard import FLAGS
+from ..guard import FLAGS, capturing
 from .launch import FastLaunch
 from .launch_config import LaunchConfig, mla_kernel_fits
 from .step_launch import TritonLaunch
@@ -26,13 +26,6 @@ from .tiles import pow2
 from .warmup import warm_up
 
 logger = logging.getLogger("vllm_xpu_attn")
-
-
-def _capturing(device: torch.device) -> bool:
-    """Whether a graph is being captured on the device's current stream."""
-    mod = getattr(torch, device.type, None)
-    fn = getattr(mod, "is_current_stream_capturing", None)
-    return bool(fn()) if fn is not None else False
 
 
 class TritonProvider(KernelProvider):
@@ -142,7 +135,7 @@ class TritonProvider(KernelProvider):
         compiles every kernel variant that kind can launch (warmup.py), so that no step shape met later while
         serving compiles one. Not while a graph is being captured (nothing may be added to it), nor with
         VLLM_XPU_ATTN_WARMUP=0."""
-        if q.device.type not in ("cuda", "xpu") or _capturing(q.device) or not env.flag(env.WARMUP):
+        if q.device.type not in ("cuda", "xpu") or capturing(q.device) or not env.flag(env.WARMUP):
             return
         key = (call_id(call), step.page_size, q.dtype, k_cache.dtype, v_cache.dtype, out.dtype, q.stride(),
                k_cache.stride(), v_cache.stride(), out.stride(), q.get_device(), layer.key)
