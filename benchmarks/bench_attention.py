@@ -4,8 +4,9 @@
 
 Decode is reported as attained KV bandwidth (K+V bytes read / time, TB/s) and as % of the
 device-copy bandwidth measured in the same run; prefill as TFLOP/s and % of cuDNN SDPA on
-the dense equivalent. bf16, head_dim 128, 32 query / 8 KV heads, page 64 (issue #5 shapes).
-Measures, never asserts.
+the dense equivalent. bf16, head_dim 128, 32 query / 8 KV heads, page 64. Ours and the peers (vLLM, SGLang):
+throughput of back-to-back calls and latency per call (keys ``*_latency``); the reference, FlexAttention and
+SDPA: latency per call (timing.py says how each is taken). Measures, never asserts.
 """
 
 from __future__ import annotations
@@ -20,42 +21,13 @@ import time
 import torch
 import torch.nn.functional as F
 
+from timing import copy_tbps, event_latency, throughput
 from vllm_xpu_attn.kernels import get_provider
 
 HQ, HKV, D, PAGE = 32, 8, 128, 64
 DTYPE = torch.bfloat16
 DECODE = [(64, 4096), (256, 1024), (8, 32768)]
 PREFILL = [("1x8192 causal", 1, 8192, 0), ("16x512 on 2048 prefix", 16, 512, 2048)]
-
-
-def bench(fn, iters: int = 20, warmup: int = 3) -> float:
-    """Median seconds per call (CUDA events)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def bench_tp(fn, n: int = 50) -> float:
-    """Seconds per call of n back-to-back calls (throughput: what a graph-captured engine sees)."""
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(n):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / 1e3 / n
 
 
 def _peers():
@@ -91,17 +63,10 @@ def peer_rows(row: dict, unit: str, work: float, ours_out, q, kc, vc, pt, seq, c
             fn()
             out = out_v if name == "vllm_unified" else out_s
             row[f"{name}_max_abs_diff"] = float((out.float() - ours_out.float()).abs().max())
-            row[f"{name}_{unit}"] = work / bench_tp(fn) / 1e12
-            row[f"{name}_{unit}_latency"] = work / bench(fn) / 1e12
+            row[f"{name}_{unit}"] = work / throughput(fn) / 1e12
+            row[f"{name}_{unit}_latency"] = work / event_latency(fn) / 1e12
         except Exception as e:  # noqa: BLE001 - record, never hide
             row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-
-
-def copy_bandwidth() -> float:
-    x = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda")  # 1 GiB
-    y = torch.empty_like(x)
-    t = bench(lambda: y.copy_(x), iters=20)
-    return 2 * x.numel() / t / 1e12  # read + write, TB/s
 
 
 def paged_inputs(batch: int, q_len: int, k_len: int, gen: torch.Generator):
@@ -197,7 +162,7 @@ def main():
     tri = get_provider("triton")
     ref = get_provider("reference")
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "copy_tbps": copy_bandwidth(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "copy_tbps": copy_tbps(),
            "flex_attention_paged": "torch.nn.attention.experimental._paged_attention + torch.compile(flex_attention)",
            "decode": [], "prefill": []}
     import triton
@@ -208,11 +173,11 @@ def main():
         q, kc, vc, pt, seq, cu = paged_inputs(batch, 1, ctx, gen)
         kv_bytes = 2 * batch * ctx * HKV * D * kc.element_size()
         row = {"batch": batch, "context": ctx, "kv_gb": kv_bytes / 1e9}
-        t = bench(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1))
+        t = event_latency(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1))
         row["triton_us"] = t * 1e6
         row["triton_tbps_latency"] = kv_bytes / t / 1e12  # one call + sync: includes the host launch
         row["triton_pct_copy_latency"] = 100 * row["triton_tbps_latency"] / res["copy_tbps"]
-        t = bench_tp(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1))
+        t = throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1))
         row["triton_tbps"] = kv_bytes / t / 1e12  # back-to-back
         row["triton_pct_copy"] = 100 * row["triton_tbps"] / res["copy_tbps"]
         peer_rows(row, "tbps", kv_bytes, tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1), q, kc, vc, pt, seq,
@@ -221,14 +186,14 @@ def main():
             if f"{name}_tbps" in row:
                 row[f"{name}_pct_copy"] = 100 * row[f"{name}_tbps"] / res["copy_tbps"]
         if a.reference:
-            t = bench(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1), iters=3, warmup=1)
+            t = event_latency(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1), iters=3, warmup=1)
             row["reference_tbps"] = kv_bytes / t / 1e12
         flex_row(row, "tbps", kv_bytes, tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1),
                  lambda: flex_paged(q, kc, vc, pt, batch, 1, ctx))
         qd, k, v = dense_from_paged(q, kc, vc, pt, batch, 1, ctx)
         for name in ("cudnn", "flash", "efficient"):
             try:
-                t = bench(sdpa(name, qd, k, v, False))
+                t = event_latency(sdpa(name, qd, k, v, False))
                 row[f"sdpa_{name}_tbps"] = kv_bytes / t / 1e12  # (dense K/V, GQA expanded: reads 4x the bytes)
             except Exception as e:  # a backend may refuse the shape
                 row[f"sdpa_{name}_error"] = str(e).splitlines()[0][:200]
@@ -245,20 +210,21 @@ def main():
         macs = batch * HQ * D * sum(prefix + i + 1 for i in range(new))
         flops = 4 * macs
         row = {"case": label, "batch": batch, "new": new, "prefix": prefix}
-        t = bench(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=10)
+        t = event_latency(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=10)
         row["triton_tflops_latency"] = flops / t / 1e12
-        row["triton_tflops"] = flops / bench_tp(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), 10) / 1e12
+        t = throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), 10)
+        row["triton_tflops"] = flops / t / 1e12
         peer_rows(row, "tflops", flops, tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), q, kc, vc, pt, seq,
                   cu, new, k_len)
         if a.reference:
-            t = bench(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=2, warmup=1)
+            t = event_latency(lambda: ref.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new), iters=2, warmup=1)
             row["reference_tflops"] = flops / t / 1e12
         flex_row(row, "tflops", flops, tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, new),
                  lambda: flex_paged(q, kc, vc, pt, batch, new, k_len), iters=10)
         qd, k, v = dense_from_paged(q, kc, vc, pt, batch, new, k_len)
         for name in ("cudnn", "flash"):
             try:
-                t = bench(sdpa(name, qd, k, v, prefix > 0), iters=10)
+                t = event_latency(sdpa(name, qd, k, v, prefix > 0), iters=10)
                 row[f"sdpa_{name}_tflops"] = flops / t / 1e12
             except Exception as e:
                 row[f"sdpa_{name}_error"] = str(e).splitlines()[0][:200]
@@ -287,7 +253,7 @@ def flex_row(row: dict, unit: str, work: float, triton_out, make, iters: int = 2
         run, to_varlen = make()
         out = run()
         row["flex_paged_max_abs_diff_vs_triton"] = float((to_varlen(out).float() - triton_out.float()).abs().max())
-        row[f"flex_paged_{unit}"] = work / bench(run, iters=iters) / 1e12
+        row[f"flex_paged_{unit}"] = work / event_latency(run, iters=iters) / 1e12
     except Exception as e:  # experimental API: record why, never hide it
         row["flex_paged_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
 

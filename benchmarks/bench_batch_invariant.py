@@ -3,8 +3,8 @@
     python benchmarks/bench_batch_invariant.py --out benchmarks/out   # writes batch_invariant.json + .png
 
 bf16, head dim 128, 32 query / 8 KV heads, page 64, shuffled pages (the shapes of bench_attention.py).
-Reports throughput of back-to-back calls (CUDA events around 20 calls) and latency per call
-(a synchronisation after each), side by side in one run. Measures, never asserts.
+Reports throughput of back-to-back calls (CUDA events around 20 calls) and latency per call (host clock
+around one call + synchronize, median of 20), side by side in one run; see timing.py. Measures, never asserts.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import torch
 
+from timing import throughput, wall_latency
 from vllm_xpu_attn.kernels import get_provider
 
 HQ, HKV, D, PAGE = 32, 8, 128, 64
@@ -35,25 +35,6 @@ def layout(batch, q_len, k_len, g):
     return q, kc, vc, table, lens, cu, q_len
 
 
-def timed(fn, iters=20):
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    throughput = s.elapsed_time(e) / iters * 1e-3
-    lat = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        lat.append(time.perf_counter() - t0)
-    return throughput, sorted(lat)[len(lat) // 2]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/out")
@@ -66,7 +47,9 @@ def main():
         args = layout(batch, q_len, k_len, g)
         res = {"case": name}
         for mode in (False, True):
-            t, lat = timed(lambda: tri.flash_attn_with_kvcache(*args, causal=True, batch_invariant=mode))
+            fn = lambda: tri.flash_attn_with_kvcache(*args, causal=True, batch_invariant=mode)  # noqa: E731
+            t = throughput(fn, n=20)
+            lat = wall_latency(fn, n=20)
             res["invariant" if mode else "default"] = {"s_per_call_back_to_back": t, "s_latency_per_call": lat}
         res["cost_x"] = res["invariant"]["s_per_call_back_to_back"] / res["default"]["s_per_call_back_to_back"]
         rows.append(res)

@@ -4,7 +4,7 @@ reference) vs the engine's own CPU backend (vLLM CPU_ATTN, SGLang torch_native),
     bash ci/real_model.sh    # SmolLM2-135M-Instruct, the main job's model, into .venvs/smollm2-135m-instruct
     python benchmarks/bench_cpu_provider.py --out docs/cpu/cpu_provider.json \
         [--real-model DIR]   # default .venvs/smollm2-135m-instruct: the main job's questions, chat template applied
-        [--tiny]             # also the suites' tiny random Llama on tests/tiny_model.py's prompts
+        [--tiny]             # also the suites' tiny random Llama on tests/support/tiny_model.py's prompts
         [--engines vllm sglang] [--reps 3] [--max-tokens 64] [--skip-reference]
 
 Writes the JSON and a PNG beside it (matplotlib, when importable in the Python running this script; the
@@ -37,7 +37,7 @@ BACKENDS = ("own", "ours", "reference")  # reference = ours with VLLM_XPU_ATTN_K
 # ---- worker: one engine process ---------------------------------------------------------------
 def _prompts(model: str, chat: bool) -> list[list[int]]:
     """Token ids: the main job's questions with the model's chat template, or the tiny model's prompts."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model)
@@ -135,7 +135,7 @@ def run_one(py: str, engine: str, model: str, backend: str, a, tmp: Path, chat: 
     out = tmp / f"{engine}-{Path(model).name}-{backend}.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     env.pop("VLLM_XPU_ATTN_KERNEL", None)
-    path = [str(ROOT), str(ROOT / "tests")]
+    path = [str(ROOT), str(ROOT / "tests" / "support")]
     if engine == "sglang":
         path.insert(0, str(ROOT / "sglang_compat" / "cpu_shims"))
     env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -187,10 +187,11 @@ def main() -> int:
         ap.error(f"--real-model {a.real_model}: no config.json there (make it with: bash ci/real_model.sh)")
     models = {Path(a.real_model).name: (a.real_model, True)}
     if a.tiny:
-        tiny = tmp / "tiny-llama"  # the suites' tiny model (tests/tiny_model.py, seed 1), made in an engine venv
+        tiny = tmp / "tiny-llama"  # the suites' tiny model (tests/support/tiny_model.py, seed 1), in an engine venv
         subprocess.run([a.vllm_python if "vllm" in a.engines else a.sglang_python, "-c",
                         "import sys; sys.path.insert(0, sys.argv[1]); from tiny_model import make_tiny_model; "
-                        "make_tiny_model(sys.argv[2], 'llama', seed=1)", str(ROOT / "tests"), str(tiny)], check=True)
+                        "make_tiny_model(sys.argv[2], 'llama', seed=1)", str(ROOT / "tests" / "support"), str(tiny)],
+                       check=True)
         models["tiny-llama"] = (str(tiny), False)
     backends = [b for b in BACKENDS if not (a.skip_reference and b == "reference")]
     results = []

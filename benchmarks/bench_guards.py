@@ -7,7 +7,8 @@ without the guards (the package at git ``--before``), in one process, side by si
 The standard shapes of bench_attention.py (Hq 32, Hkv 8, D 128, bf16, page 64): decode 64 x 4096,
 256 x 1024, 8 x 32768 and causal prefill 1 x 8192. Both packages launch through their per-layer hot path
 (plan_paged once, then LayerArgs-free ``run``), so the figure is device time per call of back-to-back
-launches (CUDA events around 50 calls), median of the rounds; and latency per call (one call + sync).
+launches (CUDA events around 50 calls; 10 for prefill), median of the rounds; and latency per call (CUDA events
+around one call + sync, median of 5). timing.py has both.
 Writes guards.json and guards.png.
 """
 
@@ -67,6 +68,8 @@ def main() -> None:
     sys.path.insert(0, root)
     import torch
 
+    from timing import event_latency, throughput
+
     pkgs = {"guarded": importlib.import_module("vllm_xpu_attn.kernels"),
             "unguarded": importlib.import_module("vxa_before.kernels")}
     contract = {"guarded": importlib.import_module("vllm_xpu_attn.kernels.contract"),
@@ -106,23 +109,9 @@ def main() -> None:
         n = 50 if q_len == 1 else 10
         for r in range(a.rounds):
             for which in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
-                fn = runs[which]
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                s.record()
-                for _ in range(n):
-                    fn()
-                e.record()
-                torch.cuda.synchronize()
-                tp[which].append(s.elapsed_time(e) * 1e3 / n)
-                one = []
-                for _ in range(5):
-                    s.record()
-                    fn()
-                    e.record()
-                    torch.cuda.synchronize()
-                    one.append(s.elapsed_time(e) * 1e3)
-                lat[which].append(statistics.median(one))
+                fn = runs[which]  # warmed above: no warm-up calls inside a round
+                tp[which].append(throughput(fn, n, warmup=0) * 1e6)
+                lat[which].append(event_latency(fn, iters=5, warmup=0) * 1e6)
         row = {"case": name, "batch": batch, "q_len": q_len, "k_len": k_len,
                "us_back_to_back": tp, "us_latency": lat,
                "ratio_back_to_back": round(statistics.median(tp["guarded"]) / statistics.median(tp["unguarded"]), 4),

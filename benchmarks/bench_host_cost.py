@@ -1,4 +1,4 @@
-"""Host-cost benchmark (issue #11): what one decode layer and one step plan cost the CPU, side by side.
+"""Host-cost benchmark: what one decode layer and one step plan cost the CPU, side by side.
 
 Prep, once, on a machine with the git history and the engine wheels (this checkout):
 
@@ -34,12 +34,13 @@ time per call is a few us, so the host is the bottleneck):
                   the peers' per-step metadata (vLLM's Triton builder: none; SGLang:
                   peers.sglang_decode_metadata, which syncs, and a sync-free variant).
 
-Method. host = time.perf_counter() around N back-to-back calls (no synchronisation inside; N rotates
-over the 32 layers' tensors), one torch.cuda.synchronize() after the timed region; median over repeats.
-gpu = CUDA events around N back-to-back calls that are queued behind a torch.cuda._sleep long enough
-for the host to enqueue all N first (so the events time the GPU, not the host), divided by N;
-``gpu_queued_ahead`` says whether that held. latency = one call + synchronize, median. A figure whose
-gpu time is close to its host time is flagged ``gpu_bound`` (then host is not purely launch cost).
+Method (timing.py). host = time.perf_counter() around N back-to-back calls (no synchronisation inside; N
+rotates over the 32 layers' tensors), one torch.cuda.synchronize() after the timed region; median over
+repeats (timing.host_per_call). gpu = CUDA events around N back-to-back calls that are queued behind a
+torch.cuda._sleep long enough for the host to enqueue all N first (so the events time the GPU, not the
+host), divided by N; ``gpu_queued_ahead`` says whether that held (timing.queued_throughput). latency =
+one call + synchronize, median (timing.wall_latencies). A figure whose gpu time is close to its host time
+is flagged ``gpu_bound`` (then host is not purely launch cost).
 Measures, never asserts.
 """
 
@@ -62,7 +63,7 @@ REPO = os.path.dirname(HERE)
 PEERS_DIR = os.path.join(HERE, ".peers")
 OLD_COMMIT = "7cac817"
 OLD_DIR = os.path.join(PEERS_DIR, "old_vxa")
-OLD_REFERENCE_US = {  # figures quoted in issue #11 (before this work), for the reader
+OLD_REFERENCE_US = {  # host us of the package at OLD_COMMIT and the peers, measured then; kept in the JSON as context
     "ours_one_call": 61.0, "vllm_unified": "92-95", "sglang_decode": "79-84", "plan_b256": 41.5}
 TARGETS_US = {"per_layer_host": 20.0, "plan_step_b256": 30.0}
 BEFORE_REF = "2c1686f"  # --features: the package before per-layer tensors were bound once (run() by position)
@@ -135,81 +136,34 @@ def _us(x):
 
 
 class Timer:
+    """The measurements of one package on one device, through timing.py; ``sync`` is a no-op on the CPU."""
+
     def __init__(self, torch, cfg: dict):
+        import timing  # imports torch: only after main() / the workers have set TRITON_INTERPRET for --cpu
+
         self.torch = torch
+        self.timing = timing
         self.cfg = cfg
         self.cuda = not cfg["cpu"]
-        self.cps = None
-        if self.cuda:
-            self._calibrate()
+        self.cps = timing.sleep_cycles_per_second() if self.cuda else None
 
     def sync(self):
         if self.cuda:
             self.torch.cuda.synchronize()
 
-    def _calibrate(self):
-        """GPU clock cycles per second of torch.cuda._sleep (to size the queue-ahead sleep)."""
-        cuda = self.torch.cuda
-        if not hasattr(cuda, "_sleep"):
-            return
-        s, e = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-        cuda._sleep(1000)
-        s.record()
-        cuda._sleep(20_000_000)
-        e.record()
-        cuda.synchronize()
-        self.cps = 20e6 / (s.elapsed_time(e) / 1e3)
-
     def host(self, calls, n, repeats):
         """Per-call seconds of n back-to-back calls (calls rotated), one value per repeat."""
-        k = len(calls)
-        out = []
-        for _ in range(repeats):
-            self.sync()
-            t0 = time.perf_counter()
-            for i in range(n):
-                calls[i % k]()
-            t1 = time.perf_counter()
-            self.sync()
-            out.append((t1 - t0) / n)
-        return out
+        return self.timing.host_per_call(calls, n, repeats, sync=self.sync)
 
     def latency(self, calls, n):
-        k = len(calls)
-        out = []
-        for i in range(n):
-            self.sync()
-            t0 = time.perf_counter()
-            calls[i % k]()
-            self.sync()
-            out.append(time.perf_counter() - t0)
-        return out
+        return self.timing.wall_latencies(calls, n, sync=self.sync)
 
     def gpu(self, calls, n, host_per_call):
         """GPU seconds per call (events around n calls queued behind a sleep), queued-ahead flag."""
         if not self.cuda:
             return None, None
-        cuda = self.torch.cuda
-        k = len(calls)
         n = min(n, 128)  # stay far below the driver's pending-launch limit (<= 3 kernels per call here)
-        vals, ahead = [], []
-        for _ in range(3):
-            need = host_per_call * n * 2.0 + 300e-6
-            cycles = int(need * self.cps) if self.cps else 0
-            s, e = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-            cuda.synchronize()
-            t0 = time.perf_counter()
-            if cycles:
-                cuda._sleep(cycles)
-            s.record()
-            for i in range(n):
-                calls[i % k]()
-            e.record()
-            enq = time.perf_counter() - t0
-            cuda.synchronize()
-            vals.append(s.elapsed_time(e) / 1e3 / n)
-            ahead.append(bool(cycles) and enq < cycles / self.cps)
-        return _med(vals), all(ahead)
+        return self.timing.queued_throughput(calls, n, host_per_call, self.cps)
 
     def measure(self, calls, n=None, repeats=None, warmup=None, latency_n=None) -> dict:
         cfg = self.cfg

@@ -15,47 +15,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # timing, peers: siblings in benchmarks/
+from timing import copy_tbps, throughput, wall_latency  # noqa: E402
 from vllm_xpu_attn import core  # noqa: E402
 
 D_C, D_R, PAGE = 512, 64, 64
 SHAPES = [(128, 64, 4096), (16, 64, 4096), (128, 8, 32768), (128, 256, 1024), (16, 1, 8192)]  # (heads, batch, ctx)
-
-
-def events(fn, n=20):
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(n):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / 1e3 / n
-
-
-def latency(fn, n=10):
-    ts = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def copy_bw():
-    x = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    return 2 * x.numel() / events(lambda: y.copy_(x)) / 1e12
-
-
 SWEEP = [(16, 32, 4, 2), (32, 32, 4, 2), (32, 32, 8, 2), (64, 32, 8, 2), (64, 16, 4, 2), (64, 64, 8, 2),
          (32, 64, 4, 3), (64, 32, 4, 2)]
 
@@ -83,7 +51,7 @@ def sweep(g) -> dict:
             TUNING[fam][which] = cfg
             plan = core.plan_step(core.StepInputs(core.Mode.DECODE, lens, ctx, b, PAGE, page_table=table))
             try:
-                t = events(lambda: runner.forward_mla(plan, q, cache, out))
+                t = throughput(lambda: runner.forward_mla(plan, q, cache, out), n=20)
                 res.setdefault(str(cfg), {})[f"H{h}"] = t * 1e6
             except Exception as e:  # noqa: BLE001 - a tile that does not compile (resources) is reported
                 res.setdefault(str(cfg), {})[f"H{h}"] = f"{type(e).__name__}: {str(e)[:120]}"
@@ -98,7 +66,7 @@ def sweep(g) -> dict:
 def main():
     g = torch.Generator(device="cuda").manual_seed(0)
     tuned = sweep(g) if os.environ.get("VXA_MLA_SWEEP", "0") == "1" else None
-    bw = copy_bw()
+    bw = copy_tbps(back_to_back=True, n=20)
     rows = []
     for h, b, ctx in SHAPES:
         pages = b * (ctx // PAGE)
@@ -124,9 +92,9 @@ def main():
         row = dict(heads=h, batch=b, ctx=ctx, mla_kernel=bool(getattr(launch, "mla_decode", False)),
                    splits=getattr(launch, "num_splits", None), max_err_vs_fp32=err)
         nbytes = b * ctx * (D_C + D_R) * 2
-        t = events(ours)
+        t = throughput(ours, n=20)
         row.update(ours_us=t * 1e6, ours_tbps=nbytes / t / 1e12, ours_pct_copy=100 * nbytes / t / 1e12 / bw,
-                   ours_latency_us=latency(ours) * 1e6)
+                   ours_latency_us=wall_latency(ours, n=10) * 1e6)
         try:
             import peers
 
@@ -134,9 +102,9 @@ def main():
             out2 = torch.empty_like(out)
             sgl = lambda: peers.sglang_mla_decode(q, cache, meta, scale, out2, D_C)  # noqa: E731
             sgl()
-            t2 = events(sgl)
+            t2 = throughput(sgl, n=20)
             row.update(sglang_us=t2 * 1e6, sglang_tbps=nbytes / t2 / 1e12, sglang_pct_copy=100 * nbytes / t2 / 1e12 / bw,
-                       sglang_latency_us=latency(sgl) * 1e6,
+                       sglang_latency_us=wall_latency(sgl, n=10) * 1e6,
                        sglang_max_err_vs_fp32=(out2.float() - ref).abs().max().item())
         except Exception as e:  # noqa: BLE001 - report, do not hide
             row["sglang_error"] = f"{type(e).__name__}: {e}"

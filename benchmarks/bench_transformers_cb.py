@@ -5,7 +5,7 @@
 
 One process, one model, the same ``generate_batch`` settings for both (page 64, CUDA graphs off: this adapter
 turns them off, so transformers' own runs without them too; greedy, EOS disabled so every request generates
-``--tokens``). Requests: SmolLM2's chat prompts (tests/real_model.py and tests/gpu/gpu_transformers_cb.py),
+``--tokens``). Requests: SmolLM2's chat prompts (tests/support/real_model.py and tests/gpu/gpu_transformers_cb.py),
 cycled to ``--requests``, all submitted at once. The two backends alternate ``--repeats`` times (ABAB: the
 machine is shared and noisy); tokens/s = generated tokens / wall time of the whole batch (throughput of
 back-to-back steps, not latency per request). One untimed warm-up run each first (Triton compiles, CB sizes its
@@ -24,7 +24,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 
 

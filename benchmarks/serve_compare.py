@@ -3,7 +3,7 @@ with the same seeded load (benchmarks/load_servers.py), shut each down cleanly, 
 
     .venvs/vllm/bin/python   benchmarks/serve_compare.py --engine vllm   --model DIR [--pressure] [--out FILE]
     .venvs/sglang/bin/python benchmarks/serve_compare.py --engine sglang --model DIR [--pressure] [--out FILE]
-    (no --model: a tiny seeded Llama is made with tests/tiny_model.py under the output directory)
+    (no --model: a tiny seeded Llama is made with tests/support/tiny_model.py under the output directory)
 
 Servers (loopback, a free port, fp32, greedy):
 - vllm:   `python -m vllm.entrypoints.openai.api_server` with XPU_ATTN_ENABLE=0 (vLLM's CPU_ATTN) and
@@ -282,7 +282,7 @@ def main():
     workdir.mkdir(exist_ok=True)
     model = a.model
     if model is None:
-        sys.path.insert(0, str(ROOT / "tests"))
+        sys.path.insert(0, str(ROOT / "tests" / "support"))
         from tiny_model import make_tiny_model
         model = make_tiny_model(workdir / "tiny-llama", "llama", seed=1)
     model = str(Path(model).resolve())  # the servers run in workdir

@@ -1,7 +1,9 @@
 """Sweep the Triton provider's tile table on the current GPU (prints one JSON line per config).
 
-    python benchmarks/tune.py > tune.jsonl
-The chosen entries go into TUNING in vllm_xpu_attn/kernels/triton/tiles.py.
+    PYTHONPATH=. python benchmarks/tune.py > tune.jsonl
+
+Time per call: one call timed alone (timing.event_latency, median of 10). The chosen entries go into TUNING
+in vllm_xpu_attn/kernels/triton/tiles.py.
 """
 
 import itertools
@@ -9,7 +11,8 @@ import json
 
 import torch
 
-from bench_attention import HKV, bench, paged_inputs
+from bench_attention import paged_inputs
+from timing import event_latency
 from vllm_xpu_attn.kernels import get_provider
 from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
@@ -30,7 +33,8 @@ def main():
                 TUNING[fam][phase] = cfg
                 for ns in ([None, 2, 4] if phase == "decode" else [None]):
                   try:
-                    t = bench(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len, num_splits=ns), iters=10)
+                    t = event_latency(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len, num_splits=ns),
+                                      iters=10)
                   except Exception as e:  # out of shared memory etc.
                     print(json.dumps({"phase": phase, "shape": [batch, q_len, k_len], "cfg": cfg, "error": str(e)[:80]}))
                     continue
@@ -38,7 +42,6 @@ def main():
                                     "us": t * 1e6}), flush=True)
             del q, kc, vc
             torch.cuda.empty_cache()
-    _ = HKV
 
 
 if __name__ == "__main__":

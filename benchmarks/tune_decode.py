@@ -12,7 +12,8 @@ import json
 
 import torch
 
-from bench_attention import DECODE, HKV, bench_tp, copy_bandwidth, paged_inputs
+from bench_attention import DECODE, HKV, paged_inputs
+from timing import copy_tbps, throughput
 from vllm_xpu_attn.kernels import get_provider
 from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
@@ -21,7 +22,7 @@ def main():
     tri = get_provider("triton")
     fam = device_family(torch.device("cuda"))
     default = TUNING[fam]["decode"]
-    bw = copy_bandwidth()
+    bw = copy_tbps()
     gen = torch.Generator(device="cuda").manual_seed(0)
     best = {}
     tiles = list(itertools.product([16], [64, 128], [4, 8], [2, 3, 4]))
@@ -34,7 +35,7 @@ def main():
             tri.clear_caches()  # launch configurations are kept across steps: a new tile needs a fresh one
             for ns in splits:
                 try:
-                    t = min(bench_tp(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, num_splits=ns))
+                    t = min(throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, num_splits=ns))
                             for _ in range(3))
                 except Exception as e:  # noqa: BLE001 - out of shared memory etc.
                     print(json.dumps({"shape": [batch, ctx], "cfg": cfg, "splits": ns, "error": str(e)[:80]}))

@@ -20,7 +20,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "support"))
 import real_model as rm  # noqa: E402  (the questions, the chat template use, the transformers oracle)
 
 MAX_TOKENS = 64  # answers end at the end-of-turn token well before this

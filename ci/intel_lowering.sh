@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Intel lowering check (issue #12): compile every Triton kernel specialisation the provider launches
+# Intel lowering check: compile every Triton kernel specialisation the provider launches
 # for Intel GPUs (bmg, pvc, lnl with DPAS; dg2, mtl without fp64) with Intel's Triton
 # (triton-xpu 3.3.0b1) and Intel's GPU compiler (ocloc + IGC from Debian sid), no GPU needed.
 # Facts behind it: docs/intel_lowering.md.

@@ -9,7 +9,7 @@ there --no-deps by ci/real_model.sh). The conversion is written into a temporary
 checked (transformers greedy answers "Paris" to "What is the capital of France?"), marked, and only then
 renamed to DEST, under a lock: a crash or a failed check never leaves a directory later runs trust.
 
-Trap (issue 22): the config transformers' GGUF loader returns keeps ``quantization_config``;
+Trap: the config transformers' GGUF loader returns keeps ``quantization_config``;
 ``save_pretrained`` refuses it, and a saved folder that keeps it is taken for a quantised model by the
 engines. It is deleted, and the dequantized weights are copied into a model made ``from_config``.
 """

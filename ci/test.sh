@@ -45,8 +45,8 @@ for s in $SUITES; do
 done
 
 # The real model of the real-weight tests (SmolLM2-135M-Instruct, ci/real_model.sh) and its transformers
-# reference (tests/real_model.py) are prepared in the background as soon as an engine venv is ready; the tests
-# that need them wait on the status file (tests/real_model.py model_dir), the others do not.
+# reference (tests/support/real_model.py) are prepared in the background as soon as an engine venv is ready; the tests
+# that need them wait on the status file (tests/support/real_model.py model_dir), the others do not.
 real_model_venv=""
 for s in vllm sglang; do
   if [[ " $SUITES " == *" $s "* ]]; then real_model_venv=$s; break; fi
@@ -62,7 +62,7 @@ if [ -n "$real_model_venv" ]; then
       echo "[test] the $real_model_venv venv did not install (log: $LOGDIR/venv-$real_model_venv.log)"
     if [ "$(cat "$LOGDIR/venv-$real_model_venv.rc" 2>/dev/null)" = 0 ] &&
        VXA_REAL_MODEL_STATUS="" VXA_REAL_MODEL_PYTHON="$VENV_DIR/$real_model_venv/bin/python" bash ci/real_model.sh &&
-       VXA_REAL_MODEL_STATUS="" "$VENV_DIR/$real_model_venv/bin/python" tests/real_model.py reference /dev/null; then
+       VXA_REAL_MODEL_STATUS="" "$VENV_DIR/$real_model_venv/bin/python" tests/support/real_model.py reference /dev/null; then
       echo "[test] real model and reference ready in $((SECONDS - t0))s"; echo ok > "$VXA_REAL_MODEL_STATUS"
     else
       echo failed > "$VXA_REAL_MODEL_STATUS"

@@ -1,4 +1,4 @@
-"""Bad input, case by case (tests/bad_input_cases.py), against every provider on the CPU (Triton in its
+"""Bad input, case by case (tests/support/bad_input_cases.py), against every provider on the CPU (Triton in its
 interpreter): each case gives its one documented outcome, the inputs are never modified, and the cases
 that would read or write outside a tensor without the kernels' guards run in subprocesses, so a crash
 fails its test instead of the run."""
@@ -16,7 +16,7 @@ import sys  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bad_input_cases import CASES, ERR, FLAG, RES  # noqa: E402
+from bad_input_cases import CASES, ERR, RES  # noqa: E402
 from naive import naive_paged_attention  # noqa: E402
 from vllm_xpu_attn import core  # noqa: E402
 from vllm_xpu_attn.kernels import get_provider  # noqa: E402
@@ -24,8 +24,9 @@ from vllm_xpu_attn.kernels.guard import FLAGS  # noqa: E402
 
 PROVIDERS = [("reference", {}), ("torch_sdpa", {}), ("triton", {}), ("triton", {"num_splits": 2})]
 PIDS = ["reference", "torch_sdpa", "triton", "triton-split-k"]
-HERE = os.path.dirname(__file__)
+HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+SUPPORT = os.path.join(HERE, "support")
 
 
 def _snapshot(kw: dict) -> dict:
@@ -256,8 +257,8 @@ OOB = {
 
 @pytest.mark.parametrize("case", list(OOB))
 def test_out_of_bounds_values_in_a_subprocess(case):
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([REPO, HERE]))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "bad_input_oob.py"), case], env=env,
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([REPO, SUPPORT]))
+    proc = subprocess.run([sys.executable, os.path.join(SUPPORT, "bad_input_oob.py"), case], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode} (a crash?):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     assert re.search(f"REFUSED .*({OOB[case]})", proc.stdout), proc.stdout[-2000:]

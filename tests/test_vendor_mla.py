@@ -1,7 +1,7 @@
 """sgl-kernel-xpu's MLA decode (``flash_mla_decode``), the ``sgl_kernel_mla`` provider, against the strict
 model in tests/fakes/sgl_kernel (attention.py + common_ops.py, every rule citing sgl-kernel-xpu@9cf16bf9)
 and an fp64 oracle: absorbed MLA = MQA over the latent rows, checked once more end to end against the
-paper's naive MLA (tests/naive_mla.py).
+paper's naive MLA (tests/support/naive_mla.py).
 
 Randomized over batch, lengths, page sizes 16/32/64/128, heads 16/128, bf16/fp16, the vendor's own
 split count and none; selection tests (decode picks sgl_kernel_mla, extend/prefill does not, FP8 latent,
@@ -9,9 +9,7 @@ split count and none; selection tests (decode picks sgl_kernel_mla, extend/prefi
 MLA layer); the fake's rules the wrapper has to meet.
 """
 
-import os
 import random
-import sys
 
 import pytest
 import torch
@@ -21,7 +19,7 @@ from vllm_xpu_attn.core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs
 from vllm_xpu_attn.kernels import AttnPlan, KernelRequest, PagedCall, get_provider, reload_provider, select_provider
 from vllm_xpu_attn.kernels import registry as reg
 
-from vendor_fakes import FAKES, VENDORS, vendor_fakes  # noqa: E402
+from vendor_fakes import vendor_fakes  # noqa: E402
 from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
 SGL_BUILDS = ("9cf16bf9", "pr491")  # tests/fakes/sgl_kernel/flash_attn.py BUILD: both are USE_MLA (default) builds
 DIMS = MLADims(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)  # DeepSeek-V2/V3

@@ -4,10 +4,9 @@ No Intel GPU here. Each fake enforces its vendor's checks (every rule cites the 
 line) and reproduces what the vendor silently gets wrong (rows read at ``index * width``, sinks read
 in q's dtype, softcap ignored and LSE unwritten on older sgl-kernel builds, host-syncing fallbacks).
 A wrapper passes only if, for every layout its provider *declares* it can serve, the fake raises
-nothing and the output equals the naive oracle's (tests/naive.py, independent of both).
+nothing and the output equals the naive oracle's (tests/support/naive.py, independent of both).
 """
 
-import os
 import sys
 
 import pytest
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 
 from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
-from vllm_xpu_attn.kernels import KernelRequest, NoProviderError, get_provider, reload_provider, select_provider
+from vllm_xpu_attn.kernels import KernelRequest, NoProviderError, get_provider, select_provider
 from vllm_xpu_attn.kernels import registry as reg
 
 from vendor_fakes import FAKES, VENDORS, vendor_fakes  # noqa: E402

@@ -1,9 +1,12 @@
 """FP8 vs bf16 paged decode through the per-layer path (plan once, run per layer: what engines launch),
-back-to-back, with decode tile variants for FP8. Prints JSON lines."""
-import itertools, json, sys
+back-to-back, with decode tile variants for FP8. Prints JSON lines.
+
+    python benchmarks/lab/fp8_plan.py > plan.jsonl   # fp8_probe, imported first, sets sys.path
+"""
+import itertools, json
 import torch
-sys.path.insert(0, "."); sys.path.insert(0, "benchmarks/lab")
-from fp8_probe import SHAPES, HQ, HKV, D, PAGE, inputs, bench_tp
+from fp8_probe import SHAPES, HQ, HKV, D, PAGE, inputs
+from timing import throughput
 from vllm_xpu_attn.kernels import get_provider
 from vllm_xpu_attn.kernels.contract import AttnPlan, PagedCall, LayerArgs
 from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
@@ -12,7 +15,7 @@ tri = get_provider("triton")
 fam = device_family(torch.device("cuda"))
 default = TUNING[fam]["decode"]
 x = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
-bw = 2 * x.numel() / bench_tp(lambda: y.copy_(x), 20) / 1e12
+bw = 2 * x.numel() / throughput(lambda: y.copy_(x), 20) / 1e12
 del x, y
 gen = torch.Generator(device="cuda").manual_seed(0)
 call = PagedCall.make(HQ, HKV, D)
@@ -31,7 +34,7 @@ for batch, ctx in SHAPES:
             tri.clear_caches()
             launch = tri.plan_paged(step, call)
             try:
-                t = min(bench_tp(lambda: launch.run(q, kc, vc, out, layer=layer), 100) for _ in range(3))
+                t = min(throughput(lambda: launch.run(q, kc, vc, out, layer=layer), 100) for _ in range(3))
             except Exception as e:
                 print(json.dumps({"shape": [batch, ctx], "dtype": name, "cfg": cfg, "error": str(e)[:120]}), flush=True)
                 continue

@@ -1,11 +1,13 @@
 """FP8 (e4m3) vs bf16 paged decode on the GPU: time per call (back-to-back) at the standard shapes, bytes/s.
 
-    python benchmarks/lab/fp8_probe.py [--ncu-one SHAPE DTYPE]   (32 q / 8 KV heads, D 128, page 64)
+    python benchmarks/lab/fp8_probe.py [--one SHAPE_INDEX DTYPE] [--out FILE]   (32 q / 8 KV heads, D 128, page 64)
 """
-import argparse, json, math, sys, time
+import argparse, json, math, os, sys
 import torch
-sys.path.insert(0, ".")
-from vllm_xpu_attn.kernels import get_provider
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(_BENCH)); sys.path.insert(0, _BENCH)  # the package's repository; timing.py
+from timing import throughput  # noqa: E402
+from vllm_xpu_attn.kernels import get_provider  # noqa: E402
 
 HQ, HKV, D, PAGE = 32, 8, 128, 64
 SHAPES = [(64, 4096), (256, 1024), (8, 32768)]
@@ -25,16 +27,6 @@ def inputs(batch, k_len, dtype, gen):
     return q, kc, vc, pt, seq, cu
 
 
-def bench_tp(fn, n=50):
-    fn(); torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(n):
-        fn()
-    e.record(); torch.cuda.synchronize()
-    return s.elapsed_time(e) / 1e3 / n
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--one", nargs=2, metavar=("SHAPE", "DTYPE"), help="run one shape once (for ncu)")
@@ -46,7 +38,7 @@ def main():
     shapes = SHAPES if a.one is None else [SHAPES[int(a.one[0])]]
     names = list(dts) if a.one is None else [a.one[1]]
     x = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
-    copy = 2 * x.numel() / bench_tp(lambda: y.copy_(x), 20) / 1e12
+    copy = 2 * x.numel() / throughput(lambda: y.copy_(x), 20) / 1e12
     del x, y
     res = {"copy_TBps": copy, "rows": []}
     for b, k in shapes:
@@ -60,7 +52,7 @@ def main():
             fn = lambda: prov.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, out=out, **kw)
             if a.one is not None:
                 fn(); torch.cuda.synchronize(); fn(); torch.cuda.synchronize(); return
-            t = min(bench_tp(fn) for _ in range(3))
+            t = min(throughput(fn) for _ in range(3))
             byts = 2 * b * k * HKV * D * kc.element_size()
             row = {"batch": b, "ctx": k, "dtype": name, "us": t * 1e6, "TBps": byts / t / 1e12, "pct_copy": 100 * byts / t / 1e12 / copy}
             res["rows"].append(row)

@@ -2,7 +2,7 @@
 
     python tests/gpu/gpu_transformers_cb.py --model DIR --out RESULT.json [--prompts 32] [--tokens 64]
 
-SmolLM2-135M-Instruct (ci/real_model.sh makes DIR), ``--prompts`` chat prompts (tests/real_model.py's chat
+SmolLM2-135M-Instruct (ci/real_model.sh makes DIR), ``--prompts`` chat prompts (tests/support/real_model.py's chat
 prompts, then short questions written here), ``--tokens`` greedy tokens each with EOS disabled. Oracle:
 transformers' eager attention in fp32 (``model.generate``, one prompt at a time, no paging). Runs, all through
 ``generate_batch`` with the same CB settings (page 64, no CUDA graphs: this adapter turns them off, so they are
@@ -28,7 +28,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 TOPICS = ["a rainbow", "a volcano", "gravity", "a compiler", "the moon", "photosynthesis", "a glacier", "a vaccine",
           "an orchestra", "a lighthouse", "democracy", "a spreadsheet", "the internet", "a hurricane", "bread yeast",

@@ -16,7 +16,7 @@ procs=${2:-12}
 seed0=${3:-1}
 out=${OUT:-/tmp}
 cd "$(dirname "$0")/.." || exit 2
-export PYTHONPATH=..:.
+export PYTHONPATH=..:.:support
 # every random layout is a new layer kind: compiling all the variants it could launch (warm-up) would multiply the
 # suite's compile time; it checks what each layout launches. benchmarks/bench_compile_stalls.py covers warm-up.
 export VLLM_XPU_ATTN_WARMUP=0

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import sglang  # noqa: F401  (hard requirement of this suite)
 
-from tiny_model import make_tiny_model  # tests/ is on sys.path (tests/conftest.py)
+from engine_runs import Runs, collect  # tests/support/ is on sys.path (tests/conftest.py)
+from tiny_model import make_tiny_model
 
 HERE = Path(__file__).parent
 STUBS = str(HERE.parent.parent / "sglang_compat" / "cpu_shims")  # vllm._custom_ops stand-in (its docstring)
@@ -50,24 +51,12 @@ def run_sglang(model: str, tmp_path: Path, backend: str, args=(), tag="run", ker
     return res
 
 
-class Runs(dict):
-    """{tag: result} of one batch process; a run that failed raises here, when its test asks for it."""
-
-    def __getitem__(self, tag: str) -> dict:
-        res = super().__getitem__(tag)
-        if "error" in res:
-            raise AssertionError(f"SGLang run {tag!r} failed:\n{res['error']}\n--- its log ---\n{res['log']}")
-        return res
-
-
 def run_sglang_batch(jobs: dict[str, tuple], tmp_path: Path, name: str = "batch") -> Runs:
     """Several SGLang runs ({tag: (model, backend, args[, kernel[, env]])}) in one process, one after another, each
     its own ``sglang.Engine`` (``kernel`` forces this backend's provider in that run's scheduler, ``env`` is set
     while it runs: the scheduler process it spawns inherits both): this process's
     imports are paid once instead of once per run. Each result is what ``run_sglang`` returns, with that run's
     part of the log under "log" and the whole process's under "process_log"."""
-    from run_sglang import BATCH_BEGIN, BATCH_END
-
     outs = {tag: tmp_path / f"{name}-{tag.replace('/', '-')}.json" for tag in jobs}
     spec = tmp_path / f"{name}.jobs.json"
     plan = []
@@ -82,14 +71,7 @@ def run_sglang_batch(jobs: dict[str, tuple], tmp_path: Path, name: str = "batch"
     proc = subprocess.run([sys.executable, str(HERE / "run_sglang.py"), "--batch", str(spec)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600 + 400 * len(jobs))
     log = proc.stdout
-    runs = Runs()
-    for tag, out in outs.items():
-        part = log.partition(BATCH_BEGIN + str(out))[2].partition(BATCH_END + str(out))[0]
-        res = json.loads(out.read_text()) if out.exists() else {
-            "error": f"no result: the process ended with rc {proc.returncode}"}
-        res.update(log=part, process_log=log)
-        dict.__setitem__(runs, tag, res)
-    return runs
+    return collect("SGLang", outs, log, proc.returncode)
 
 
 from parity import LOGPROB_TOL, assert_parity  # noqa: E402,F401  (shared by both engine suites)

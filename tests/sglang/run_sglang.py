@@ -10,9 +10,8 @@ Usage: python run_sglang.py MODEL_DIR OUT_JSON --backend xpu_attn|torch_native [
        python run_sglang.py --batch JOBS_JSON
 JOBS_JSON: [{"model": DIR, "out": OUT_JSON, "args": [...], "env": {NAME: VALUE}}, ...]: the runs one after
 another in this process, each its own ``sglang.Engine`` (made, used, shut down; its scheduler process inherits
-``env`` on top of this process's environment), so this process's imports are paid once (CI time). Each run's
-log (the scheduler's included) lies between ``BATCH_BEGIN + out`` and ``BATCH_END + out``; a run that raises
-writes {"error": traceback} to its OUT_JSON and the next one still runs.
+``env`` on top of this process's environment), so this process's imports are paid once (CI time). The log
+(the scheduler's included) and error protocol: tests/support/engine_runs.py.
 """
 
 import argparse
@@ -21,9 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-
-BATCH_BEGIN = "=== vxa batch run begins: "
-BATCH_END = "=== vxa batch run ends: "
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))  # tests/support/
+from engine_runs import run_batch  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
@@ -59,7 +57,6 @@ def run(a: argparse.Namespace) -> None:
     t0 = time.time()
     import sglang
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
     from tiny_model import PROMPTS
 
     prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
@@ -143,23 +140,7 @@ def whisper_audio_files(folder: Path) -> list[str]:
 
 def main():
     if sys.argv[1] == "--batch":
-        import gc
-        import os
-        import traceback
-
-        for job in json.load(open(sys.argv[2])):
-            print(f"\n{BATCH_BEGIN}{job['out']}", flush=True)
-            saved = dict(os.environ)
-            os.environ.update(job.get("env", {}))
-            try:
-                run(parser().parse_args([job["model"], job["out"], *map(str, job["args"])]))
-            except Exception:  # noqa: BLE001  (recorded for its test; the next run still runs)
-                json.dump({"error": traceback.format_exc()[-6000:]}, open(job["out"], "w"))
-            finally:
-                os.environ.clear()
-                os.environ.update(saved)
-            gc.collect()
-            print(f"\n{BATCH_END}{job['out']}", flush=True)
+        run_batch(sys.argv[2], lambda argv: run(parser().parse_args(argv)))
         return
     run(parser().parse_args())
 

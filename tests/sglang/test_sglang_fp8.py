@@ -1,7 +1,7 @@
 """FP8 KV cache end to end in the real SGLang (CPU): xpu_attn vs a transformers oracle whose attention
-reads K/V rounded exactly as the pool stores them (tests/fp8_oracle.py, docs/fp8.md).
+reads K/V rounded exactly as the pool stores them (tests/support/fp8_oracle.py, docs/fp8.md).
 
-The tiny Llama (fp32), greedy 32 tokens on the 12 prompts of tests/families.py, --kv-cache-dtype fp8_e4m3
+The tiny Llama (fp32), greedy 32 tokens on the 12 prompts of tests/support/families.py, --kv-cache-dtype fp8_e4m3
 and fp8_e5m2. Scale: SGLang's layers keep k_scale = v_scale = None without checkpoint scales
 (RadixAttention.__init__; load_kv_cache_scales only loads a --quantization-param-path file and otherwise
 logs "Defaulting to scaling factors of 1.0" for e4m3, nothing for e5m2), so the pool stores cast(x) and this
@@ -25,12 +25,9 @@ import pytest
 
 from conftest import run_sglang_batch
 from families import PROMPTS
-from fp8_oracle import Oracle, agreement, engine_tf_diff, score, step_logprob_diff
+from fp8_oracle import (FP8_TOL, KV_DTYPES, Oracle, agreement, assert_matches_rounded, engine_tf_diff, fmt_score,
+                        score, step_logprob_diff)
 
-FP8_TOL = 1e-3
-SENSITIVITY = 50 * FP8_TOL
-MAX_NEAR_TIES = 1
-KV_DTYPES = ["fp8_e4m3", "fp8_e5m2"]
 DEFAULT_SCALE_LOG = "Using FP8 KV cache but no scaling factors provided. Defaulting to scaling factors of 1.0."
 
 
@@ -39,11 +36,6 @@ def report(capsys, msg: str) -> None:
     with capsys.disabled():
         print(f"\n[fp8 sglang] {msg}", flush=True)
 
-
-def fmt(s: dict) -> str:
-    near = ", ".join(f"p{i}@{k} margin {m:.1e}" for i, k, m in s["diverged"])
-    return f"{s['agree']}/{s['n']} greedy, teacher-forced max |dlogprob| {s['tf_max']:.2e}" + (
-        f" (diverged: {near})" if 0 < len(s["diverged"]) <= 2 else "")
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +87,10 @@ def test_fp8_matches_rounded_oracle(fp8, capsys, kv):
 
     rounded = score(fp8.oracle.use(kv, 1.0, 1.0), fp8.ids, ours["outputs"])
     full = score(fp8.oracle.use(None), fp8.ids, ours["outputs"])
-    report(capsys, f"{kv} xpu_attn (scale 1.0) vs rounded oracle: {fmt(rounded)}")
-    report(capsys, f"{kv} xpu_attn vs full-precision oracle: {fmt(full)}")
+    report(capsys, f"{kv} xpu_attn (scale 1.0) vs rounded oracle: {fmt_score(rounded)}")
+    report(capsys, f"{kv} xpu_attn vs full-precision oracle: {fmt_score(full)}")
 
-    assert rounded["tf_max"] < FP8_TOL, rounded["tf"]
-    near = [d for d in rounded["diverged"] if d[2] < 2 * FP8_TOL]
-    assert near == rounded["diverged"] and len(near) <= MAX_NEAR_TIES, rounded["diverged"]
-    assert full["tf_max"] > SENSITIVITY and full["agree"] < full["n"], full  # the prompts see the rounding
+    assert_matches_rounded(rounded, full)
 
 
 def test_fp8_chunked_prefill_same_tokens(fp8, capsys):
@@ -115,7 +104,7 @@ def test_fp8_chunked_prefill_same_tokens(fp8, capsys):
     d = step_logprob_diff(whole["outputs"], chunked["outputs"])
     vs_oracle = score(fp8.oracle.use(kv), fp8.ids, chunked["outputs"])
     report(capsys, f"{kv} chunked (16) vs whole: {agreement(whole['outputs'], chunked['outputs'])}/12 identical, "
-                   f"max |dlogprob| {d:.2e}; vs rounded oracle: {fmt(vs_oracle)}")
+                   f"max |dlogprob| {d:.2e}; vs rounded oracle: {fmt_score(vs_oracle)}")
     assert d < FP8_TOL and vs_oracle["tf_max"] < FP8_TOL
 
 
@@ -132,4 +121,4 @@ def test_fp8_report_torch_native(fp8, capsys):
                    f"teacher-forced (torch_native on our tokens) max |dlogprob| {tf:.2e}")
     for name, setting in (("rounded oracle", kv), ("full-precision oracle", None)):
         s = score(fp8.oracle.use(setting), fp8.ids, native["outputs"])
-        report(capsys, f"{kv} torch_native vs {name}: {fmt(s)}")
+        report(capsys, f"{kv} torch_native vs {name}: {fmt_score(s)}")

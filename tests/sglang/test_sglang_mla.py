@@ -4,10 +4,10 @@ In process, with SGLang's own MLATokenToKVPool, ReqToTokenPool, RadixAttention a
 the two RadixAttentions an MLA layer has (``attn_mha``: the un-absorbed first prefill on the K/V
 SGLang decompresses; ``attn_mqa``: absorbed attention over the latent rows, in SGLang's "concat"
 form under ``xpu_attn`` and its "split" form under ``intel_xpu``) against the naive MLA written from
-the DeepSeek-V2 paper (tests/naive_mla.py), for a first prefill, an extend on cached prefixes and
+the DeepSeek-V2 paper (tests/support/naive_mla.py), for a first prefill, an extend on cached prefixes and
 decode, page sizes 1 and 16, an FP8 latent cache, and graph-mode decode with padded rows.
 
-End to end: a tiny DeepSeek-V2 (tests/families.py "deepseek-v2", given a YaRN rope because SGLang's
+End to end: a tiny DeepSeek-V2 (tests/support/families.py "deepseek-v2", given a YaRN rope because SGLang's
 CPU rope only builds DeepSeek-YaRN) served by ``sglang.Engine`` on the CPU with
 ``--attention-backend xpu_attn``: greedy tokens identical to transformers' eager ones, over a first
 prefill (MHA), radix-cache hits and shared-prefix prompts (absorbed extend on a cached prefix),
@@ -316,8 +316,8 @@ def _yarn(path: Path) -> None:
 
 
 def _hf_greedy(path: Path, prompts: list, out: Path) -> list:
-    """transformers' eager greedy tokens (tests/families.py greedy) for these prompts, in a subprocess."""
-    tests = Path(__file__).resolve().parent.parent
+    """transformers' eager greedy tokens (tests/support/families.py greedy) for these prompts, in a subprocess."""
+    tests = Path(__file__).resolve().parent.parent / "support"
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import families; "
             "families.PROMPTS[:] = json.load(open(sys.argv[2])); "
             "json.dump(families.greedy(sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))")

@@ -1,8 +1,8 @@
 """Real weights in the real SGLang 0.5.23 (CPU): SmolLM2-135M-Instruct (ci/real_model.sh) on the 16 prompts of
-tests/real_model.py (chat and plain, 5 to ~2,400 tokens, two sharing a ~650-token prefix), greedy 32 tokens,
+tests/support/real_model.py (chat and plain, 5 to ~2,400 tokens, two sharing a ~650-token prefix), greedy 32 tokens,
 against two independent oracles: transformers' eager attention in fp32 and SGLang's own torch_native backend.
 
-One SGLang process per backend (tests/real_model_engine.py) makes one Engine per configuration in turn, each
+One SGLang process per backend (tests/support/real_model_engine.py) makes one Engine per configuration in turn, each
 with chunked prefill (chunked_prefill_size 256: the long prompts are prefilled in several chunks) and the
 radix cache on:
 - fp32: xpu_attn identical to torch_native on every prompt (log-probabilities within LOGPROB_TOL), identical
@@ -11,7 +11,7 @@ radix cache on:
   from the radix cache (cached tokens asserted) and give the same tokens.
 - bf16, teacher-forced on the fp32 transformers reference: xpu_attn's max |dlogprob| <= 1.5x torch_native's and
   its agreement >= torch_native's minus one prompt (per prompt, near ties excused, and per teacher-forced step:
-  tests/real_model.py no_worse).
+  tests/support/real_model.py no_worse).
 - FP8 KV cache (fp8_e4m3; SGLang keeps scale 1.0 without checkpoint scales), on the fp32 reference: both
   backends side by side (printed), and xpu_attn no worse than torch_native by the bf16 rule.
 - NGRAM speculative decoding (SGLang's tree drafts; its speculative kernels in Triton's interpreter through
@@ -93,7 +93,7 @@ def test_fp32_radix_cache_hits(real, capsys):
 
 
 def no_worse(real, capsys, name: str) -> None:
-    """tests/real_model.py no_worse on the SUBSET prompts."""
+    """tests/support/real_model.py no_worse on the SUBSET prompts."""
     rm.no_worse(sub(real.ref, SUBSET), ok(real.ours, name), ok(real.own, name), name=name, labels=("xpu_attn", "torch_native"),
                 report=lambda msg: report(capsys, msg))
 

@@ -1,6 +1,6 @@
 """The smoke check CI runs on the oldest supported SGLang (ci/test.sh, suite ``oldest``; the full SGLang suite runs
 it on the newest release too): this package installed from its wheel, its plugin found through SGLang's entry
-points and registered, and one tiny model (Qwen3, tests/families.py) generating through ``--attention-backend
+points and registered, and one tiny model (Qwen3, tests/support/families.py) generating through ``--attention-backend
 xpu_attn``, greedy ids identical to transformers' eager attention."""
 
 import importlib.metadata as md

@@ -3,7 +3,7 @@
 Oracles, both transformers' own: greedy ``model.generate`` with eager attention (one prompt at a time, no
 paging) and ``generate_batch`` with transformers' own CB attention (``sdpa``). Families: Qwen2-style (GQA,
 biases), Gemma-2 (alternating sliding-window layers, logit softcap), GPT-OSS (attention sinks, sliding
-layers) as tiny random models, and the real SmolLM2-135M-Instruct (tests/real_model.py). Prompts longer than
+layers) as tiny random models, and the real SmolLM2-135M-Instruct (tests/support/real_model.py). Prompts longer than
 the window and a small ``max_batch_tokens`` (chunked prefill) exercise the window and the extend path.
 """
 
@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig  # noqa: E402
 import vllm_xpu_attn.transformers_cb as xa  # noqa: E402
 from vllm_xpu_attn.transformers_cb import backend, compat  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
 
 PROMPT_LENS = (5, 17, 33, 9, 26)
 NEW_TOKENS = 12

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import vllm  # noqa: F401  (hard requirement of this suite)
 
-from tiny_model import make_tiny_model  # tests/ is on sys.path (tests/conftest.py)
+from engine_runs import Runs, collect  # tests/support/ is on sys.path (tests/conftest.py)
+from tiny_model import make_tiny_model
 
 HERE = Path(__file__).parent
 BASE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -45,24 +46,12 @@ def run_vllm(model: str, tmp_path: Path, *, ours: bool, multiprocess: bool = Fal
     return res
 
 
-class Runs(dict):
-    """{tag: result} of one batch process; a run that failed raises here, when its test asks for it."""
-
-    def __getitem__(self, tag: str) -> dict:
-        res = super().__getitem__(tag)
-        if "error" in res:
-            raise AssertionError(f"vLLM run {tag!r} failed:\n{res['error']}\n--- its log ---\n{res['log'][-4000:]}")
-        return res
-
-
 def run_vllm_batch(jobs: dict[str, tuple[str, list]], tmp_path: Path, *, ours: bool, kernel: str | None = None,
                    name: str = "batch") -> Runs:
     """Several vLLM runs ({tag: (model, args)}) in one process, one after another, each its own ``LLM``: the
     engine's import and platform set-up are paid once per process instead of once per run (most of a tiny
     model's run). Each result is what ``run_vllm`` returns, with that run's part of the log under "log" and
     the whole process's log under "process_log" (messages logged once per process)."""
-    from run_vllm import BATCH_BEGIN, BATCH_END
-
     side = f"{name}-{'ours' if ours else 'vllm'}{'-' + kernel if kernel else ''}"
     outs = {tag: tmp_path / f"{side}-{tag.replace('/', '-')}.json" for tag in jobs}
     spec = tmp_path / f"{side}.jobs.json"
@@ -77,16 +66,7 @@ def run_vllm_batch(jobs: dict[str, tuple[str, list]], tmp_path: Path, *, ours: b
     proc = subprocess.run([sys.executable, str(HERE / "run_vllm.py"), "--batch", str(spec)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600 + 300 * len(jobs))
     log = proc.stdout
-    runs = Runs()
-    for tag, out in outs.items():
-        part = log.partition(BATCH_BEGIN + str(out))[2].partition(BATCH_END + str(out))[0]
-        if out.exists():
-            res = json.loads(out.read_text())
-        else:
-            res = {"error": f"no result: the process ended with rc {proc.returncode}"}
-        res.update(log=part, process_log=log)
-        dict.__setitem__(runs, tag, res)
-    return runs
+    return collect("vLLM", outs, log, proc.returncode)
 
 
 from parity import LOGPROB_TOL, assert_parity  # noqa: E402,F401  (shared by both engine suites)

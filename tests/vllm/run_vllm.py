@@ -8,20 +8,17 @@ Prints nothing but vLLM's logs; writes {"backend": ..., "outputs": [{"token_ids"
        python run_vllm.py --batch JOBS_JSON
 JOBS_JSON: [{"model": DIR, "out": OUT_JSON, "args": [...]}, ...]: the runs one after another in this process,
 each its own ``LLM`` (made, used, dropped), so vLLM's import and platform set-up are paid once (CI time).
-Each run's log lies between the lines ``BATCH_BEGIN + out`` and ``BATCH_END + out``; a run that raises
-writes {"error": traceback} to its OUT_JSON and the next one still runs.
+The log and error protocol: tests/support/engine_runs.py.
 """
 
 import argparse
 import json
 import sys
 from pathlib import Path
-import os
 import time
 
-
-BATCH_BEGIN = "=== vxa batch run begins: "
-BATCH_END = "=== vxa batch run ends: "
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))  # tests/support/
+from engine_runs import run_batch  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,7 +58,6 @@ def run(a: argparse.Namespace) -> None:
 
     served_before = served()  # the process's counts so far (batch mode: earlier runs)
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
     from tiny_model import PROMPTS
 
     prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
@@ -160,17 +156,7 @@ def whisper_prompts(model: str) -> list[dict]:
 
 def main():
     if sys.argv[1] == "--batch":
-        import gc
-        import traceback
-
-        for job in json.load(open(sys.argv[2])):
-            print(f"\n{BATCH_BEGIN}{job['out']}", flush=True)
-            try:
-                run(parser().parse_args([job["model"], job["out"], *map(str, job["args"])]))
-            except Exception:  # noqa: BLE001  (recorded for its test; the next run still runs)
-                json.dump({"error": traceback.format_exc()[-6000:]}, open(job["out"], "w"))
-            gc.collect()
-            print(f"\n{BATCH_END}{job['out']}", flush=True)
+        run_batch(sys.argv[2], lambda argv: run(parser().parse_args(argv)))
         return
     run(parser().parse_args())
 

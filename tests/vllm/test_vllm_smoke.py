@@ -1,6 +1,6 @@
 """The smoke check CI runs on the oldest supported vLLM (ci/test.sh, suite ``oldest``; the full vLLM suite runs it
 on the newest release too): this package installed from its wheel, its plugins found through vLLM's entry points,
-and one tiny model (Qwen3, tests/families.py) generating through this backend, greedy ids identical to
+and one tiny model (Qwen3, tests/support/families.py) generating through this backend, greedy ids identical to
 transformers' eager attention."""
 
 import importlib.metadata as md

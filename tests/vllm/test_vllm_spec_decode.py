@@ -7,7 +7,7 @@ metrics must report accepted drafts; and this backend's builder must have planne
 (not prefilling, 2..1+k queries) and the EAGLE drafter's steps (its own layers, role=draft) are
 counted from them. vLLM 0.32 has no tree speculation (chains only), so top-k > 1 is SGLang's.
 
-Verify-time local attention: n-gram speculation on the tiny Llama-4 text model of tests/families.py
+Verify-time local attention: n-gram speculation on the tiny Llama-4 text model of tests/support/families.py
 (chunked local attention, chunk 32, on layers 0-2; a global layer 3), with prompts whose 48 greedy
 tokens cross position 32 (three also 64) while verify rows run. Greedy tokens must equal this backend
 without speculation and transformers' eager model. vLLM splits each local layer's rows at chunk
@@ -64,7 +64,7 @@ def spec(tmp_path_factory):
     # One speculative LLM per process: vLLM re-registers its rejection-sampler kernels for a second one in the
     # same process and fails ("'_lib_fn_wrapper' object has no attribute 'get'").
     groups = [("nospec", "ngram"), ("llama4-nospec", "llama4-ngram"), ("eagle",)]
-    runs = Runs()
+    runs = Runs("vLLM")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VLLM_XPU_ATTN_LOG_LEVEL", "DEBUG")  # the builder's per-step lines
         for i, group in enumerate(groups):
@@ -134,7 +134,7 @@ L4_TOKENS, L4_LOCAL_LAYERS = 48, 3
 
 def llama4_model(root: Path) -> dict:
     """The tiny Llama-4 and transformers' eager greedy tokens for L4_PROMPTS."""
-    tests, path = Path(__file__).resolve().parent.parent, root / "llama4"
+    tests, path = Path(__file__).resolve().parent.parent / "support", root / "llama4"
     prompts, hf = root / "l4-prompts.json", root / "l4-hf.json"
     prompts.write_text(json.dumps(L4_PROMPTS))
     subprocess.run([sys.executable, str(tests / "families.py"), "make", str(path), "llama4", "0"], check=True,

@@ -1,10 +1,10 @@
-"""Where the host time of one decode layer goes (issue #11): each layer of the call stack timed alone.
+"""Where the host time of one decode layer goes: each layer of the call stack timed alone.
 
-    PYTHONPATH=. python tests/gpu/gpu_host_breakdown.py      # prints one JSON object
+    python benchmarks/host_breakdown.py      # CUDA machine; prints one JSON object (us)
 
-Run on a CUDA machine (not in CI). Tiny decode batch (B 1, 128 keys, bf16, Hq 32 / Hkv 8 / D 128,
-page 64) so the GPU time per call is far below the host time. Each figure is the median over repeats
-of host seconds per call for N back-to-back calls rotating over 32 layers' caches:
+Tiny decode batch (B 1, 128 keys, bf16, Hq 32 / Hkv 8 / D 128, page 64) so the GPU time per call is far
+below the host time. Each figure is the median (and min) over repeats of host microseconds per call for N
+back-to-back calls rotating over 32 layers' caches (timing.host_per_call, after 200 warm-up calls):
 
   forward        LayerRunner.forward(plan, q, k, v, out)       (the engine-facing per-layer call)
   launch_run     PagedLaunch.run(...)                           (the O(1) checks + run_checked)
@@ -23,12 +23,13 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the package
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from timing import host_per_call  # noqa: E402
 from vllm_xpu_attn import core  # noqa: E402
 from vllm_xpu_attn.kernels.contract import NO_LAYER_ARGS  # noqa: E402
 
@@ -36,20 +37,9 @@ DEV = torch.device("cuda")
 N, REPEATS, LAYERS = 2000, 15, 32
 
 
-def host_us(calls, n=N, repeats=REPEATS):
-    k = len(calls)
-    for i in range(200):
-        calls[i % k]()
-    torch.cuda.synchronize()
-    vals = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for i in range(n):
-            calls[i % k]()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        vals.append((t1 - t0) / n * 1e6)
+def host_us(calls, n=N, repeats=REPEATS) -> dict:
+    """Median and min over repeats of host us per call (n back-to-back calls rotating over ``calls``)."""
+    vals = [x * 1e6 for x in host_per_call(calls, n, repeats, warmup=200)]
     return {"median": round(statistics.median(vals), 3), "min": round(min(vals), 3)}
 
 

@@ -1,10 +1,10 @@
-"""Engine side of the real-model runs (tests/real_model.py has the prompts and the transformers oracle).
+"""Engine side of the real-model runs (tests/support/real_model.py has the prompts and the transformers oracle).
 
 One engine process per backend runs several configurations one after another (each its own
 ``LLM`` / ``sglang.Engine``, made, used and shut down in turn), so the engines' imports and start-up are
-paid once per backend, not once per configuration (the CI time budget of issue 22):
+paid once per backend, not once per configuration (CI time):
 
-    python tests/real_model_engine.py vllm|sglang ours|own PLAN_JSON OUT_JSON
+    python tests/support/real_model_engine.py vllm|sglang ours|own PLAN_JSON OUT_JSON
 
 PLAN_JSON: {"model": DIR, "prompts": [[ids]...], "runs": [RUN...]}; RUN keys:
   name            label of the run
@@ -31,7 +31,7 @@ import traceback
 VLLM_SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 SGLANG_SPEC = {"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": 4}
 MAX_MODEL_LEN = 4096
-SGLANG_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang", "spec_cpu_shims")
+SGLANG_SHIMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sglang", "spec_cpu_shims")
 
 
 def _tf_rows(prompt_len: int, seq: list[int], rows) -> list[list]:

@@ -108,7 +108,7 @@ def make_tiny_model(path: str | os.PathLike, arch: str = "llama", *, seed: int =
     return str(out)
 
 
-if __name__ == "__main__":  # python tests/tiny_model.py DIR [arch]
+if __name__ == "__main__":  # python tests/support/tiny_model.py DIR [arch]
     import sys
 
     print(make_tiny_model(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "llama"))

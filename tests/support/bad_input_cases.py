@@ -3,7 +3,7 @@
 Outcomes:
   ("error", exception type, regex naming the argument)  - refused before anything is written;
   ("result", oracle kwargs)                               - a documented correct result: equal to the naive
-                                                           oracle (tests/naive.py) run with those kwargs;
+                                                           oracle (tests/support/naive.py) run with those kwargs;
   ("flagged", argument, bad sequences)                    - a value only the device sees (page ids, lengths,
                                                            cu_seqlens_q): the reference refuses it on the
                                                            host; the Triton kernels never touch memory

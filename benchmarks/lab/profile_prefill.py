@@ -1,21 +1,24 @@
-"""One causal prefill call (1 x 8192, bf16, Hq 32 / Hkv 8 / D 128, page 64) for Nsight Compute (issue #12).
+"""One causal prefill call (1 x 8192, bf16, Hq 32 / Hkv 8 / D 128, page 64) for Nsight Compute.
 
     ncu --kernel-name regex:_paged_attn_kernel --launch-skip 1 --launch-count 1 --set full \\
-        python benchmarks/profile_prefill.py        # (PYTHONPATH=.:benchmarks)
+        python benchmarks/lab/profile_prefill.py [--extend] [--lab]
 
 Runs the provider twice (the first call compiles; ncu skips it), then cuDNN's dense SDPA once on the
 same inputs (GQA expanded) for a side-by-side profile with ``--kernel-name regex:cudnn|sm90``.
 """
 
+import os
+import sys
+
 import torch
 
-from bench_attention import dense_from_paged, paged_inputs, sdpa
-from vllm_xpu_attn.kernels import get_provider
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [_BENCH, os.path.dirname(_BENCH)]  # benchmarks/ (bench_attention, timing); the package's repository
+from bench_attention import dense_from_paged, paged_inputs, sdpa  # noqa: E402
+from vllm_xpu_attn.kernels import get_provider  # noqa: E402
 
 
 def main():
-    import sys
-
     # --extend: bench_attention's 16 x 512 on 2048 case; --lab: then prefill_lab's lean kernel, host- and
     # device-side descriptors, twice each (profile with --kernel-name regex:"_paged_attn|_lab_tma")
     batch, q_len, k_len = (16, 512, 2560) if "--extend" in sys.argv else (1, 8192, 8192)

@@ -1,6 +1,6 @@
 """A/B of the paged attention kernel against another copy of kernels.py, in one process (H200).
 
-    PYTHONPATH=.:benchmarks python benchmarks/ab_kernel.py OLD_KERNELS.py [REPS=2]   # one JSON line per (variant, case)
+    python benchmarks/lab/ab_kernel.py OLD_KERNELS.py [REPS=2]   # one JSON line per (variant, case)
 
 Both variants run through the provider (tiles, split count, launchers as shipped); only
 ``_paged_attn_kernel`` is swapped. Cases: bench_attention's decode shapes and both prefill cases (1 x 8192, 16 x 512 on 2048);
@@ -9,13 +9,17 @@ back-to-back throughput, A/B/A/B interleaved (the machine is shared).
 
 import importlib.util
 import json
+import os
 import sys
 
 import torch
 
-from bench_attention import bench_tp, paged_inputs
-from vllm_xpu_attn.kernels import get_provider
-from vllm_xpu_attn.kernels.triton import kernels as K
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [_BENCH, os.path.dirname(_BENCH)]  # benchmarks/ (bench_attention, timing); the package's repository
+from bench_attention import paged_inputs  # noqa: E402
+from timing import throughput  # noqa: E402
+from vllm_xpu_attn.kernels import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.triton import kernels as K  # noqa: E402
 
 
 def main():
@@ -26,7 +30,7 @@ def main():
     tri = get_provider("triton")
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
-    copy_s = bench_tp(lambda: x.clone(), n=20)
+    copy_s = throughput(lambda: x.clone(), n=20)
     copy_tbps = 2 * x.numel() / copy_s / 1e12
     cases = [(64, 1, 4096), (256, 1, 1024), (8, 1, 32768), (1, 8192, 8192), (16, 512, 2560)]
     for rep in range(int(sys.argv[2]) if len(sys.argv) > 2 else 2):
@@ -36,7 +40,7 @@ def main():
                 K._paged_attn_kernel = fn  # the provider imports it at launcher creation
                 tri.clear_caches()
                 f = lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len)  # noqa: E731
-                t = bench_tp(f, n=20 if q_len > 1 else 50)
+                t = throughput(f, n=20 if q_len > 1 else 50)
                 if q_len == 1:
                     val = {"pct_copy": round(100 * 2 * kc.numel() * kc.element_size() / t / 1e12 / copy_tbps, 1)}
                 else:

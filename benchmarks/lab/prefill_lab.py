@@ -1,7 +1,7 @@
 """Prefill experiments on the H200: tile sweep of the shipped paged kernel, a lean tensor-descriptor (TMA)
 variant of it, and cuDNN dense SDPA as the yardstick, all in one process (one JSON line per result).
 
-    PYTHONPATH=.:benchmarks python benchmarks/prefill_lab.py [--quick]
+    python benchmarks/lab/prefill_lab.py [--quick]
 
 Shapes: bench_attention's prefill cases (bf16, D=128, 32 q / 8 KV heads, page 64, shuffled pages):
 1 x 8192 causal and 16 x 512 on 2048 cached keys. Every variant's output is checked against SDPA
@@ -9,17 +9,21 @@ before it is timed (back-to-back throughput, CUDA events).
 """
 
 import json
+import os
 import sys
 
 import torch
 import triton
 import triton.language as tl
 
-from bench_attention import D, HKV, HQ, PAGE, bench_tp, dense_from_paged, paged_inputs, sdpa
-from vllm_xpu_attn.kernels import get_provider
-from vllm_xpu_attn.kernels.triton.descriptors import ensure_scratch_allocator
-from vllm_xpu_attn.kernels.triton.provider import TritonProvider
-from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [_BENCH, os.path.dirname(_BENCH)]  # benchmarks/ (bench_attention, timing); the package's repository
+from bench_attention import D, HKV, HQ, PAGE, dense_from_paged, paged_inputs, sdpa  # noqa: E402
+from timing import throughput  # noqa: E402
+from vllm_xpu_attn.kernels import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.triton.descriptors import ensure_scratch_allocator  # noqa: E402
+from vllm_xpu_attn.kernels.triton.provider import TritonProvider  # noqa: E402
+from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
@@ -142,7 +146,7 @@ def main():
             fl = causal_flops(batch, q_len, k_len)
             sd = sdpa("cudnn", qd, kd, vd, q_len != k_len)
             ref = sd().transpose(1, 2).reshape(batch * q_len, HQ, D)
-            t = bench_tp(sd, n=20)
+            t = throughput(sd, n=20)
             rec = dict(rep=rep, shape=[batch, q_len, k_len])
             print(json.dumps({**rec, "variant": "cudnn_sdpa", "tflops": round(fl / t / 1e12, 1)}), flush=True)
             for label, use_desc, cfg in prov:
@@ -153,7 +157,7 @@ def main():
                 f = lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len)  # noqa: E731
                 try:
                     err = (f().float() - ref.float()).abs().max().item()
-                    t = bench_tp(f, n=20)
+                    t = throughput(f, n=20)
                     c = next(iter(tri._configs.values()))
                     used = (c.block_m, c.block_n, c.warps, c.stages, "desc" if c.desc else "ptr")
                 except Exception as e:  # out of shared memory etc.
@@ -169,7 +173,7 @@ def main():
                 try:
                     f = lab_tma(q, kc, vc, pt, batch, q_len, k_len, cfg, dev)
                     err = (f().float() - ref.float()).abs().max().item()
-                    t = bench_tp(f, n=20)
+                    t = throughput(f, n=20)
                 except Exception as e:
                     print(json.dumps({**rec, "variant": label, "cfg": cfg, "error": str(e)[:100]}), flush=True)
                     continue

@@ -11,7 +11,7 @@ Shared by tests/vllm/test_vllm_real_model.py, tests/sglang/test_sglang_real_mode
   the top-2 gap at each step (a near tie explains a divergence). Cached next to the model (keyed by the
   prompts, the model and the transformers version).
 
-    python tests/real_model.py reference OUT_JSON   (in a venv with transformers: writes the oracle's JSON)
+    python tests/support/real_model.py reference OUT_JSON   (in a venv with transformers: writes the oracle's JSON)
 """
 
 import hashlib
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAX_TOKENS = 32
 EOS_TEXT = "<|im_end|>"
 
@@ -251,7 +251,7 @@ def fmt(s: dict) -> str:
 
 
 def no_worse(ref: dict, ours: dict, own: dict, *, name: str, labels: tuple[str, str], report) -> None:
-    """Against the fp32 transformers reference, this backend no worse than the engine's own (issue 22's bf16 rule),
+    """Against the fp32 transformers reference, this backend no worse than the engine's own (the bf16 rule),
     both teacher-forced on the reference's tokens (``tf``) and greedy (``tokens``), on the same prompts:
     - max |dlogprob| <= 1.5x the engine's own;
     - agreement per prompt >= the engine's own minus one prompt, where a prompt agrees when its greedy continuation

@@ -1,5 +1,5 @@
 """The torch_sdpa CPU provider (torch's flash-attention CPU kernel over gathered pages) against the naive
-oracle (tests/naive.py, fp64, shares no code with the package) on random layouts, and what it refuses."""
+oracle (tests/support/naive.py, fp64, shares no code with the package) on random layouts, and what it refuses."""
 
 import pytest
 import torch

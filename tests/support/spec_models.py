@@ -75,7 +75,7 @@ def make_eagle_draft(target: str | os.PathLike, path: str | os.PathLike, engine:
     return str(out)
 
 
-if __name__ == "__main__":  # python tests/spec_models.py ROOT: writes ROOT/{target,eagle-vllm,eagle-sglang}
+if __name__ == "__main__":  # python tests/support/spec_models.py ROOT: writes ROOT/{target,eagle-vllm,eagle-sglang}
     import sys
 
     root = Path(sys.argv[1])

@@ -5,7 +5,7 @@ under compute-sanitizer): values that, unguarded, read or write outside a tensor
 Prints ``REFUSED <message>`` when the bad value is reported (at once, or at the next step boundary) and
 ``NAN-ROWS-OK`` when the affected rows came out NaN (``NO-ROWS`` when the case has no output rows).
 
-    python tests/bad_input_oob.py "page id 10**6" [--device cuda]
+    python tests/support/bad_input_oob.py "page id 10**6" [--device cuda]
 """
 
 from __future__ import annotations
