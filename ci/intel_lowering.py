@@ -1,4 +1,4 @@
-"""Intel lowering check (issue #12): every Triton kernel specialisation the provider launches, compiled
+"""Intel lowering check: every Triton kernel specialisation the provider launches, compiled
 ahead of time for Intel GPUs, without an Intel GPU.
 
 Runs in the ``intel`` venv (``ci/venvs.sh intel``: triton-xpu 3.3.0b1 + Debian sid's ocloc/IGC in a
@@ -9,12 +9,13 @@ own figures (``.ze_info``: spill size, GRF count, SIMD width) and the ISA (``dpa
 
 Rules (a failed rule fails the job): compile error or timeout; fp64 on dg2/mtl; no DPAS in the paged
 or MLA kernel in bf16/fp16 on bmg/pvc/lnl; SLM over the device limit; work-group over the device limit;
-a launched kernel without cases, or a kernel parameter without a type here; spill > 0 in paged
-decode/prefill D=128 bf16 on bmg/pvc/lnl - except, until the kernel reaches zero, up to the recorded
-residual (KNOWN_SPILL, status "spill-known"; --strict fails it too). Spills elsewhere are reported only.
+a launched kernel without cases, or a kernel parameter without a type here; spill > 0 in any bf16/fp16
+case on bmg/pvc/lnl, unless it is within a residual recorded in KNOWN_SPILL (status "spill-known";
+--strict fails it too). Spills elsewhere (fp32; dg2/mtl) are reported only.
 
 The launched specialisations are derived here the way ``TritonLaunch`` derives them (step_launch.py):
-tiles, warps, stages (and the xpu GRF mode) from ``TUNING[family][phase]``, BLOCK_M raised to the GQA
+tiles, warps, stages (and the xpu GRF mode) from ``TUNING[family][phase]`` (``<phase>_d<D>`` where a head
+dim has its own; the MLA kernel's latent tiles from ``MLA_LATENT_TILES``), BLOCK_M raised to the GQA
 group in decode, BLOCK_D/BLOCK_DV powers of two (>= 16), HAS_* flags, FP32_DOT for fp32 queries,
 ALIGN_ROWS with prefill tiles in batch-invariant mode, NUM_SPLITS > 1 for split-K decode. TUNING is
 read from tiles.py's source (tiles.py imports torch; this venv has none), the kernels are loaded
@@ -72,24 +73,36 @@ GRF_FLAGS = {"small": "-cl-intel-128-GRF-per-thread", "large": "-cl-intel-256-GR
              "auto": "-cl-intel-enable-auto-large-GRF-mode"}
 # intel driver.c: with no GRF mode requested, a kernel spilling more than this is rebuilt at 256 GRF
 DRIVER_SPILL_RETRY = 1000
-# The zero-spill target (paged decode/prefill, D=128, bf16, bmg/pvc/lnl) is reached (session 6: log2(e)
-# folded into the score scale, one multiply less per score; before it, residuals of 1,152-3,456 B were
-# recorded here as "spill-known"). KNOWN_SPILL stays as the mechanism for a future residual: a gated case
-# spilling at most its entry is reported "spill-known", more fails; empty = any gated spill fails.
-KNOWN_SPILL: dict[tuple[str, str], int] = {}
+# The gate: every bf16/fp16 specialisation on the DPAS targets must lower with zero spill (GATED_TARGETS; fp32,
+# a correctness mode, and dg2/mtl, no DPAS, are reported only). KNOWN_SPILL: the gated cases that still spill,
+# bytes per (target, case name) as recorded; such a case spilling at most its entry is "spill-known" (a
+# kernel change is needed, docs/intel_lowering.md), more fails; test_zero_spill_target xfails while any remain.
+GATED_TARGETS = ("bmg", "pvc", "lnl")
+KNOWN_SPILL: dict[tuple[str, str], int] = {
+    **{(t, "paged/decode/d256/bf16"): 30720 for t in GATED_TARGETS},
+    **{(t, "paged/prefill/d256/bf16"): 33280 for t in GATED_TARGETS},
+    **{(t, "paged/decode/d128/bf16/alibi"): 3072 for t in GATED_TARGETS},
+    **{(t, "paged/prefill/d128/bf16/alibi"): 7680 for t in GATED_TARGETS},
+    **{(t, "paged/prefill/d128/bf16/softcap+sinks"): 2048 for t in GATED_TARGETS},
+}
 TORCH_TO_TRITON = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "e4m3": "fp8e4nv", "e5m2": "fp8e5"}
 FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
 
 
 # ---------------------------------------------------------------------------------------------------
 # the provider's tile table, read from its source
-def read_tuning() -> dict:
+def read_literal(name: str) -> dict:
     tree = ast.parse(TILES.read_text())
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id == "TUNING" and node.value is not None:
+        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
             return ast.literal_eval(node.value)
-    raise SystemExit(f"TUNING not found in {TILES}")
+    raise SystemExit(f"{name} not found in {TILES}")
+
+
+def read_tuning() -> dict:
+    """TUNING, with the MLA kernel's latent tiles (MLA_LATENT_TILES) under the key "mla_latent"."""
+    return dict(read_literal("TUNING"), mla_latent=read_literal("MLA_LATENT_TILES"))
 
 
 def pow2(n: int, lo: int = 16) -> int:
@@ -117,7 +130,7 @@ def _runtime_types(kernel: str, *, q: str, kv: str, sinks=False, alibi=False, fp
         return dict(Q=_ptr(qt), K=_ptr(kt), V=_ptr(kt), PT="*i32", SEQ="*i32", CUQ="*i32", SINKS=opt(sinks),
                     ALIBI=opt(alibi), KDS=opt(fp8), VDS=opt(fp8), O=_ptr(qt), LSE=opt(lse), OP=opt(splits > 1),
                     LP=opt(splits > 1), ERR="*i32", scale="fp32", softcap="fp32")
-    if "mla" in kernel:  # _mla_attn_kernel (named _mla_decode_kernel before)
+    if "mla" in kernel:  # the absorbed-MLA kernel, whatever its name (mla_kernel_name)
         return dict(Q=_ptr(qt), KV=_ptr(kt), PT="*i32", SEQ="*i32", CUQ="*i32", KDS=opt(fp8), O=_ptr(qt),
                     LSE=opt(lse), OP=opt(splits > 1), LP=opt(splits > 1), ERR="*i32", scale="fp32")
     if kernel == "_merge_splits":
@@ -139,7 +152,8 @@ def _case(target, kernel, name, types, consts, warps, stages, grf, *, phase, d, 
           zero_spill=False, unaligned=()) -> dict:
     return dict(name=name, target=target, kernel=kernel, types=types, constexprs=consts, num_warps=warps,
                 num_stages=stages, grf_mode=grf, phase=phase, head_dim=d, dtype=q, kv_dtype=kv, features=feats,
-                need_dpas=need_dpas and TARGETS[target]["dpas"] and q in ("bf16", "fp16"), zero_spill=zero_spill,
+                need_dpas=need_dpas and TARGETS[target]["dpas"] and q in ("bf16", "fp16"),
+                zero_spill=zero_spill or (target in GATED_TARGETS and q in ("bf16", "fp16")),
                 unaligned=sorted(UNALIGNED_INTS | set(unaligned)))
 
 
@@ -150,7 +164,9 @@ def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page
     kv = kv or q
     fp8 = kv in ("e4m3", "e5m2")
     phase = "prefill" if invariant else phase  # batch-invariant mode runs the prefill tiles, no split-K
-    bm, bn, warps, stages, grf = xpu_tiles(tuning, phase)
+    # a head dim's own tiles where TUNING has them (tiles.head_dim_phase)
+    key = f"{phase}_d{pow2(d)}" if f"{phase}_d{pow2(d)}" in tuning["xpu"] else phase
+    bm, bn, warps, stages, grf = xpu_tiles(tuning, key)
     bm = max(bm, pow2(group)) if phase == "decode" else bm
     left, right = window if window else (-1, -1)
     consts = dict(WIN_LEFT=left, WIN_RIGHT=right, PAGE=page, GROUP=group, D=d, DV=d, BLOCK_D=pow2(d),
@@ -163,12 +179,10 @@ def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page
                              ("lse", lse), ("per-head-descale", fp8 and per_head), (f"page{page}", page != 64))
              if on]
     name = f"paged/{tag or phase}/d{d}/{q}" + ("/" + "+".join(feats) if feats else "")
-    gate = target in ("bmg", "pvc", "lnl") and phase in ("decode", "prefill") and d == 128 and q == "bf16" \
-        and not feats and tag is None
     types = _runtime_types("_paged_attn_kernel", q=q, kv=kv, sinks=sinks, alibi=alibi, fp8=fp8, lse=lse,
                            splits=splits)
     return _case(target, "_paged_attn_kernel", name, types, consts, warps, stages, grf, phase=phase, d=d, q=q,
-                 kv=kv, feats=feats, need_dpas=True, zero_spill=gate,
+                 kv=kv, feats=feats, need_dpas=True,
                  unaligned=["stride_ds_b"] if fp8 and per_head else [])
 
 
@@ -182,8 +196,9 @@ def mla_case(tuning, target, *, d_c=512, d_r=64, q="bf16", kv=None, splits=1, ls
     kv = kv or q
     fp8 = kv in ("e4m3", "e5m2")
     bh, bn, warps, stages, grf = xpu_tiles(tuning, "mla_decode")
-    consts = dict(PAGE=64, D_C=d_c, D_R=d_r, BLOCK_H=bh, BLOCK_N=bn, NUM_SPLITS=splits, WRITE_LSE=lse,
-                  HAS_DESCALE=fp8, FP32_DOT=q == "fp32")
+    block_dc, block_dv = (min(w, d_c) for w in tuning["mla_latent"]["xpu"]["mla_decode"])  # tiles.mla_latent_tiles
+    consts = dict(PAGE=64, D_C=d_c, D_R=d_r, BLOCK_H=bh, BLOCK_N=bn, BLOCK_DC=block_dc, BLOCK_DV=block_dv,
+                  NUM_SPLITS=splits, WRITE_LSE=lse, HAS_DESCALE=fp8, FP32_DOT=q == "fp32")
     feats = [f for f, on in ((f"kv-{kv}", kv != q), (f"splits{splits}", splits > 1), ("lse", lse)) if on]
     kernel = mla_kernel_name()
     types = _runtime_types(kernel, q=q, kv=kv, fp8=fp8, lse=lse, splits=splits)
@@ -263,14 +278,67 @@ SWEEP = {
 }
 
 
-def sweep_cases(tuning: dict, targets: list[str]) -> list[dict]:
+# "decode_d64": the D 64 decode's own tiles (TUNING "decode_d64"); "mla_decode": (tiles, (BLOCK_DC, BLOCK_DV)) of
+# the absorbed-MLA kernel: the latent chunk width and the output columns a program owns (MLA_LATENT_TILES)
+# the shipped entries of these two are the job's choice among their candidates (sweep_choice), checked in CI
+SWEEP["decode_d64"] = [(16, n, w, 2, "large") for n in (16, 32, 64) for w in (4, 8)]
+SWEEP["mla_decode"] = [((bh, bn, w, 2, "large"), lat) for bh, bn, w in ((16, 16, 4), (8, 16, 4), (16, 32, 4), (16, 16, 2))
+                       for lat in ((512, 512), (128, 128), (64, 128), (64, 64))]
+CHOSEN_BY_SWEEP = ("decode_d64", "mla_decode")
+
+
+def _rank(phase: str, tiles, tuning: dict) -> tuple:
+    """Among zero-spill candidates, the larger the better: MLA: output columns per program (less score
+    recompute), head rows, keys, latent chunk, then warps nearest the shipped; paged: the tile's area, then warps
+    nearest the phase's base tile."""
+    if phase == "mla_decode":
+        (bh, bn, w, *_), (dc, dv) = tiles
+        return dv, bh, bn, dc, -abs(w - 4)
+    m, n, w, *_ = tiles
+    return m * n, -abs(w - tuning["xpu"][phase.partition("_d")[0]][2])
+
+
+def sweep_choice(sweep: list[dict], tuning: dict, targets: list[str]) -> dict:
+    """{phase: shipped, chosen (the best candidate with zero spill and no failure on every DPAS target run)}."""
+    out = {}
+    for phase in CHOSEN_BY_SWEEP:
+        cands = {}
+        for r in sweep:
+            if r.get("sweep_phase") == phase:
+                cands.setdefault(json.dumps(r["sweep_tiles"]), []).append(r)
+        dpas = [t for t in targets if TARGETS[t]["dpas"]]
+        ok = [json.loads(k) for k, rs in cands.items() if len(rs) == len(dpas)
+              and all(r["status"] != "fail" and r.get("spill", 1) == 0 for r in rs)]
+        norm = (lambda t: [list(t[0]), list(t[1])]) if phase == "mla_decode" else list
+        chosen = max(ok, key=lambda t: _rank(phase, t, tuning)) if ok else None
+        shipped = ((tuning["xpu"]["mla_decode"], tuning["mla_latent"]["xpu"]["mla_decode"]) if phase == "mla_decode"
+                   else tuning["xpu"].get(phase))
+        out[phase] = dict(shipped=None if shipped is None else norm(shipped), chosen=chosen, candidates=len(cands),
+                          zero_spill=len(ok))
+    return out
+
+
+def sweep_cases(tuning: dict, targets: list[str], phases=None) -> list[dict]:
     out = []
     for tg in targets:
         for phase, grid in SWEEP.items():
+            if phases is not None and phase not in phases:
+                continue
             for tiles in grid:
-                c = paged_case(dict(tuning, xpu=dict(tuning["xpu"], **{phase: tiles})), tg, phase=phase)
-                out.append(dict(c, name=c["name"] + f" @ {tiles[0]},{tiles[1]}/w{tiles[2]}/{tiles[4]}",
-                                zero_spill=False, sweep=True))
+                if phase == "mla_decode":
+                    tiles, (dc, dv) = tiles
+                    latent = dict(tuning["mla_latent"], xpu=dict(tuning["mla_latent"]["xpu"], mla_decode=(dc, dv)))
+                    c = mla_case(dict(tuning, xpu=dict(tuning["xpu"], mla_decode=tiles), mla_latent=latent), tg)
+                    label = f" @ {tiles[0]},{tiles[1]}/w{tiles[2]}/{tiles[4]}/dc{dc}/dv{dv}"
+                    swept = [list(tiles), [dc, dv]]
+                else:
+                    base, _, d = phase.partition("_d")
+                    c = paged_case(dict(tuning, xpu=dict(tuning["xpu"], **{phase: tiles})), tg, phase=base,
+                                   d=int(d or 128))
+                    label = f" @ {tiles[0]},{tiles[1]}/w{tiles[2]}/{tiles[4]}"
+                    swept = list(tiles)
+                out.append(dict(c, name=c["name"] + label, zero_spill=False, sweep=True, sweep_phase=phase,
+                                sweep_tiles=swept))
     return out
 
 
@@ -493,11 +561,11 @@ def run_case(case: dict, ocloc: Ocloc, timeout: float, strict: bool = False) -> 
             p.append(f"SLM {res['shared']} B over the {t['slm']} B limit")
         if res["wg_size"] > t["max_wg"]:
             p.append(f"work-group {res['wg_size']} over the {t['max_wg']} limit")
-        known = KNOWN_SPILL.get((case["target"], case["phase"]), 0)
+        known = KNOWN_SPILL.get((case["target"], case["name"]), 0)
         if case["zero_spill"] and res["spill"] > 0:
             if strict or res["spill"] > known:
-                p.append(f"spill {res['spill']} B (target: zero for decode/prefill D=128 bf16; known residual "
-                         f"{known} B{'; --strict' if strict else ''})")
+                p.append(f"spill {res['spill']} B (target: zero for every bf16/fp16 case on "
+                         f"{'/'.join(GATED_TARGETS)}; known residual {known} B{'; --strict' if strict else ''})")
             else:
                 res["status"] = "spill-known"
                 res["notes"].append(f"zero-spill target missed: {res['spill']} B <= known residual {known} B "
@@ -520,7 +588,8 @@ def grf_label(res: dict) -> str:
 def tiles_of(r: dict) -> str:
     c = r["constexprs"]
     m = c.get("BLOCK_M", c.get("BLOCK_H"))
-    return (f"{m},{c['BLOCK_N']}" if m else "-") + f" / {r['num_warps']} / {r['num_stages']}"
+    latent = f" dc{c['BLOCK_DC']}/dv{c['BLOCK_DV']}" if "BLOCK_DC" in c else ""
+    return (f"{m},{c['BLOCK_N']}" if m else "-") + latent + f" / {r['num_warps']} / {r['num_stages']}"
 
 
 def markdown(results: list[dict], header: dict) -> str:
@@ -563,7 +632,7 @@ def sweep_markdown(sweep: list[dict]) -> str:
     for (phase, cfg), by in sorted(rows.items(), key=lambda kv: order(kv[0])):
         r = next(iter(by.values()))
         c = r["constexprs"]
-        lines.append(f"| {phase} | {cfg} | {c['BLOCK_M'] / r['num_warps']:g} | "
+        lines.append(f"| {phase} | {cfg} | {c.get('BLOCK_M', c.get('BLOCK_H')) / r['num_warps']:g} | "
                      + " | ".join(str(by[t].get("spill", by[t]["status"])) if t in by else "-" for t in tg)
                      + f" | {r.get('dpas', '?')} | {r.get('shared', '?')} | {r.get('wg_size', '?')} |")
     return "\n".join(lines)
@@ -576,11 +645,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="per step of a case, seconds")
     ap.add_argument("--targets", default="bmg,pvc,lnl,dg2,mtl")
     ap.add_argument("--only", default=None, help="regex on 'target:case name'")
-    ap.add_argument("--tile", action="append", default=[], help="override: PHASE=M,N,WARPS,STAGES[,GRF]")
+    ap.add_argument("--tile", action="append", default=[], help="override: PHASE=M,N,WARPS,STAGES[,GRF], or mla_latent=BLOCK_DC,BLOCK_DV")
     ap.add_argument("--strict", action="store_true", default=os.environ.get("VXA_INTEL_STRICT") == "1",
                     help="any spill in a zero-spill case fails (ignore KNOWN_SPILL)")
-    ap.add_argument("--sweep", action="store_true", help="also the SWEEP tile candidates for paged decode/prefill "
-                    "D=128 bf16 on bmg/pvc/lnl (reported under 'sweep', never failing): the data behind the docs")
+    ap.add_argument("--sweep", nargs="?", const="all", default=None,
+                    help="also the SWEEP tile candidates (all, or a comma list of its phases) on bmg/pvc/lnl, "
+                         "reported under 'sweep', never failing: the data behind the docs and the tiles chosen "
+                         "by spill (header 'sweep_choice')")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     ap.add_argument("--lower", type=Path, help=argparse.SUPPRESS)
@@ -597,6 +668,9 @@ def main() -> int:
     for o in a.tile:
         phase, vals = o.split("=")
         v = vals.split(",")
+        if phase == "mla_latent":
+            tuning["mla_latent"]["xpu"]["mla_decode"] = (int(v[0]), int(v[1]))
+            continue
         tuning["xpu"][phase] = tuple(int(x) for x in v[:4]) + tuple(v[4:])
     targets = [t for t in a.targets.split(",") if t]
     props = {t: ocloc.extensions(TARGETS[t]["ocloc"]) for t in targets}
@@ -604,7 +678,8 @@ def main() -> int:
     matrix = cases(tuning, targets)
     missing = sorted(set(params) - {c["kernel"] for c in matrix})
     if a.sweep:
-        matrix += sweep_cases(tuning, [t for t in targets if TARGETS[t]["dpas"]])
+        matrix += sweep_cases(tuning, [t for t in targets if TARGETS[t]["dpas"]],
+                              None if a.sweep == "all" else a.sweep.split(","))
     todo = [complete(dict(c, props=props[c["target"]]), params) for c in matrix
             if a.only is None or re.search(a.only, f"{c['target']}:{c['name']}")]
     # slowest first (big paged / MLA kernels, fp32 FMA paths), so the workers finish together
@@ -634,10 +709,12 @@ def main() -> int:
     header = dict(ocloc_driver_version=ocloc.version,
                   ocloc_packages=", ".join(p for p in pkgs if p.startswith(("intel-ocloc", "libigc2"))),
                   triton=triton.__version__, xpu_tuning={k: list(v) for k, v in tuning["xpu"].items()},
+                  xpu_mla_latent_tiles={k: list(v) for k, v in tuning["mla_latent"]["xpu"].items()},
                   targets=targets, jobs=a.jobs, strict=a.strict, wall_s=round(time.time() - t0, 1),
                   cases=len(results), failed=sum(r["status"] == "fail" for r in results),
                   spill_known=sum(r["status"] == "spill-known" for r in results),
                   known_spill={f"{t}/{p}": v for (t, p), v in KNOWN_SPILL.items()},
+                  sweep_choice=sweep_choice(sweep, tuning, targets) if a.sweep else None,
                   kernels_not_covered=missing, kernels_sha256=hashlib.sha256(KERNELS.read_bytes()).hexdigest()[:16],
                   provider_sha256=hashlib.sha256(b"".join(f.read_bytes() for f in (PROVIDER, TILES, STEP_LAUNCH,
                                                   PROVIDER.parent / "launch_config.py"))).hexdigest()[:16])

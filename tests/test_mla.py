@@ -1,5 +1,5 @@
 """MLA (DeepSeek-V2/V3): absorbed attention over the latent cache and the un-absorbed prefill, against
-the naive MLA written from the paper's equations (tests/naive_mla.py), randomized over decode and extend
+the naive MLA written from the paper's equations (tests/support/naive_mla.py), randomized over decode and extend
 with a cached prefix, page sizes 1/16/64, fp32/bf16, reference and Triton (interpreter) providers."""
 
 import os
@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from naive_mla import naive_mla
-from vllm_xpu_attn import core
 from vllm_xpu_attn.core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs, plan_step
 
 H, D_C, D_R, D_H, D_V = 4, 32, 16, 16, 16
@@ -151,3 +150,33 @@ def test_triton_mla_decode_split_k_matches_reference(splits):
         tri.run(q, cache, cache.clone()[..., :D_C], torch.empty(3, H, D_C))
     with pytest.raises(ValueError, match="power of two"):
         get_provider("triton").plan_paged(step, call, num_splits=3)
+
+
+@pytest.mark.parametrize("latent_tiles", [(16, 16), (16, 32), (32, 16)], ids=lambda t: f"dc{t[0]}-dv{t[1]}")
+@pytest.mark.parametrize("splits", [1, 2])
+def test_triton_mla_latent_tiles_match_reference(monkeypatch, latent_tiles, splits):
+    """The MLA kernel's register tiles (tiles.MLA_LATENT_TILES): scores summed over latent chunks, output
+    columns split across programs (the LSE written once), with and without split-K, against the reference."""
+    from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
+    from vllm_xpu_attn.kernels.triton import tiles
+
+    monkeypatch.setitem(tiles.MLA_LATENT_TILES, "cpu", {"mla_decode": latent_tiles, "mla_wide": latent_tiles})
+    g = torch.Generator().manual_seed(11)
+    page, lens = 16, [70, 5, 33]
+    cache = torch.randn(16, page, 1, DIMS.latent_dim, generator=g)
+    table = torch.randperm(16, generator=g)[:15].reshape(3, 5).to(torch.int32)
+    q = torch.randn(3, H, DIMS.latent_dim, generator=g)
+    step = AttnPlan(torch.arange(4, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32), table, 1, 80, page)
+    call = PagedCall.make(H, 1, DIMS.latent_dim, D_C, softmax_scale=SCALE, return_lse=True, mla=True)
+    tri = get_provider("triton")
+    tri.clear_caches()
+    try:
+        launch = tri.plan_paged(step, call, num_splits=splits)
+        assert launch.mla_decode and launch.grid[2] == splits * D_C // latent_tiles[1]
+        o, lse = launch.run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
+    finally:
+        tri.clear_caches()
+    want_o, want_lse = get_provider("reference").plan_paged(step, call).run(q, cache, cache[..., :D_C],
+                                                                           torch.empty(3, H, D_C))
+    torch.testing.assert_close(o, want_o, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, want_lse, atol=1e-4, rtol=1e-4)

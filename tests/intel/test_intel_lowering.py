@@ -1,4 +1,4 @@
-"""The Intel lowering check (issue #12), as the ``intel`` suite: runs ci/intel_lowering.py (every Triton
+"""The Intel lowering check, as the ``intel`` suite: runs ci/intel_lowering.py (every Triton
 kernel specialisation the provider launches, compiled for bmg, pvc, lnl, dg2 and mtl by Intel's Triton +
 ocloc, no GPU) and asserts its rules. Runs in the intel venv (ci/venvs.sh intel), which has Intel's
 Triton, the ocloc sysroot, pytest - and no torch: nothing here imports the package.
@@ -42,7 +42,8 @@ def job(tmp_path_factory):
     if not (SYSROOT / "bin" / "ocloc").exists():
         pytest.fail(f"no ocloc sysroot at {SYSROOT}: run `bash ci/venvs.sh intel`")
     tmp = tmp_path_factory.mktemp("intel")
-    r, data = _run(tmp, "--jobs", os.environ.get("VXA_INTEL_JOBS", "2"), "--timeout", STEP_TIMEOUT)
+    r, data = _run(tmp, "--jobs", os.environ.get("VXA_INTEL_JOBS", "2"), "--timeout", STEP_TIMEOUT,
+                   "--sweep", ",".join(il.CHOSEN_BY_SWEEP))
     (tmp / "job.log").write_text(r.stdout + r.stderr)
     assert data is not None, f"the job wrote no result (rc={r.returncode}):\n{(r.stdout + r.stderr)[-4000:]}"
     return r, data
@@ -92,24 +93,40 @@ def test_slm_and_work_group_within_device_limits(job):
 
 
 def test_spill_not_above_known_residual(job):
-    """Gated cases (paged decode/prefill, D=128, bf16, bmg/pvc/lnl) at the provider's GRF mode: no more
-    spill than the recorded residual (a regression fails here and in the job)."""
+    """Gated cases (every bf16/fp16 specialisation on bmg/pvc/lnl) at the provider's GRF mode: zero spill, or
+    no more than the recorded residual (KNOWN_SPILL; a regression fails here and in the job)."""
     _, data = job
     gated = [x for x in data["results"] if x["zero_spill"]]
-    assert len(gated) == 2 * len(DPAS_TARGETS)
-    bad = [(x["target"], x["phase"], x["spill"]) for x in gated
-           if x["spill"] > il.KNOWN_SPILL.get((x["target"], x["phase"]), 0)]
+    want = [x for x in data["results"] if x["target"] in il.GATED_TARGETS and x["dtype"] in ("bf16", "fp16")]
+    assert gated == want and {x["kernel"] for x in gated} == set(il.launched_kernels())
+    assert not set(il.KNOWN_SPILL) - {(x["target"], x["name"]) for x in gated}, "a KNOWN_SPILL entry names no case"
+    bad = [(x["target"], x["name"], x["spill"]) for x in gated
+           if x["spill"] > il.KNOWN_SPILL.get((x["target"], x["name"]), 0)]
     assert not bad, bad
 
 
 @pytest.mark.xfail(bool(il.KNOWN_SPILL), strict=True,
-                   reason="zero-spill target (paged decode/prefill D=128 bf16 on bmg/pvc/lnl) not reached by any "
-                          "tile/warp/GRF choice of today's kernel: see docs/intel_lowering.md; when this passes, "
-                          "empty KNOWN_SPILL in ci/intel_lowering.py")
+                   reason="zero spill in every bf16/fp16 case on bmg/pvc/lnl: the cases in KNOWN_SPILL still spill "
+                          "(kernel change needed, docs/intel_lowering.md); when this passes, empty KNOWN_SPILL")
 def test_zero_spill_target(job):
     _, data = job
     gated = [x for x in data["results"] if x["zero_spill"]]
-    assert gated and all(x["spill"] == 0 for x in gated), [(x["target"], x["phase"], x["spill"]) for x in gated]
+    assert gated and all(x["spill"] == 0 for x in gated), [(x["target"], x["name"], x["spill"]) for x in gated
+                                                           if x["spill"]]
+
+
+def test_shipped_tiles_are_the_sweeps_choice(job):
+    """The xpu tiles chosen by spill (ci/intel_lowering.py CHOSEN_BY_SWEEP: D 64 decode, the MLA kernel's tiles
+    and latent tiles) are the best zero-spill candidate of the job's sweep on bmg/pvc/lnl, not a hand pick; the
+    MLA kernel's wide-head entry is the same tiles (the job compiles the one)."""
+    _, data = job
+    choice = data["sweep_choice"]
+    assert set(choice) == set(il.CHOSEN_BY_SWEEP)
+    for phase, c in choice.items():
+        assert c["chosen"] is not None and c["shipped"] == c["chosen"], (phase, c)
+    tuning = il.read_tuning()
+    assert tuning["xpu"]["mla_wide"] == tuning["xpu"]["mla_decode"]
+    assert tuning["mla_latent"]["xpu"]["mla_wide"] == tuning["mla_latent"]["xpu"]["mla_decode"]
 
 
 def test_rules_catch_fp64_and_signature_drift(tmp_path):

@@ -497,6 +497,7 @@ def _mla_attn_kernel(
     stride_qt, stride_qh, stride_kp, stride_ks, stride_ot, stride_oh, stride_ptb,
     total_q, num_q_heads, scale, kv_rows, pt_cols,
     PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DC: tl.constexpr, BLOCK_DV: tl.constexpr,
     NUM_SPLITS: tl.constexpr, HAS_DESCALE: tl.constexpr, WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr,
 ):
     """Absorbed MLA over the latent rows [c_KV (D_C) | k_R (D_R)] of one cache, any step.
@@ -505,16 +506,22 @@ def _mla_attn_kernel(
     order, so decode (one token) takes BLOCK_H heads and extend/verify rows take consecutive
     tokens' heads; causal, queries aligned to the end of the keys. The value of a key is its c_KV
     part, so each key block is loaded once for the scores and the output (what makes MLA cheap).
-    Split-K over the keys for decode; partials in the layout ``_merge_splits`` reads."""
+    Split-K over the keys for decode; partials in the layout ``_merge_splits`` reads.
+
+    Register tiles (what keeps the kernel from spilling, on Intel's 256 GRF above all): the scores sum the
+    latent product in BLOCK_DC-wide chunks (q and key chunks live one at a time), and a program owns
+    BLOCK_DV of the D_C output columns (grid axis 2 = NUM_SPLITS x D_C / BLOCK_DV; each recomputes the
+    scores). BLOCK_DC = BLOCK_DV = D_C is the fused form: one key load serves scores and output."""
     b = tl.program_id(0)
     tile = tl.program_id(1)
-    split = tl.program_id(2)
+    split = tl.program_id(2) // (D_C // BLOCK_DV)
+    dv0 = (tl.program_id(2) % (D_C // BLOCK_DV)) * BLOCK_DV  # this program's first output column
     q_start = tl.load(CUQ + b)
     q_end = tl.load(CUQ + b + 1)
     k_len = tl.load(SEQ + b)
     # bounds as in _paged_attn_kernel (guard.py)
     q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, b, q_start, q_end, k_len, total_q, pt_cols * PAGE,
-                                                      (tile == 0) & (split == 0))
+                                                      (tile == 0) & (tl.program_id(2) == 0))
     q_len = q_end - q_start
     if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
         return
@@ -523,11 +530,14 @@ def _mla_attn_kernel(
     heads = rows % num_q_heads
     r_ok = t < q_len
     pos = k_len - q_len + t  # bottom-right aligned position of each row's query
-    offs_c = tl.arange(0, D_C)
+    FUSED: tl.constexpr = (BLOCK_DC == D_C) and (BLOCK_DV == D_C)
+    offs_c = tl.arange(0, BLOCK_DC)
+    offs_v = dv0 + tl.arange(0, BLOCK_DV)
     offs_r = tl.arange(0, D_R)
     q_rows = (q_start + t).to(tl.int64)
     q_row = Q + q_rows[:, None] * stride_qt + heads[:, None].to(tl.int64) * stride_qh
-    q_c = tl.load(q_row + offs_c[None, :], mask=r_ok[:, None], other=0.0)
+    if FUSED:
+        q_c = tl.load(q_row + offs_c[None, :], mask=r_ok[:, None], other=0.0)
     q_r = tl.load(q_row + D_C + offs_r[None, :], mask=r_ok[:, None], other=0.0)
     qk_scale = scale * LOG2E
     kv_scale = 1.0
@@ -544,7 +554,7 @@ def _mla_attn_kernel(
         hi = tl.minimum(hi, lo + per)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32) + tl.where(seq_bad, float("nan"), 0.0)
-    acc = tl.zeros([BLOCK_H, D_C], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
     pt_row = PT + b.to(tl.int64) * stride_ptb
     n_pages = kv_rows // PAGE
     for start in range(lo, hi, BLOCK_N):
@@ -552,15 +562,33 @@ def _mla_attn_kernel(
         j_ok = j < hi
         page, pg_bad = _checked_pages(ERR, b, pt_row, j, j_ok, n_pages, PAGE)
         row = KV + page * stride_kp + (j % PAGE).to(tl.int64) * stride_ks
-        kc = tl.load(row[:, None] + offs_c[None, :], mask=j_ok[:, None], other=0.0)  # [BLOCK_N, D_C]: K and V
-        kr = tl.load(row[:, None] + D_C + offs_r[None, :], mask=j_ok[:, None], other=0.0)
-        if FP32_DOT:
-            s = tl.dot(q_c.to(tl.float32), tl.trans(kc.to(tl.float32)), input_precision="ieee")
-            s += tl.dot(q_r.to(tl.float32), tl.trans(kr.to(tl.float32)), input_precision="ieee")
+        if FUSED:
+            kc = tl.load(row[:, None] + offs_c[None, :], mask=j_ok[:, None], other=0.0)  # [BLOCK_N, D_C]: K and V
+            kr = tl.load(row[:, None] + D_C + offs_r[None, :], mask=j_ok[:, None], other=0.0)
+            if FP32_DOT:
+                s = tl.dot(q_c.to(tl.float32), tl.trans(kc.to(tl.float32)), input_precision="ieee")
+                s += tl.dot(q_r.to(tl.float32), tl.trans(kr.to(tl.float32)), input_precision="ieee")
+            else:
+                kc = kc.to(q_c.dtype)
+                s = tl.dot(q_c, tl.trans(kc))
+                s += tl.dot(q_r, tl.trans(kr.to(q_r.dtype)))
         else:
-            kc = kc.to(q_c.dtype)
-            s = tl.dot(q_c, tl.trans(kc))
-            s += tl.dot(q_r, tl.trans(kr.to(q_r.dtype)))
+            kr = tl.load(row[:, None] + D_C + offs_r[None, :], mask=j_ok[:, None], other=0.0)
+            if FP32_DOT:
+                s = tl.dot(q_r.to(tl.float32), tl.trans(kr.to(tl.float32)), input_precision="ieee")
+            else:
+                s = tl.dot(q_r, tl.trans(kr.to(q_r.dtype)))
+            for c in tl.static_range(D_C // BLOCK_DC):
+                # q's chunk reloaded per key block (cache hits): a chunk at a time is what stays live
+                qc = tl.load(q_row + c * BLOCK_DC + offs_c[None, :], mask=r_ok[:, None], other=0.0)
+                kc = tl.load(row[:, None] + c * BLOCK_DC + offs_c[None, :], mask=j_ok[:, None], other=0.0)
+                if FP32_DOT:
+                    s += tl.dot(qc.to(tl.float32), tl.trans(kc.to(tl.float32)), input_precision="ieee")
+                else:
+                    s += tl.dot(qc, tl.trans(kc.to(qc.dtype)))
+            kc = tl.load(row[:, None] + offs_v[None, :], mask=j_ok[:, None], other=0.0)  # [BLOCK_N, BLOCK_DV]: V
+            if not FP32_DOT:
+                kc = kc.to(q_r.dtype)
         ok = r_ok[:, None] & j_ok[None, :] & (j[None, :] <= pos[:, None])
         s = tl.where(ok, s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -578,15 +606,18 @@ def _mla_attn_kernel(
     empty = l_i == 0  # no key: out 0, LSE -inf; NaN (bad input) stays NaN
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    # the LSE is every column program's: the first writes it
     if NUM_SPLITS == 1:
-        tl.store(O + q_rows[:, None] * stride_ot + heads[:, None].to(tl.int64) * stride_oh + offs_c[None, :],
+        tl.store(O + q_rows[:, None] * stride_ot + heads[:, None].to(tl.int64) * stride_oh + offs_v[None, :],
                  o.to(O.dtype.element_ty), mask=r_ok[:, None])
         if WRITE_LSE:
-            tl.store(LSE + heads.to(tl.int64) * total_q + q_rows, lse, mask=r_ok)
+            if dv0 == 0:
+                tl.store(LSE + heads.to(tl.int64) * total_q + q_rows, lse, mask=r_ok)
     else:
         idx = split.to(tl.int64) * total_q * num_q_heads + q_rows * num_q_heads + heads
-        tl.store(OP + idx[:, None] * D_C + offs_c[None, :], o, mask=r_ok[:, None])
-        tl.store(LP + idx, lse, mask=r_ok)
+        tl.store(OP + idx[:, None] * D_C + offs_v[None, :], o, mask=r_ok[:, None])
+        if dv0 == 0:
+            tl.store(LP + idx, lse, mask=r_ok)
 
 
 @triton.jit

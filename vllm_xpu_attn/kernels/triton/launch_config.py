@@ -12,7 +12,8 @@ import torch
 
 from ..contract import AttnPlan, PagedCall
 from .descriptors import step_takes_descriptors
-from .tiles import TUNING, cdiv, compute_units, device_family, pow2, tile_config
+from .tiles import (TUNING, cdiv, compute_units, device_family, head_dim_phase, mla_latent_tiles, pow2,
+                    tile_config)
 
 
 def mla_kernel_fits(call: PagedCall) -> bool:
@@ -76,21 +77,25 @@ class LaunchConfig:
             page_size=step.page_size, head_dim=d, v_head_dim=dv, batch=batch, rows_per_seq=max(max_q, 1) * group,
             kv_heads=hkv)
         which = phase if self.desc or "prefill_ptr" not in TUNING[family] or phase != "prefill" else "prefill_ptr"
-        block_m, self.block_n, self.warps, self.stages, self.options = tile_config(family, which)
+        block_m, self.block_n, self.warps, self.stages, self.options = tile_config(
+            family, head_dim_phase(family, which, d))
         self.block_m = block_m = max(block_m, pow2(group)) if phase == "decode" else block_m
         # absorbed MLA: its own kernel (latent rows loaded once for scores and values) for every absorbed
         # step (decode, extend, verify); batch-invariant MLA runs the general kernel over the same views
         self.mla_decode = mla_kernel_fits(call) and not invariant
         if self.mla_decode:
-            block_m, self.block_n, self.warps, self.stages, self.options = tile_config(
-                family, "mla_wide" if call.num_q_heads >= 64 else "mla_decode")
+            mla_phase = "mla_wide" if call.num_q_heads >= 64 else "mla_decode"
+            block_m, self.block_n, self.warps, self.stages, self.options = tile_config(family, mla_phase)
+            block_dc, block_dv = mla_latent_tiles(family, mla_phase, dv)
             self.block_m = block_m
             tiles = cdiv(max(max_q, 1) * call.num_q_heads, block_m)
             self.num_splits = num_splits or split_count(device, batch, tiles, max_q, max_keys)
-            self.grid = (batch, tiles, self.num_splits)
+            # axis 2: the key splits x the output-column programs (tiles.MLA_LATENT_TILES)
+            self.grid = (batch, tiles, self.num_splits * (dv // block_dv))
             self.bd, self.bdv = d, dv
             self.static = dict(PAGE=step.page_size, D_C=dv, D_R=d - dv, BLOCK_H=block_m, BLOCK_N=self.block_n,
-                               NUM_SPLITS=self.num_splits, WRITE_LSE=call.return_lse)
+                               BLOCK_DC=block_dc, BLOCK_DV=block_dv, NUM_SPLITS=self.num_splits,
+                               WRITE_LSE=call.return_lse)
             self.fast: dict[tuple, tuple] = {}
             return
         self.num_splits = 1 if invariant else num_splits or split_count(device, batch, hkv, max_q, max_keys)

@@ -29,13 +29,39 @@ TUNING: dict[str, dict[str, tuple]] = {
              "mla_wide": (64, 32, 8, 2)},
     # the GRF mode Intel's backend is asked for (launch option grf_mode): 256 GRF ("large") and N=32 lower
     # with the least register spill (docs/intel_lowering.md)
+    # "<phase>_d<D>": a head dim's own tiles where the phase's spill there (docs/intel_lowering.md)
     "xpu": {"prefill": (64, 32, 8, 2, "large"), "decode": (16, 32, 8, 2, "large"),
+            "decode_d64": (16, 64, 8, 2, "large"),
             "mla_decode": (16, 16, 4, 2, "large"), "mla_wide": (16, 16, 4, 2, "large")},
     # the interpreter (tests): the descriptor / pointer prefill split too, so both kernels run in CI
     "cpu": {"prefill": (16, 16, 1, 1), "prefill_ptr": (16, 16, 1, 1), "prefill_ptr_wide": (16, 16, 1, 1),
             "prefill_ptr_wide_fp32": (16, 16, 1, 1),
             "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1), "mla_wide": (16, 16, 1, 1)},
 }
+
+
+# The absorbed-MLA kernel's latent tiles, (BLOCK_DC, BLOCK_DV): the scores' chunk width over the latent and the
+# output columns a program owns (D_C / BLOCK_DV programs per head tile). A width wider than a layer's latent is
+# clipped to it; (D_C, D_C) is the fused form (one key load serves scores and output).
+MLA_LATENT_TILES: dict[str, dict[str, tuple[int, int]]] = {
+    "cuda_sm90": {"mla_decode": (512, 512), "mla_wide": (512, 512)},
+    "cuda": {"mla_decode": (512, 512), "mla_wide": (512, 512)},
+    "xpu": {"mla_decode": (64, 64), "mla_wide": (64, 64)},
+    "cpu": {"mla_decode": (512, 512), "mla_wide": (512, 512)},
+}
+
+
+def mla_latent_tiles(family: str, phase: str, d_c: int) -> tuple[int, int]:
+    """(BLOCK_DC, BLOCK_DV) of a family's MLA phase for a latent of width ``d_c`` (a power of two)."""
+    dc, dv = MLA_LATENT_TILES[family][phase]
+    return min(dc, d_c), min(dv, d_c)
+
+
+def head_dim_phase(family: str, phase: str, head_dim: int) -> str:
+    """The TUNING key of ``phase`` at ``head_dim``: "<phase>_d<pow2(head_dim)>" where the family has one, else
+    ``phase`` (ci/intel_lowering.py picks its cases' tiles the same way)."""
+    key = f"{phase}_d{pow2(head_dim)}"
+    return key if key in TUNING[family] else phase
 
 
 def tile_config(family: str, phase: str) -> tuple[int, int, int, int, dict]:
