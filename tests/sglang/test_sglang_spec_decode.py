@@ -26,19 +26,10 @@ from pathlib import Path
 import pytest
 
 from conftest import STUBS, assert_parity, run_sglang_batch
+from spec_models import SPEC_PROMPTS as PROMPTS
 from spec_models import make_eagle_draft, make_spec_target
 
 SHIMS = str(Path(__file__).parent / "spec_cpu_shims")
-PROMPTS = [  # text that repeats (NGRAM's corpus matches), 8 prompts
-    "the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog. the quick brown fox",
-    "once upon a time there was a small model. once upon a time there was a small model. once upon a time",
-    "a paged attention kernel reads keys and values from pages of a cache. a paged attention kernel reads keys",
-    "intel gpus run vllm and sglang with this backend. intel gpus run vllm and sglang",
-    "one token at a time, one token at a time, one token at a time,",
-    "pages of a cache hold keys and values; pages of a cache hold keys and values; pages of a cache",
-    "sliding windows, sinks, softcap and alibi. sliding windows, sinks, softcap and alibi. sliding windows",
-    "model model model model model model model model",
-]
 CONFIGS = {
     # EAGLE chain: 3 draft steps, 4 tokens verified per request
     "eagle-topk1": ({"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 1,

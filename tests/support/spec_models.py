@@ -30,6 +30,19 @@ import torch
 from tiny_model import make_tiny_model
 
 
+# text that repeats, so prompt lookup (n-gram) finds matches: both engines' speculative-decoding prompts
+SPEC_PROMPTS = [
+    "the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog. the quick brown fox",
+    "once upon a time there was a small model. once upon a time there was a small model. once upon a time",
+    "a paged attention kernel reads keys and values from pages of a cache. a paged attention kernel reads keys",
+    "intel gpus run vllm and sglang with this backend. intel gpus run vllm and sglang",
+    "one token at a time, one token at a time, one token at a time,",
+    "pages of a cache hold keys and values; pages of a cache hold keys and values; pages of a cache",
+    "sliding windows, sinks, softcap and alibi. sliding windows, sinks, softcap and alibi. sliding windows",
+    "model model model model model model model model",
+]
+
+
 def make_spec_target(path: str | os.PathLike, *, seed: int = 1, **kw) -> str:
     from safetensors.torch import load_file, save_file
 

@@ -24,19 +24,9 @@ from pathlib import Path
 import pytest
 
 from conftest import Runs, assert_parity, run_vllm_batch
+from spec_models import SPEC_PROMPTS as PROMPTS
 from spec_models import make_eagle_draft, make_spec_target
 
-# text that repeats, so prompt lookup finds n-grams
-PROMPTS = [
-    "the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog. the quick brown fox",
-    "once upon a time there was a small model. once upon a time there was a small model. once upon a time",
-    "a paged attention kernel reads keys and values from pages of a cache. a paged attention kernel reads keys",
-    "intel gpus run vllm and sglang with this backend. intel gpus run vllm and sglang",
-    "one token at a time, one token at a time, one token at a time,",
-    "pages of a cache hold keys and values; pages of a cache hold keys and values; pages of a cache",
-    "sliding windows, sinks, softcap and alibi. sliding windows, sinks, softcap and alibi. sliding windows",
-    "model model model model model model model model",
-]
 K = 3
 SPEC = {
     "ngram": {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
