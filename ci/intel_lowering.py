@@ -196,7 +196,8 @@ def mla_case(tuning, target, *, d_c=512, d_r=64, q="bf16", kv=None, splits=1, ls
     kv = kv or q
     fp8 = kv in ("e4m3", "e5m2")
     bh, bn, warps, stages, grf = xpu_tiles(tuning, "mla_decode")
-    block_dc, block_dv = (min(w, d_c) for w in tuning["mla_latent"]["xpu"]["mla_decode"])  # tiles.mla_latent_tiles
+    # as tiles.mla_latent_tiles: 0 is the whole latent
+    block_dc, block_dv = (d_c if w == 0 else min(w, d_c) for w in tuning["mla_latent"]["xpu"]["mla_decode"])
     consts = dict(PAGE=64, D_C=d_c, D_R=d_r, BLOCK_H=bh, BLOCK_N=bn, BLOCK_DC=block_dc, BLOCK_DV=block_dv,
                   NUM_SPLITS=splits, WRITE_LSE=lse, HAS_DESCALE=fp8, FP32_DOT=q == "fp32")
     feats = [f for f, on in ((f"kv-{kv}", kv != q), (f"splits{splits}", splits > 1), ("lse", lse)) if on]
@@ -282,7 +283,8 @@ SWEEP = {
 # the absorbed-MLA kernel: the latent chunk width and the output columns a program owns (MLA_LATENT_TILES)
 # the shipped entries of these two are the job's choice among their candidates (sweep_choice), checked in CI
 SWEEP["decode_d64"] = [(16, n, w, 2, "large") for n in (16, 32, 64) for w in (4, 8)]
-SWEEP["mla_decode"] = [((bh, bn, w, 2, "large"), lat) for bh, bn, w in ((16, 16, 4), (8, 16, 4), (16, 32, 4), (16, 16, 2))
+SWEEP["mla_decode"] = [((bh, bn, w, 2, "large"), lat)
+                       for bh, bn, w in ((16, 16, 4), (8, 16, 4), (16, 32, 4), (16, 16, 2))
                        for lat in ((512, 512), (128, 128), (64, 128), (64, 64))]
 CHOSEN_BY_SWEEP = ("decode_d64", "mla_decode")
 
@@ -620,7 +622,7 @@ def sweep_markdown(sweep: list[dict]) -> str:
     rows, tg = {}, []
     for r in sweep:
         cfg = r["name"].split(" @ ")[1]
-        rows.setdefault((r["phase"], cfg), {})[r["target"]] = r
+        rows.setdefault((r.get("sweep_phase", r["phase"]), cfg), {})[r["target"]] = r
         tg += [r["target"]] if r["target"] not in tg else []
     lines = ["| phase | BLOCK_M,BLOCK_N / warps / GRF | BLOCK_M / warps (< 8: warps repeat rows) | "
              + " | ".join(f"{t} spill B" for t in tg)
@@ -645,7 +647,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="per step of a case, seconds")
     ap.add_argument("--targets", default="bmg,pvc,lnl,dg2,mtl")
     ap.add_argument("--only", default=None, help="regex on 'target:case name'")
-    ap.add_argument("--tile", action="append", default=[], help="override: PHASE=M,N,WARPS,STAGES[,GRF], or mla_latent=BLOCK_DC,BLOCK_DV")
+    ap.add_argument("--tile", action="append", default=[],
+                    help="override: PHASE=M,N,WARPS,STAGES[,GRF], or mla_latent=BLOCK_DC,BLOCK_DV")
     ap.add_argument("--strict", action="store_true", default=os.environ.get("VXA_INTEL_STRICT") == "1",
                     help="any spill in a zero-spill case fails (ignore KNOWN_SPILL)")
     ap.add_argument("--sweep", nargs="?", const="all", default=None,

@@ -55,6 +55,26 @@ def _slots(table, b, positions, page):
 @pytest.mark.parametrize("page", [1, 16, 64])
 @pytest.mark.parametrize("decode", [True, False], ids=["decode", "extend"])
 def test_absorbed_mla_matches_naive(provider, dtype, page, decode):
+    _check_absorbed(provider, dtype, page, decode)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("decode", [True, False], ids=["decode", "extend"])
+def test_triton_mla_latent_tiles_through_the_runner(monkeypatch, dtype, decode):
+    """The latent register tiles Intel ships (tiles.MLA_LATENT_TILES["xpu"]: chunked scores, column programs),
+    forced on the interpreter: decode and extend rows through LayerRunner, against the naive MLA."""
+    from vllm_xpu_attn.kernels import get_provider
+    from vllm_xpu_attn.kernels.triton import tiles
+
+    monkeypatch.setitem(tiles.MLA_LATENT_TILES, "cpu", {"mla_decode": (16, 16), "mla_wide": (16, 16)})
+    get_provider("triton").clear_caches()
+    try:
+        _check_absorbed("triton", dtype, 16, decode)
+    finally:
+        get_provider("triton").clear_caches()
+
+
+def _check_absorbed(provider, dtype, page, decode):
     for seed in range(3):
         c = _case(seed * 7 + page, page, dtype, decode)
         spec = LayerSpec.for_mla(H, DIMS, SCALE, dtype=dtype, kv_dtype=dtype)

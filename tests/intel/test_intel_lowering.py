@@ -100,8 +100,9 @@ def test_spill_not_above_known_residual(job):
     want = [x for x in data["results"] if x["target"] in il.GATED_TARGETS and x["dtype"] in ("bf16", "fp16")]
     assert gated == want and {x["kernel"] for x in gated} == set(il.launched_kernels())
     assert not set(il.KNOWN_SPILL) - {(x["target"], x["name"]) for x in gated}, "a KNOWN_SPILL entry names no case"
+    # a case that failed to lower has no figures: test_job_passes names it
     bad = [(x["target"], x["name"], x["spill"]) for x in gated
-           if x["spill"] > il.KNOWN_SPILL.get((x["target"], x["name"]), 0)]
+           if x.get("spill", 0) > il.KNOWN_SPILL.get((x["target"], x["name"]), 0)]
     assert not bad, bad
 
 
@@ -111,8 +112,8 @@ def test_spill_not_above_known_residual(job):
 def test_zero_spill_target(job):
     _, data = job
     gated = [x for x in data["results"] if x["zero_spill"]]
-    assert gated and all(x["spill"] == 0 for x in gated), [(x["target"], x["name"], x["spill"]) for x in gated
-                                                           if x["spill"]]
+    assert gated and all(x.get("spill", 0) == 0 for x in gated), [(x["target"], x["name"], x["spill"])
+                                                                  for x in gated if x.get("spill", 0)]
 
 
 def test_shipped_tiles_are_the_sweeps_choice(job):

@@ -233,7 +233,7 @@ def chat_over_http(engine: str, model: str, workdir, question: str, max_tokens: 
     import urllib.request
     from pathlib import Path
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # serve_compare.py
     import serve_compare as sc
 
     workdir = Path(workdir)

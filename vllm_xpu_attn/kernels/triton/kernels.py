@@ -505,7 +505,7 @@ def _mla_attn_kernel(
     A program owns BLOCK_H rows of one sequence, a row being (query token, head) in token-major
     order, so decode (one token) takes BLOCK_H heads and extend/verify rows take consecutive
     tokens' heads; causal, queries aligned to the end of the keys. The value of a key is its c_KV
-    part, so each key block is loaded once for the scores and the output (what makes MLA cheap).
+    part, so in the fused form each key block is loaded once for the scores and the output.
     Split-K over the keys for decode; partials in the layout ``_merge_splits`` reads.
 
     Register tiles (what keeps the kernel from spilling, on Intel's 256 GRF above all): the scores sum the

@@ -43,7 +43,8 @@ class LaunchConfig:
     """What a paged launch fixes for every step of one shape: tiles, split count, grid, constexprs, and
     the compiled launchers and per-layer closures armed for it (kept across steps by the provider).
 
-    ``grid``: (batch, row tiles, Hkv x splits), or (batch, head tiles, splits) for absorbed MLA;
+    ``grid``: (batch, row tiles, Hkv x splits), or (batch, head tiles, splits x latent column programs) for absorbed
+    MLA (tiles.MLA_LATENT_TILES);
     ``static``: the kernel's constexprs fixed by the step; ``bd`` / ``bdv``: head-dim tile widths;
     ``desc``: prefill K/V by tensor descriptor (``tensor_descriptors`` forces it on/off, None: by device).
     """

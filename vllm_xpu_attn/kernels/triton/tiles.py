@@ -41,20 +41,27 @@ TUNING: dict[str, dict[str, tuple]] = {
 
 
 # The absorbed-MLA kernel's latent tiles, (BLOCK_DC, BLOCK_DV): the scores' chunk width over the latent and the
-# output columns a program owns (D_C / BLOCK_DV programs per head tile). A width wider than a layer's latent is
-# clipped to it; (D_C, D_C) is the fused form (one key load serves scores and output).
+# output columns a program owns (D_C / BLOCK_DV programs per head tile). 0, or a width past a layer's latent,
+# is the whole latent: (0, 0) is the fused form (one key load serves scores and output). xpu: chosen by spill in
+# ci/intel_lowering.py's sweep (docs/intel_lowering.md); CUDA keeps the fused form (faster on the H200).
 MLA_LATENT_TILES: dict[str, dict[str, tuple[int, int]]] = {
-    "cuda_sm90": {"mla_decode": (512, 512), "mla_wide": (512, 512)},
-    "cuda": {"mla_decode": (512, 512), "mla_wide": (512, 512)},
+    "cuda_sm90": {"mla_decode": (0, 0), "mla_wide": (0, 0)},
+    "cuda": {"mla_decode": (0, 0), "mla_wide": (0, 0)},
     "xpu": {"mla_decode": (64, 64), "mla_wide": (64, 64)},
-    "cpu": {"mla_decode": (512, 512), "mla_wide": (512, 512)},
+    "cpu": {"mla_decode": (0, 0), "mla_wide": (0, 0)},
 }
 
 
 def mla_latent_tiles(family: str, phase: str, d_c: int) -> tuple[int, int]:
-    """(BLOCK_DC, BLOCK_DV) of a family's MLA phase for a latent of width ``d_c`` (a power of two)."""
-    dc, dv = MLA_LATENT_TILES[family][phase]
-    return min(dc, d_c), min(dv, d_c)
+    """(BLOCK_DC, BLOCK_DV) of a family's MLA phase for a latent of width ``d_c`` (a power of two): each a power of
+    two >= 16 dividing ``d_c``, so the chunks cover the latent exactly."""
+    out = []
+    for w in MLA_LATENT_TILES[family][phase]:
+        w = d_c if w == 0 else min(w, d_c)
+        if w < 16 or w & (w - 1):
+            raise ValueError(f"MLA_LATENT_TILES[{family!r}][{phase!r}]: {w} is not a power of two >= 16")
+        out.append(w)
+    return out[0], out[1]
 
 
 def head_dim_phase(family: str, phase: str, head_dim: int) -> str:
