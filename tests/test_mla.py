@@ -147,23 +147,38 @@ def test_mla_spec_is_checked_at_configuration():
         r.forward_mla(plan, torch.zeros(1, H, 48), torch.zeros(2, 16, 1, 40))
 
 
-@pytest.mark.parametrize("splits", [2, 4])
-def test_triton_mla_decode_split_k_matches_reference(splits):
-    """The MLA decode kernel's split-K partials and their merge (forced split counts), with LSE."""
-    from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
+def _latent_decode_case(seed: int):
+    """A 3-sequence absorbed-MLA decode step over a shuffled fp32 latent cache (page 16, 70/5/33 keys), LSE asked:
+    (step, call, cache [16, 16, 1, D_C + D_R], q [3, H, D_C + D_R])."""
+    from vllm_xpu_attn.kernels import AttnPlan, PagedCall
 
-    g = torch.Generator().manual_seed(5)
+    g = torch.Generator().manual_seed(seed)
     page, lens = 16, [70, 5, 33]
     cache = torch.randn(16, page, 1, DIMS.latent_dim, generator=g)
     table = torch.randperm(16, generator=g)[:15].reshape(3, 5).to(torch.int32)
     q = torch.randn(3, H, DIMS.latent_dim, generator=g)
     step = AttnPlan(torch.arange(4, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32), table, 1, 80, page)
     call = PagedCall.make(H, 1, DIMS.latent_dim, D_C, softmax_scale=SCALE, return_lse=True, mla=True)
+    return step, call, cache, q
+
+
+def _reference(step, call, cache, q):
+    """The reference provider's (out, lse) for a ``_latent_decode_case``."""
+    from vllm_xpu_attn.kernels import get_provider
+
+    return get_provider("reference").plan_paged(step, call).run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_triton_mla_decode_split_k_matches_reference(splits):
+    """The MLA decode kernel's split-K partials and their merge (forced split counts), with LSE."""
+    from vllm_xpu_attn.kernels import get_provider
+
+    step, call, cache, q = _latent_decode_case(seed=5)
     tri = get_provider("triton").plan_paged(step, call, num_splits=splits)
     assert tri.mla_decode and tri.num_splits == splits
     o, lse = tri.run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
-    want_o, want_lse = get_provider("reference").plan_paged(step, call).run(q, cache, cache[..., :D_C],
-                                                                           torch.empty(3, H, D_C))
+    want_o, want_lse = _reference(step, call, cache, q)
     torch.testing.assert_close(o, want_o, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(lse, want_lse, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="first v_head_dim columns"):
@@ -177,17 +192,11 @@ def test_triton_mla_decode_split_k_matches_reference(splits):
 def test_triton_mla_latent_tiles_match_reference(monkeypatch, latent_tiles, splits):
     """The MLA kernel's register tiles (tiles.MLA_LATENT_TILES): scores summed over latent chunks, output
     columns split across programs (the LSE written once), with and without split-K, against the reference."""
-    from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
+    from vllm_xpu_attn.kernels import get_provider
     from vllm_xpu_attn.kernels.triton import tiles
 
     monkeypatch.setitem(tiles.MLA_LATENT_TILES, "cpu", {"mla_decode": latent_tiles, "mla_wide": latent_tiles})
-    g = torch.Generator().manual_seed(11)
-    page, lens = 16, [70, 5, 33]
-    cache = torch.randn(16, page, 1, DIMS.latent_dim, generator=g)
-    table = torch.randperm(16, generator=g)[:15].reshape(3, 5).to(torch.int32)
-    q = torch.randn(3, H, DIMS.latent_dim, generator=g)
-    step = AttnPlan(torch.arange(4, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32), table, 1, 80, page)
-    call = PagedCall.make(H, 1, DIMS.latent_dim, D_C, softmax_scale=SCALE, return_lse=True, mla=True)
+    step, call, cache, q = _latent_decode_case(seed=11)
     tri = get_provider("triton")
     tri.clear_caches()
     try:
@@ -196,7 +205,6 @@ def test_triton_mla_latent_tiles_match_reference(monkeypatch, latent_tiles, spli
         o, lse = launch.run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
     finally:
         tri.clear_caches()
-    want_o, want_lse = get_provider("reference").plan_paged(step, call).run(q, cache, cache[..., :D_C],
-                                                                           torch.empty(3, H, D_C))
+    want_o, want_lse = _reference(step, call, cache, q)
     torch.testing.assert_close(o, want_o, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(lse, want_lse, atol=1e-4, rtol=1e-4)
