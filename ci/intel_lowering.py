@@ -79,11 +79,8 @@ DRIVER_SPILL_RETRY = 1000
 # kernel change is needed, docs/intel_lowering.md), more fails; test_zero_spill_target xfails while any remain.
 GATED_TARGETS = ("bmg", "pvc", "lnl")
 KNOWN_SPILL: dict[tuple[str, str], int] = {
-    **{(t, "paged/decode/d256/bf16"): 30720 for t in GATED_TARGETS},
-    **{(t, "paged/prefill/d256/bf16"): 33280 for t in GATED_TARGETS},
     **{(t, "paged/decode/d128/bf16/alibi"): 3072 for t in GATED_TARGETS},
     **{(t, "paged/prefill/d128/bf16/alibi"): 7680 for t in GATED_TARGETS},
-    **{(t, "paged/prefill/d128/bf16/softcap+sinks"): 2048 for t in GATED_TARGETS},
 }
 TORCH_TO_TRITON = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "e4m3": "fp8e4nv", "e5m2": "fp8e5"}
 FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
@@ -101,8 +98,10 @@ def read_literal(name: str) -> dict:
 
 
 def read_tuning() -> dict:
-    """TUNING, with the MLA kernel's latent tiles (MLA_LATENT_TILES) under the key "mla_latent"."""
-    return dict(read_literal("TUNING"), mla_latent=read_literal("MLA_LATENT_TILES"))
+    """TUNING, with the MLA kernel's latent tiles (MLA_LATENT_TILES) under the key "mla_latent" and the paged
+    kernel's head-dim tiles (PAGED_D_TILES) under "paged_d"."""
+    return dict(read_literal("TUNING"), mla_latent=read_literal("MLA_LATENT_TILES"),
+                paged_d=read_literal("PAGED_D_TILES"))
 
 
 def pow2(n: int, lo: int = 16) -> int:
@@ -169,8 +168,12 @@ def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page
     bm, bn, warps, stages, grf = xpu_tiles(tuning, key)
     bm = max(bm, pow2(group)) if phase == "decode" else bm
     left, right = window if window else (-1, -1)
+    # as tiles.paged_d_tiles: 0 (or absent) is the whole head dim
+    chunk_d, chunk_dv = (pow2(d) if w == 0 else min(w, pow2(d))
+                         for w in tuning["paged_d"].get("xpu", {}).get(f"{phase}_d{pow2(d)}", (0, 0)))
     consts = dict(WIN_LEFT=left, WIN_RIGHT=right, PAGE=page, GROUP=group, D=d, DV=d, BLOCK_D=pow2(d),
-                  BLOCK_DV=pow2(d), BLOCK_M=bm, BLOCK_N=bn, NUM_SPLITS=splits, CAUSAL=True, HAS_SOFTCAP=softcap,
+                  BLOCK_DV=pow2(d), CHUNK_D=chunk_d, CHUNK_DV=chunk_dv, BLOCK_M=bm, BLOCK_N=bn, NUM_SPLITS=splits,
+                  CAUSAL=True, HAS_SOFTCAP=softcap,
                   WRITE_LSE=lse, ALIGN_ROWS=invariant, SPLIT_MASK=phase == "prefill" and not invariant,
                   USE_DESC=False, HAS_SINKS=sinks, HAS_ALIBI=alibi, HAS_DESCALE=fp8,
                   DESCALE_PER_HEAD=fp8 and per_head, FP32_DOT=q == "fp32")
@@ -248,7 +251,10 @@ def cases(tuning: dict, targets: list[str]) -> list[dict]:
             out += [P(phase=phase, softcap=True, sinks=True), P(phase=phase, window=(127, 0)),
                     P(phase=phase, kv="e4m3"), P(phase=phase, kv="e5m2"), P(phase=phase, q="fp16"),
                     P(phase=phase, q="fp32"), P(phase=phase, alibi=True), P(phase=phase, page=16)]
-        out += [P(phase="decode", splits=4, lse=True), P(phase="decode", kv="e4m3", per_head=True, splits=4),
+            # D 256 with Gemma's features (softcap and sliding window; sinks ride along): its own head-dim tiles
+            out += [P(phase=phase, d=256, softcap=True, sinks=True), P(phase=phase, d=256, window=(127, 0))]
+        out += [P(phase="decode", splits=4, lse=True), P(phase="decode", d=256, splits=4, lse=True),
+                P(phase="decode", kv="e4m3", per_head=True, splits=4),
                 P(phase="prefill", invariant=True, tag="invariant"), P(phase="prefill", page=1, tag="varlen")]
         if "mla_decode" in tuning["xpu"]:
             out += [mla_case(tuning, tg), mla_case(tuning, tg, kv="e4m3", splits=4, lse=True)]
@@ -281,21 +287,30 @@ SWEEP = {
 
 # "decode_d64": the D 64 decode's own tiles (TUNING "decode_d64"); "mla_decode": (tiles, (BLOCK_DC, BLOCK_DV)) of
 # the absorbed-MLA kernel: the latent chunk width and the output columns a program owns (MLA_LATENT_TILES)
-# the shipped entries of these two are the job's choice among their candidates (sweep_choice), checked in CI
+# the shipped entries of the CHOSEN_BY_SWEEP phases are the job's choice among their candidates (sweep_choice),
+# checked in CI
 SWEEP["decode_d64"] = [(16, n, w, 2, "large") for n in (16, 32, 64) for w in (4, 8)]
 SWEEP["mla_decode"] = [((bh, bn, w, 2, "large"), lat)
                        for bh, bn, w in ((16, 16, 4), (8, 16, 4), (16, 32, 4), (16, 16, 2))
                        for lat in ((512, 512), (128, 128), (64, 128), (64, 64))]
-CHOSEN_BY_SWEEP = ("decode_d64", "mla_decode")
+# "d_tiles:<phase>_d<D>": the paged kernel's head-dim tiles (CHUNK_D, CHUNK_DV) at D (PAGED_D_TILES; 0 = the
+# whole head dim): the D 256 key blocks do not fit 256 GRF whole
+for _key in ("decode_d256", "prefill_d256"):
+    SWEEP[f"d_tiles:{_key}"] = [(0, 0), (0, 128), (0, 64), (128, 128), (64, 128), (32, 128), (64, 64)]
+CHOSEN_BY_SWEEP = ("decode_d64", "mla_decode", "d_tiles:decode_d256", "d_tiles:prefill_d256")
 
 
 def _rank(phase: str, tiles, tuning: dict) -> tuple:
     """Among zero-spill candidates, the larger the better: MLA: output columns per program (less score
-    recompute), head rows, keys, latent chunk, then warps nearest the shipped; paged: the tile's area, then warps
-    nearest the phase's base tile."""
+    recompute), head rows, keys, latent chunk, then warps nearest the shipped; paged head-dim tiles: output columns
+    per program, then the score chunk (0: whole); paged: the tile's area, then warps nearest the phase's base
+    tile."""
     if phase == "mla_decode":
         (bh, bn, w, *_), (dc, dv) = tiles
         return dv, bh, bn, dc, -abs(w - 4)
+    if phase.startswith("d_tiles:"):  # output columns per program (less score recompute), then the score chunk
+        cd, cdv = (w or 1 << 20 for w in tiles)
+        return cdv, cd
     m, n, w, *_ = tiles
     return m * n, -abs(w - tuning["xpu"][phase.partition("_d")[0]][2])
 
@@ -313,8 +328,12 @@ def sweep_choice(sweep: list[dict], tuning: dict, targets: list[str]) -> dict:
               and all(r["status"] != "fail" and r.get("spill", 1) == 0 for r in rs)]
         norm = (lambda t: [list(t[0]), list(t[1])]) if phase == "mla_decode" else list
         chosen = max(ok, key=lambda t: _rank(phase, t, tuning)) if ok else None
-        shipped = ((tuning["xpu"]["mla_decode"], tuning["mla_latent"]["xpu"]["mla_decode"]) if phase == "mla_decode"
-                   else tuning["xpu"].get(phase))
+        if phase == "mla_decode":
+            shipped = (tuning["xpu"]["mla_decode"], tuning["mla_latent"]["xpu"]["mla_decode"])
+        elif phase.startswith("d_tiles:"):
+            shipped = tuning["paged_d"].get("xpu", {}).get(phase.split(":", 1)[1], (0, 0))
+        else:
+            shipped = tuning["xpu"].get(phase)
         out[phase] = dict(shipped=None if shipped is None else norm(shipped), chosen=chosen, candidates=len(cands),
                           zero_spill=len(ok))
     return out
@@ -333,6 +352,13 @@ def sweep_cases(tuning: dict, targets: list[str], phases=None) -> list[dict]:
                     c = mla_case(dict(tuning, xpu=dict(tuning["xpu"], mla_decode=tiles), mla_latent=latent), tg)
                     label = f" @ {tiles[0]},{tiles[1]}/w{tiles[2]}/{tiles[4]}/dc{dc}/dv{dv}"
                     swept = [list(tiles), [dc, dv]]
+                elif phase.startswith("d_tiles:"):
+                    key = phase.split(":", 1)[1]
+                    base, _, d = key.partition("_d")
+                    chunks = dict(tuning["paged_d"], xpu=dict(tuning["paged_d"].get("xpu", {}), **{key: tiles}))
+                    c = paged_case(dict(tuning, paged_d=chunks), tg, phase=base, d=int(d))
+                    label = f" @ chunks {tiles[0]}/{tiles[1]}"
+                    swept = list(tiles)
                 else:
                     base, _, d = phase.partition("_d")
                     c = paged_case(dict(tuning, xpu=dict(tuning["xpu"], **{phase: tiles})), tg, phase=base,
@@ -591,6 +617,8 @@ def tiles_of(r: dict) -> str:
     c = r["constexprs"]
     m = c.get("BLOCK_M", c.get("BLOCK_H"))
     latent = f" dc{c['BLOCK_DC']}/dv{c['BLOCK_DV']}" if "BLOCK_DC" in c else ""
+    if "CHUNK_D" in c and (c["CHUNK_D"], c["CHUNK_DV"]) != (c["BLOCK_D"], c["BLOCK_DV"]):
+        latent = f" chunks {c['CHUNK_D']}/{c['CHUNK_DV']}"
     return (f"{m},{c['BLOCK_N']}" if m else "-") + latent + f" / {r['num_warps']} / {r['num_stages']}"
 
 
@@ -648,7 +676,8 @@ def main() -> int:
     ap.add_argument("--targets", default="bmg,pvc,lnl,dg2,mtl")
     ap.add_argument("--only", default=None, help="regex on 'target:case name'")
     ap.add_argument("--tile", action="append", default=[],
-                    help="override: PHASE=M,N,WARPS,STAGES[,GRF], or mla_latent=BLOCK_DC,BLOCK_DV")
+                    help="override: PHASE=M,N,WARPS,STAGES[,GRF], mla_latent=BLOCK_DC,BLOCK_DV, or "
+                         "d_tiles:PHASE_dD=CHUNK_D,CHUNK_DV (the paged kernel's head-dim tiles, PAGED_D_TILES)")
     ap.add_argument("--strict", action="store_true", default=os.environ.get("VXA_INTEL_STRICT") == "1",
                     help="any spill in a zero-spill case fails (ignore KNOWN_SPILL)")
     ap.add_argument("--sweep", nargs="?", const="all", default=None,
@@ -673,6 +702,9 @@ def main() -> int:
         v = vals.split(",")
         if phase == "mla_latent":
             tuning["mla_latent"]["xpu"]["mla_decode"] = (int(v[0]), int(v[1]))
+            continue
+        if phase.startswith("d_tiles:"):  # d_tiles:KEY=CHUNK_D,CHUNK_DV (PAGED_D_TILES)
+            tuning["paged_d"].setdefault("xpu", {})[phase.split(":", 1)[1]] = (int(v[0]), int(v[1]))
             continue
         tuning["xpu"][phase] = tuple(int(x) for x in v[:4]) + tuple(v[4:])
     targets = [t for t in a.targets.split(",") if t]

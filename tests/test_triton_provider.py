@@ -269,3 +269,35 @@ def test_fp8_decode_takes_its_own_key_tile(layout, splits):
     if lay.max_seqlen_q <= 1 and lay.q.shape[0] and tiles:
         want = 32 if is_fp8(lay.k_cache.dtype) else TUNING[fam]["decode"][1]
         assert tiles == {want}, (tiles, want)
+
+
+@settings(max_examples=max(N // 4, 8), deadline=None)
+@given(layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16), head_dims=(32, 64)),
+       chunks=st.sampled_from([(16, 16), (0, 16), (16, 0)]), splits=st.sampled_from([None, 2]))
+def test_head_dim_tiles_match_reference(layout, chunks, splits):
+    """The head-dim register tiles Intel ships at D 256 (tiles.PAGED_D_TILES: scores summed over head-dim slices,
+    output columns split over programs), forced on the interpreter's family at every phase and head dim: decode,
+    prefill, split-K and every layer feature equal the reference, LSE included (one column program writes it)."""
+    from vllm_xpu_attn.kernels.triton import tiles
+
+    lay = layout.to(DEV)
+    ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
+    fam = tiles.device_family(torch.device(DEV))
+    forced = {f"{p}_d{d}": chunks for p in tiles.TUNING[fam] for d in (16, 32, 64, 128, 256)}
+    saved = tiles.PAGED_D_TILES.get(fam)
+    tiles.PAGED_D_TILES[fam] = forced
+    TRITON.clear_caches()
+    try:
+        ns = splits if lay.max_seqlen_q <= 1 else None
+        out, lse = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True, num_splits=ns)
+        launched = {(v["CHUNK_D"], v["CHUNK_DV"], v["BLOCK_D"]) for v in TRITON.launched_variants("_paged_attn_kernel")}
+    finally:
+        if saved is None:
+            del tiles.PAGED_D_TILES[fam]
+        else:
+            tiles.PAGED_D_TILES[fam] = saved
+        TRITON.clear_caches()
+    _close(out, ref[0], lay.q.dtype)
+    assert_lse_close(lse.cpu(), ref[1].double().cpu(), tol=2e-3)
+    # the forced tiles were the ones launched (0: the whole head dim)
+    assert all((cd, cdv) == tuple(w or bd for w in chunks) for cd, cdv, bd in launched), (launched, chunks)

@@ -51,6 +51,38 @@ def test_triton_matches_reference_real_sizes(layout, want_lse, splits):
     _progress("real_sizes", lay)
 
 
+@settings(max_examples=max(N // 6, 10), deadline=None)
+@given(layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(128, 256), gqa=(1, 4, 8), max_kv_heads=4),
+       want_lse=st.booleans(), chunks=st.sampled_from([(0, 128), (0, 64), (64, 128), (32, 64)]),
+       splits=st.sampled_from([None, 4]))
+def test_head_dim_tiles_on_device(layout, want_lse, chunks, splits):
+    """Intel's head-dim register tiles (tiles.PAGED_D_TILES; xpu ships (0, 128) at D 256: output columns split over
+    two programs) forced on this device for decode and pointer-load prefill at real sizes: equal to the reference
+    (descriptor prefill keeps whole rows and is left as shipped)."""
+    from vllm_xpu_attn.kernels.triton import tiles
+
+    lay = layout.to(DEV)
+    ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
+    fam = tiles.device_family(torch.device(DEV))
+    saved = tiles.PAGED_D_TILES.get(fam)
+    tiles.PAGED_D_TILES[fam] = {f"{p}_d{d}": chunks for p in ("decode", "prefill_ptr") for d in (128, 256)}
+    TRITON.clear_caches()
+    try:
+        ns = splits if lay.max_seqlen_q <= 1 else None
+        res = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=want_lse, num_splits=ns)
+    finally:
+        if saved is None:
+            del tiles.PAGED_D_TILES[fam]
+        else:
+            tiles.PAGED_D_TILES[fam] = saved
+        TRITON.clear_caches()
+    out = res[0] if want_lse else res
+    assert_close_to(out.float().cpu(), ref[0].double().cpu(), lay.q.dtype, logit_bound=lay.logit_bound())
+    if want_lse:
+        assert_lse_close(res[1].cpu(), ref[1].double().cpu(), tol=2e-3)
+    _progress("head_dim_tiles", lay)
+
+
 @settings(max_examples=max(N // 3, 10))
 @given(layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(64, 128), gqa=(1, 4, 8), max_kv_heads=4),
        want_lse=st.booleans())

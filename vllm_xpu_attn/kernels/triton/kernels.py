@@ -47,11 +47,14 @@ def _flag(ERR, code: tl.constexpr, index, value):
 
 
 @triton.jit
-def _checked_lengths(ERR, b, q_start, q_end, k_len, total_q, max_keys, first):
-    """One sequence's query rows [q_start, q_end) and key count k_len clamped into what exists: rows inside
-    q/out (total_q rows) and keys inside its page-table row (max_keys); a bad value is flagged once (by the
+def _checked_lengths(ERR, CUQ, SEQ, b, total_q, max_keys, first):
+    """Sequence b's query rows [q_start, q_end) (CUQ) and key count k_len (SEQ), clamped into what exists: rows
+    inside q/out (total_q rows) and keys inside its page-table row (max_keys); a bad value is flagged once (by the
     ``first`` program of the sequence). Returns (q_start, q_end, k_len, bad): a bad sequence's rows that exist
     come out NaN (guard.py)."""
+    q_start = tl.load(CUQ + b)
+    q_end = tl.load(CUQ + b + 1)
+    k_len = tl.load(SEQ + b)
     rows_bad = (q_start < 0) | (q_end < q_start) | (q_end > total_q)
     keys_bad = (k_len < 0) | (k_len > max_keys)
     if rows_bad:
@@ -83,11 +86,12 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
                 ERR, b, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
                 qk_scale, qk_scale_log2, softcap, slope, offs_d, offs_dv,
                 WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr,
-                DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                CAUSAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, FP32_DOT: tl.constexpr,
+                DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK_D: tl.constexpr,
+                BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                FP32_DOT: tl.constexpr,
                 HAS_DESCALE: tl.constexpr, USE_DESC: tl.constexpr, MASKED: tl.constexpr, ZERO_V: tl.constexpr):
     """Keys [start, start + BLOCK_N) folded into a tile's running softmax: m_i, l_i [BLOCK_M] fp32 (base 2),
-    acc [BLOCK_M, BLOCK_DV] fp32. MASKED=False only for blocks every row of the tile fully sees (no key
+    acc [BLOCK_M, CHUNK_DV] fp32. MASKED=False only for blocks every row of the tile fully sees (no key
     past ``hi``, k_len or a window edge): those run without masks. USE_DESC: K/V tiles by tensor descriptor
     (TMA on Hopper) over the cache's slot rows; masked-off keys are read (they are in the page) and dropped
     by the scores' mask; ZERO_V (descriptor path, the block that holds ``hi``): V rows past ``hi`` are zeroed,
@@ -125,19 +129,39 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
         slot_off = (j % PAGE).to(tl.int64)
         k_row = K + page * stride_kp + slot_off * stride_ks + kvh * stride_kh
         v_row = V + page * stride_vp + slot_off * stride_vs + kvh * stride_vh
-    if USE_DESC:
-        pass
-    elif MASKED:
-        k = tl.load(k_row[:, None] + offs_d[None, :], mask=j_ok[:, None] & (offs_d[None, :] < D), other=0.0)
-    elif D == BLOCK_D:
-        k = tl.load(k_row[:, None] + offs_d[None, :])
+    if CHUNK_D == BLOCK_D:
+        if USE_DESC:
+            pass
+        elif MASKED:
+            k = tl.load(k_row[:, None] + offs_d[None, :], mask=j_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+        elif D == BLOCK_D:
+            k = tl.load(k_row[:, None] + offs_d[None, :])
+        else:
+            k = tl.load(k_row[:, None] + offs_d[None, :], mask=offs_d[None, :] < D, other=0.0)
+        k = tl.trans(k)  # [BLOCK_D, BLOCK_N]
+        if FP32_DOT:
+            s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
+        else:
+            s = tl.dot(q, k.to(q.dtype))
+        qdt = q.dtype
     else:
-        k = tl.load(k_row[:, None] + offs_d[None, :], mask=offs_d[None, :] < D, other=0.0)
-    k = tl.trans(k)  # [BLOCK_D, BLOCK_N]
-    if FP32_DOT:
-        s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
-    else:
-        s = tl.dot(q, k.to(q.dtype))
+        # the scores summed over CHUNK_D-wide slices of the head dim: q is the tile's row pointers, and one q
+        # slice (reloaded per key block: cache hits) and one key slice are live at a time (tiles.PAGED_D_TILES)
+        s = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
+        for c in tl.static_range(BLOCK_D // CHUNK_D):
+            cols = c * CHUNK_D + offs_d
+            qc = tl.load(q + c * CHUNK_D, mask=row_ok[:, None] & (cols[None, :] < D), other=0.0)
+            if MASKED:
+                kc = tl.load(k_row[:, None] + cols[None, :], mask=j_ok[:, None] & (cols[None, :] < D), other=0.0)
+            elif D == BLOCK_D:
+                kc = tl.load(k_row[:, None] + cols[None, :])
+            else:
+                kc = tl.load(k_row[:, None] + cols[None, :], mask=cols[None, :] < D, other=0.0)
+            if FP32_DOT:
+                s = tl.dot(qc.to(tl.float32), tl.trans(kc.to(tl.float32)), s, input_precision="ieee")
+            else:
+                s = tl.dot(qc, tl.trans(kc.to(qc.dtype)), s)
+        qdt = q.dtype.element_ty
     # (pairs: Triton 3.3, Intel's build, refuses a chain of three or more boolean operands)
     if ((not MASKED) and (not HAS_SOFTCAP)) and (((not HAS_ALIBI) and (not FP32_DOT)) and (not HAS_DESCALE)):
         # the plain unmasked block: the max is taken before scaling (softmax_scale > 0: PagedCall.make),
@@ -153,7 +177,11 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
             if HAS_SOFTCAP:
                 s = softcap * _tanh(s / softcap)
         elif HAS_SOFTCAP:
-            s = (softcap * LOG2E) * _tanh(s * (qk_scale / softcap))
+            # softcap x tanh(x / softcap) in base 2 as c - 2c / (2^(2 log2(e) x / softcap) + 1), c = softcap x
+            # log2(e): the constants fold into one multiply before and one after (saturates at +-c); the
+            # tanh form's extra passes over the scores spilled prefill with sinks on Intel's 256 GRF
+            s = (softcap * LOG2E) - (2.0 * LOG2E * softcap) / (
+                tl.exp2(s * ((2.0 * LOG2E) * qk_scale / softcap)) + 1.0)
         else:
             s = s * qk_scale_log2
         if HAS_ALIBI:
@@ -196,7 +224,7 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
     if FP32_DOT:
         acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
     else:
-        acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc)
+        acc = tl.dot(p.to(qdt), v.to(qdt), acc)
     return acc, l_i, m_new
 
 
@@ -217,7 +245,7 @@ def _paged_attn_kernel(
     WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr,
     PAGE: tl.constexpr, GROUP: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CHUNK_D: tl.constexpr, CHUNK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_DESCALE: tl.constexpr, DESCALE_PER_HEAD: tl.constexpr,
@@ -227,17 +255,19 @@ def _paged_attn_kernel(
     b = tl.program_id(0)
     # the longest causal tiles (the last queries) first: less idle tail at the end of the grid
     tile = tl.num_programs(1) - 1 - tl.program_id(1)
-    kvh_split = tl.program_id(2)
+    # axis 2: KV head x key split x output-column program (BLOCK_DV // CHUNK_DV of them; one in the fused form)
+    tl.static_assert((not USE_DESC) or ((CHUNK_D == BLOCK_D) and (CHUNK_DV == BLOCK_DV)),
+                     "tensor descriptors load whole rows: head-dim chunks take pointer loads")
+    COLS: tl.constexpr = BLOCK_DV // CHUNK_DV
+    col = tl.program_id(2) % COLS
+    kvh_split = tl.program_id(2) // COLS
     kvh = kvh_split // NUM_SPLITS
     split = kvh_split % NUM_SPLITS
 
-    q_start = tl.load(CUQ + b)
-    q_end = tl.load(CUQ + b + 1)
-    k_len = tl.load(SEQ + b)
     # bounds (guard.py): rows outside q/out and keys beyond the table row are never touched; such a
     # sequence is flagged and its rows that exist come out NaN (l_i starts NaN)
-    q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, b, q_start, q_end, k_len, total_q, pt_cols * PAGE,
-                                                      (tile == 0) & (kvh_split == 0))
+    q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, CUQ, SEQ, b, total_q, pt_cols * PAGE,
+                                                      (tile == 0) & (tl.program_id(2) == 0))
     q_len = q_end - q_start
     # ALIGN_ROWS (batch-invariant mode): tiles cover fixed absolute (position, head) rows, so a query
     # sits at the same place in its tile however its sequence's queries were chunked or batched
@@ -253,8 +283,8 @@ def _paged_attn_kernel(
     row_ok = (t < q_len) & (rows_s >= 0)
     pos = k_len - q_len + t  # bottom-right aligned position of each query
 
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_d = tl.arange(0, CHUNK_D)
+    offs_dv = col * CHUNK_DV + tl.arange(0, CHUNK_DV)  # this program's output columns
     # row addresses: an int64 base for the tile's first token and head, plus small int32 offsets within
     # the tile (fewer registers live across the key loop than per-row int64 addresses)
     t0 = tl.maximum(tile * BLOCK_M - shift, 0) // GROUP
@@ -262,8 +292,10 @@ def _paged_attn_kernel(
     dt = t - t0
     dh = rows % GROUP
     q_base = Q + (q_start + t0).to(tl.int64) * stride_qt + h0.to(tl.int64) * stride_qh
-    q = tl.load(q_base + (dt * stride_qt + dh * stride_qh)[:, None] + offs_d[None, :],
-                mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+    q = q_base + (dt * stride_qt + dh * stride_qh)[:, None] + offs_d[None, :]
+    if CHUNK_D == BLOCK_D:
+        q = tl.load(q, mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+    # (else: the row pointers, loaded a head-dim slice at a time in _attn_block)
 
     qk_scale = scale
     v_scale = 1.0
@@ -298,7 +330,7 @@ def _paged_attn_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32) + tl.where(seq_bad, float("nan"), 0.0)
-    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    acc = tl.zeros([BLOCK_M, CHUNK_DV], tl.float32)
     pt_row = PT + b.to(tl.int64) * stride_ptb
     n_pages = kv_rows // PAGE
     vis_lo = 0
@@ -333,14 +365,15 @@ def _paged_attn_kernel(
                     acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp,
                     stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
-                    slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL,
+                    slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N,
+                    CAUSAL,
                     HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
         for start in range(full_lo, full_hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
-                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
+                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
                 HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, False, False)
         # descriptor path: the block holding hi (when hi is not a block edge) is peeled off the masked loop,
         # the one block whose V needs zeroing past hi (every block before it lies wholly below hi)
@@ -352,7 +385,7 @@ def _paged_attn_kernel(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
-                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
+                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
                 HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, not USE_DESC)
         if USE_DESC:
             if tail_hi < hi:
@@ -360,7 +393,8 @@ def _paged_attn_kernel(
                     acc, l_i, m_i, q, tail_hi, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp,
                     stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
-                    slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL,
+                    slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N,
+                    CAUSAL,
                     HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
     else:
         for start in range(lo, hi, BLOCK_N):
@@ -368,28 +402,31 @@ def _paged_attn_kernel(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp, stride_ks,
                 stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
-                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, BLOCK_N, CAUSAL, HAS_SOFTCAP,
+                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
                 HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
 
     acc = acc * v_scale
     out_rows = (q_start + t).to(tl.int64)
     o_base = O + (q_start + t0).to(tl.int64) * stride_ot + h0.to(tl.int64) * stride_oh
     if NUM_SPLITS == 1:
+        rescale = 1.0
         if HAS_SINKS:
             sink = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * LOG2E
             m_fin = tl.maximum(m_i, sink)
             m_fin_safe = tl.where(m_fin == float("-inf"), 0.0, m_fin)  # no key and a sink of -inf
-            l_i = l_i * tl.exp2(m_i - m_fin_safe) + tl.exp2(sink - m_fin_safe)
-            acc = acc * tl.exp2(m_i - m_fin_safe)[:, None]
+            rescale = tl.exp2(m_i - m_fin_safe)
+            l_i = l_i * rescale + tl.exp2(sink - m_fin_safe)
             m_i = m_fin
         # a row that saw no key: out 0, LSE -inf (the sink's logit with a sink); l_i NaN (bad input) stays NaN
         empty = l_i == 0
-        o = acc / tl.where(empty, 1.0, l_i)[:, None]
+        # one per-row factor (the sink's rescale over the denominator): no second [rows x columns] pass
+        o = acc * (rescale / tl.where(empty, 1.0, l_i))[:, None]
         tl.store(o_base + (dt * stride_ot + dh * stride_oh)[:, None] + offs_dv[None, :],
                  o.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < DV))
         if WRITE_LSE:
             lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
-            tl.store(LSE + head.to(tl.int64) * total_q + out_rows, lse, mask=row_ok)
+            if col == 0:  # one writer among the column programs
+                tl.store(LSE + head.to(tl.int64) * total_q + out_rows, lse, mask=row_ok)
     else:
         # partial result of this split, unnormalised-by-sink: o = acc / l, lse in natural log (NaN stays NaN)
         empty = l_i == 0
@@ -398,7 +435,8 @@ def _paged_attn_kernel(
         idx = base + out_rows * num_q_heads + head
         tl.store(OP + idx[:, None] * BLOCK_DV + offs_dv[None, :], o, mask=row_ok[:, None])
         lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
-        tl.store(LP + idx, lse, mask=row_ok)
+        if col == 0:
+            tl.store(LP + idx, lse, mask=row_ok)
 
 
 @triton.jit(do_not_specialize=["total_q", "num_q_heads", "batch"])
@@ -516,11 +554,8 @@ def _mla_attn_kernel(
     tile = tl.program_id(1)
     split = tl.program_id(2) // (D_C // BLOCK_DV)
     dv0 = (tl.program_id(2) % (D_C // BLOCK_DV)) * BLOCK_DV  # this program's first output column
-    q_start = tl.load(CUQ + b)
-    q_end = tl.load(CUQ + b + 1)
-    k_len = tl.load(SEQ + b)
     # bounds as in _paged_attn_kernel (guard.py)
-    q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, b, q_start, q_end, k_len, total_q, pt_cols * PAGE,
+    q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, CUQ, SEQ, b, total_q, pt_cols * PAGE,
                                                       (tile == 0) & (tl.program_id(2) == 0))
     q_len = q_end - q_start
     if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)

@@ -12,8 +12,8 @@ import torch
 
 from ..contract import AttnPlan, PagedCall
 from .descriptors import step_takes_descriptors
-from .tiles import (TUNING, cdiv, compute_units, device_family, head_dim_phase, mla_latent_tiles, pow2,
-                    tile_config)
+from .tiles import (TUNING, cdiv, compute_units, device_family, head_dim_phase, mla_latent_tiles,
+                    paged_d_tiles, pow2, tile_config)
 
 
 def mla_kernel_fits(call: PagedCall) -> bool:
@@ -43,8 +43,8 @@ class LaunchConfig:
     """What a paged launch fixes for every step of one shape: tiles, split count, grid, constexprs, and
     the compiled launchers and per-layer closures armed for it (kept across steps by the provider).
 
-    ``grid``: (batch, row tiles, Hkv x splits), or (batch, head tiles, splits x latent column programs) for absorbed
-    MLA (tiles.MLA_LATENT_TILES);
+    ``grid``: (batch, row tiles, Hkv x splits x output-column programs (tiles.PAGED_D_TILES)), or (batch, head
+    tiles, splits x latent column programs) for absorbed MLA (tiles.MLA_LATENT_TILES);
     ``static``: the kernel's constexprs fixed by the step; ``bd`` / ``bdv``: head-dim tile widths;
     ``desc``: prefill K/V by tensor descriptor (``tensor_descriptors`` forces it on/off, None: by device).
     """
@@ -102,12 +102,18 @@ class LaunchConfig:
         self.num_splits = 1 if invariant else num_splits or split_count(device, batch, hkv, max_q, max_keys)
         # aligned tiles (batch-invariant mode) may start up to block_m - 1 rows before the first query
         tiles = cdiv(max(max_q, 1) * group + (block_m - 1 if invariant else 0), block_m)
-        self.grid = (batch, tiles, hkv * self.num_splits)
         self.bd, self.bdv = pow2(d), pow2(dv)
+        chunk_d, chunk_dv = paged_d_tiles(family, which, self.bd, self.bdv)
+        if self.desc and (chunk_d, chunk_dv) != (self.bd, self.bdv):
+            raise ValueError(f"PAGED_D_TILES[{family!r}][{which}_d{self.bd}] chunks the head dim, which tensor "
+                             "descriptors cannot load: give this family's chunked phases pointer loads")
+        # axis 2: KV heads x key splits x output-column programs (tiles.PAGED_D_TILES)
+        self.grid = (batch, tiles, hkv * self.num_splits * (self.bdv // chunk_dv))
         left, right = call.window
         self.static = dict(
             WIN_LEFT=left, WIN_RIGHT=right, PAGE=step.page_size, GROUP=group, D=d, DV=dv, BLOCK_D=self.bd,
-            BLOCK_DV=self.bdv, BLOCK_M=block_m, BLOCK_N=self.block_n, NUM_SPLITS=self.num_splits, CAUSAL=call.causal,
+            BLOCK_DV=self.bdv, CHUNK_D=chunk_d, CHUNK_DV=chunk_dv, BLOCK_M=block_m, BLOCK_N=self.block_n,
+            NUM_SPLITS=self.num_splits, CAUSAL=call.causal,
             HAS_SOFTCAP=call.softcap > 0, WRITE_LSE=call.return_lse, ALIGN_ROWS=invariant,
             # unmasked fully-visible key blocks in prefill only; decode and batch-invariant mode keep one masked
             # loop (invariant mode must not round a row differently by where its chunk's tile starts)

@@ -52,6 +52,29 @@ MLA_LATENT_TILES: dict[str, dict[str, tuple[int, int]]] = {
 }
 
 
+# The paged kernel's head-dim tiles, (CHUNK_D, CHUNK_DV), by "<phase>_d<BLOCK_D>": the scores summed over CHUNK_D-wide
+# slices of the head dim (one q slice and one key slice live at a time) and CHUNK_DV of the output columns per
+# program (BLOCK_DV / CHUNK_DV programs per row tile, each recomputing the scores). Absent, or 0: the whole head
+# dim (the fused form). xpu: chosen by spill in ci/intel_lowering.py's sweep (docs/intel_lowering.md): a 256-wide
+# key block does not fit Intel's 256 GRF next to its accumulator; CUDA keeps the fused form.
+PAGED_D_TILES: dict[str, dict[str, tuple[int, int]]] = {
+    "xpu": {"decode_d256": (0, 128), "prefill_d256": (0, 128)},
+}
+
+
+def paged_d_tiles(family: str, phase: str, block_d: int, block_dv: int) -> tuple[int, int]:
+    """(CHUNK_D, CHUNK_DV) of a family's paged ``phase`` (a TUNING phase) at head-dim tiles ``block_d`` /
+    ``block_dv`` (key "<phase>_d<block_d>"): each a power of two >= 16 dividing its width (0, a wider entry or
+    none: the whole width)."""
+    out = []
+    for w, full in zip(PAGED_D_TILES.get(family, {}).get(f"{phase}_d{block_d}", (0, 0)), (block_d, block_dv)):
+        w = full if w == 0 else min(w, full)
+        if w < 16 or w & (w - 1):
+            raise ValueError(f"PAGED_D_TILES[{family!r}][{phase}_d{block_d!r}]: {w} is not a power of two >= 16")
+        out.append(w)
+    return out[0], out[1]
+
+
 def mla_latent_tiles(family: str, phase: str, d_c: int) -> tuple[int, int]:
     """(BLOCK_DC, BLOCK_DV) of a family's MLA phase for a latent of width ``d_c`` (a power of two): each a power of
     two >= 16 dividing ``d_c``, so the chunks cover the latent exactly."""
