@@ -301,3 +301,23 @@ def test_head_dim_tiles_match_reference(layout, chunks, splits):
     assert_lse_close(lse.cpu(), ref[1].double().cpu(), tol=2e-3)
     # the forced tiles were the ones launched (0: the whole head dim)
     assert all((cd, cdv) == tuple(w or bd for w in chunks) for cd, cdv, bd in launched), (launched, chunks)
+
+
+def test_alibi_bias_exact_at_long_range():
+    """The causal ALiBi bias is an exact matrix product of split slopes and 8-bit key-distance digits
+    (kernels._alibi_rows/_alibi_keys): keys 66,000 back (all three digits in use) with slopes small enough that
+    they still weigh, fp32 decode against the reference."""
+    gen = torch.Generator().manual_seed(3)
+    k_len, page, hq, d, q_len = 66_000, 1024, 2, 16, 1
+    n_pages = -(-k_len // page)
+    kc = torch.randn(n_pages, page, 1, d, generator=gen)
+    vc = torch.randn(n_pages, page, 1, d, generator=gen)
+    pt = torch.randperm(n_pages, generator=gen).to(torch.int32)[None]
+    q = torch.randn(q_len, hq, d, generator=gen)
+    args = (q, kc, vc, pt, torch.tensor([k_len], dtype=torch.int32), torch.tensor([0, q_len], dtype=torch.int32),
+            q_len)
+    kw = dict(causal=True, alibi_slopes=torch.tensor([1.3e-4, 3.7e-5]), return_softmax_lse=True)
+    out, lse = TRITON.flash_attn_with_kvcache(*args, **kw)
+    ref, ref_lse = REF.flash_attn_with_kvcache(*args, **kw)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse, ref_lse, atol=2e-5, rtol=2e-5)

@@ -145,6 +145,39 @@ def test_decode_path_has_no_host_sync():
     assert_close_to(merged.float().cpu(), ref.double().cpu(), torch.bfloat16)
 
 
+@pytest.mark.parametrize("as_dot", [True, False], ids=["bias-dot", "bias-elementwise"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("q_len", [1, 5])
+def test_alibi_bias_exact_at_long_range_on_device(dtype, q_len, as_dot, monkeypatch):
+    """The causal ALiBi bias at 100,000 keys, slopes small enough that far keys weigh, decode and extend against the
+    reference: as the bf16 matrix product Intel ships (tiles.ALIBI_AS_DOT; kernels._alibi_rows/_alibi_keys, all
+    three distance digits in use), forced on this device, and as this device's elementwise bias."""
+    from vllm_xpu_attn.kernels.triton import tiles
+
+    monkeypatch.setitem(tiles.ALIBI_AS_DOT, tiles.device_family(torch.device(DEV)), as_dot)
+    TRITON.clear_caches()
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    k_len, page, hq, hkv, d = 100_000, 64, 8, 2, 128
+    n_pages = -(-k_len // page)
+    kc = torch.randn(n_pages, page, hkv, d, device=DEV, dtype=dtype, generator=gen)
+    vc = torch.randn_like(kc)
+    pt = torch.randperm(n_pages, device=DEV, generator=gen).to(torch.int32)[None]
+    q = torch.randn(q_len, hq, d, device=DEV, dtype=dtype, generator=gen)
+    slopes = torch.tensor([2.0 ** -(12 + i) for i in range(hq)], device=DEV)
+    args = (q, kc, vc, pt, torch.tensor([k_len], dtype=torch.int32, device=DEV),
+            torch.tensor([0, q_len], dtype=torch.int32, device=DEV), q_len)
+    kw = dict(causal=True, alibi_slopes=slopes, return_softmax_lse=True)
+    try:
+        out, lse = TRITON.flash_attn_with_kvcache(*args, **kw)
+        launched = {v["ALIBI_DOT"] for v in TRITON.launched_variants("_paged_attn_kernel")}
+    finally:
+        TRITON.clear_caches()
+    assert launched == {as_dot}, launched
+    ref, ref_lse = REF.flash_attn_with_kvcache(*args, **kw)
+    assert_close_to(out.float().cpu(), ref.double().cpu(), dtype)
+    assert_lse_close(lse.cpu(), ref_lse.double().cpu(), tol=2e-3)
+
+
 def test_int64_addressing_past_2_31_elements():
     """A cache of > 2^31 elements: the last page must be addressed correctly."""
     page, hkv, d = 64, 8, 128

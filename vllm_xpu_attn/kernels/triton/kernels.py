@@ -82,13 +82,54 @@ def _checked_pages(ERR, b, pt_row, j, j_ok, n_pages, PAGE: tl.constexpr):
 
 
 @triton.jit
+def _split3(x):
+    """fp32 x as three bf16-exact fp32 parts, high to low, summing to x exactly (8 significant bits each)."""
+    h = x.to(tl.bfloat16).to(tl.float32)
+    r = x - h  # exact: x and h share their leading bits
+    m = r.to(tl.bfloat16).to(tl.float32)
+    return h, m, (r - m).to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _alibi_rows(slope, dpos):
+    """The row operand [BLOCK_M, 16] fp32 of the causal ALiBi bias as a matrix product (_alibi_keys): columns
+    0-8 the base-2 slope's three bf16 parts (each key part meets each), 9-11 the per-row term slope x dpos
+    (dpos = ref - pos >= 0: the tile's reference position minus the row's), 12-15 zero. Every entry is a bf16
+    value, so a bf16 dot multiplies them exactly and sums in fp32."""
+    k = tl.arange(0, 16)[None, :]
+    sh, sm, sl = _split3(slope)
+    gh, gm, gl = _split3(slope * dpos.to(tl.float32))
+    part = k % 3
+    sp = tl.where(part == 0, sh[:, None], tl.where(part == 1, sm[:, None], sl[:, None]))
+    gp = tl.where(part == 0, gh[:, None], tl.where(part == 1, gm[:, None], gl[:, None]))
+    return tl.where(k < 9, sp, tl.where(k < 12, gp, 0.0))
+
+
+@triton.jit
+def _alibi_keys(j, ref):
+    """The key operand [16, BLOCK_N] fp32 of the causal ALiBi bias (_alibi_rows): e = j - ref in three signed
+    8-bit digits (x 65536, x 256, x 1; |e| capped at 2**24 - 1, far past any key a bias leaves visible), each
+    in three rows (one per slope part), then three rows of ones (the per-row term), four of zeros. rows . keys
+    = slope x (j - ref) + slope x (ref - pos) = slope x (j - pos), the bias of every key a causal row sees."""
+    e = j - ref
+    a = tl.minimum(tl.abs(e), (1 << 24) - 1)
+    sg = tl.where(e < 0, -1.0, 1.0)
+    e2 = (a >> 16).to(tl.float32) * (65536.0 * sg)
+    e1 = ((a >> 8) & 255).to(tl.float32) * (256.0 * sg)
+    e0 = (a & 255).to(tl.float32) * sg
+    k = tl.arange(0, 16)[:, None]
+    digit = tl.where(k < 3, e2[None, :], tl.where(k < 6, e1[None, :], e0[None, :]))
+    return tl.where(k < 9, digit, tl.where(k < 12, 1.0, 0.0))
+
+
+@triton.jit
 def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo,
                 ERR, b, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
-                qk_scale, qk_scale_log2, softcap, slope, offs_d, offs_dv,
+                qk_scale, qk_scale_log2, softcap, slope, alibi_ref, offs_d, offs_dv,
                 WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr,
                 DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK_D: tl.constexpr,
                 BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                FP32_DOT: tl.constexpr,
+                ALIBI_DOT: tl.constexpr, FP32_DOT: tl.constexpr,
                 HAS_DESCALE: tl.constexpr, USE_DESC: tl.constexpr, MASKED: tl.constexpr, ZERO_V: tl.constexpr):
     """Keys [start, start + BLOCK_N) folded into a tile's running softmax: m_i, l_i [BLOCK_M] fp32 (base 2),
     acc [BLOCK_M, CHUNK_DV] fp32. MASKED=False only for blocks every row of the tile fully sees (no key
@@ -172,10 +213,11 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
     else:
         # scores go to base 2 for exp2; log2(e) is folded into a multiply already there where possible (one
         # multiply less per score, which keeps Intel's 256-GRF paged tiles free of register spill)
-        if HAS_ALIBI or FP32_DOT:
+        if FP32_DOT:
             s = s * qk_scale
             if HAS_SOFTCAP:
                 s = softcap * _tanh(s / softcap)
+            s = s * LOG2E
         elif HAS_SOFTCAP:
             # softcap x tanh(x / softcap) in base 2 as c - 2c / (2^(2 log2(e) x / softcap) + 1), c = softcap x
             # log2(e): the constants fold into one multiply before and one after (saturates at +-c); the
@@ -184,10 +226,18 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
                 tl.exp2(s * ((2.0 * LOG2E) * qk_scale / softcap)) + 1.0)
         else:
             s = s * qk_scale_log2
-        if HAS_ALIBI:
-            s = s - slope[:, None] * tl.abs(j[None, :] - pos[:, None]).to(tl.float32)
-        if HAS_ALIBI or FP32_DOT:
-            s = s * LOG2E
+        if HAS_ALIBI:  # base 2: the kernel scaled the slopes by log2(e)
+            if CAUSAL and ALIBI_DOT:
+                # slope x (j - pos) as an exact [BLOCK_M, 16] x [16, BLOCK_N] product accumulated into the
+                # scores (slope: _alibi_rows' operand): the bias arrives in the scores' own layout, where a
+                # broadcast [rows x keys] term cost Intel's 256-GRF tiles 2.9-7.6 KB of spill
+                kb = _alibi_keys(j, alibi_ref)
+                if FP32_DOT:
+                    s = tl.dot(slope, kb, s, input_precision="ieee")
+                else:
+                    s = tl.dot(slope.to(tl.bfloat16), kb.to(tl.bfloat16), s)
+            else:
+                s = s - slope[:, None] * tl.abs(j[None, :] - pos[:, None]).to(tl.float32)
         if MASKED:
             rel = j[None, :] - pos[:, None]
             ok = row_ok[:, None] & j_ok[None, :] & (j[None, :] < k_len)
@@ -247,7 +297,7 @@ def _paged_attn_kernel(
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     CHUNK_D: tl.constexpr, CHUNK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, CAUSAL: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_ALIBI: tl.constexpr, ALIBI_DOT: tl.constexpr,
     HAS_DESCALE: tl.constexpr, DESCALE_PER_HEAD: tl.constexpr,
     WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr, ALIGN_ROWS: tl.constexpr, SPLIT_MASK: tl.constexpr,
     USE_DESC: tl.constexpr,
@@ -308,12 +358,16 @@ def _paged_attn_kernel(
             v_scale = tl.load(VDS)
     qk_scale_log2 = qk_scale * LOG2E
     slope = 0.0
+    alibi_ref = 0
     if HAS_ALIBI:
-        slope = tl.load(ALIBI + head, mask=row_ok, other=0.0).to(tl.float32)
+        slope = tl.load(ALIBI + head, mask=row_ok, other=0.0).to(tl.float32) * LOG2E  # base 2, as the scores
 
     # key range this tile can see
     pos_lo = k_len - q_len + tl.maximum(tile * BLOCK_M - shift, 0) // GROUP
     pos_hi = tl.minimum(k_len - q_len + (tile * BLOCK_M + BLOCK_M - 1 - shift) // GROUP, k_len - 1)
+    if HAS_ALIBI and (CAUSAL and ALIBI_DOT):  # the bias's row operand, once per tile (_alibi_rows)
+        alibi_ref = pos_hi
+        slope = _alibi_rows(slope, alibi_ref - pos)
     lo = 0
     hi = k_len
     if CAUSAL:
@@ -365,16 +419,16 @@ def _paged_attn_kernel(
                     acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp,
                     stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
-                    slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N,
+                    slope, alibi_ref, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N,
                     CAUSAL,
-                    HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
+                    HAS_SOFTCAP, HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
         for start in range(full_lo, full_hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp, stride_ks,
-                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
+                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, alibi_ref, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, False, False)
+                HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, False, False)
         # descriptor path: the block holding hi (when hi is not a block edge) is peeled off the masked loop,
         # the one block whose V needs zeroing past hi (every block before it lies wholly below hi)
         tail_hi = hi
@@ -384,26 +438,26 @@ def _paged_attn_kernel(
             acc, l_i, m_i = _attn_block(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp, stride_ks,
-                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
+                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, alibi_ref, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, not USE_DESC)
+                HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, True, not USE_DESC)
         if USE_DESC:
             if tail_hi < hi:
                 acc, l_i, m_i = _attn_block(
                     acc, l_i, m_i, q, tail_hi, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp,
                     stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
-                    slope, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N,
+                    slope, alibi_ref, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N,
                     CAUSAL,
-                    HAS_SOFTCAP, HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
+                    HAS_SOFTCAP, HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
     else:
         for start in range(lo, hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
                 acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
                     stride_kp, stride_ks,
-                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, offs_d,
+                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, alibi_ref, offs_d,
                 offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
+                HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
 
     acc = acc * v_scale
     out_rows = (q_start + t).to(tl.int64)

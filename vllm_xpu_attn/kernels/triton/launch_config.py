@@ -12,7 +12,7 @@ import torch
 
 from ..contract import AttnPlan, PagedCall
 from .descriptors import step_takes_descriptors
-from .tiles import (TUNING, cdiv, compute_units, device_family, head_dim_phase, mla_latent_tiles,
+from .tiles import (ALIBI_AS_DOT, TUNING, cdiv, compute_units, device_family, head_dim_phase, mla_latent_tiles,
                     paged_d_tiles, pow2, tile_config)
 
 
@@ -114,7 +114,8 @@ class LaunchConfig:
             WIN_LEFT=left, WIN_RIGHT=right, PAGE=step.page_size, GROUP=group, D=d, DV=dv, BLOCK_D=self.bd,
             BLOCK_DV=self.bdv, CHUNK_D=chunk_d, CHUNK_DV=chunk_dv, BLOCK_M=block_m, BLOCK_N=self.block_n,
             NUM_SPLITS=self.num_splits, CAUSAL=call.causal,
-            HAS_SOFTCAP=call.softcap > 0, WRITE_LSE=call.return_lse, ALIGN_ROWS=invariant,
+            HAS_SOFTCAP=call.softcap > 0, ALIBI_DOT=ALIBI_AS_DOT.get(family, False), WRITE_LSE=call.return_lse,
+            ALIGN_ROWS=invariant,
             # unmasked fully-visible key blocks in prefill only; decode and batch-invariant mode keep one masked
             # loop (invariant mode must not round a row differently by where its chunk's tile starts)
             SPLIT_MASK=phase == "prefill" and not invariant,

@@ -178,8 +178,10 @@ class TritonLaunch(PagedLaunch):
         spec_key = (sig, total_q, self.call.num_q_heads, step.page_table.stride(0), step.page_table.shape[0],
                     step.page_table.dtype, step.cache_seqlens.dtype, step.cu_seqlens_q.dtype, _al(step.page_table),
                     _al(step.cache_seqlens), _al(step.cu_seqlens_q))
-        # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only
-        fp32_dot = q.dtype == torch.float32 or (env.triton_interpreting() and q.dtype == torch.bfloat16)
+        # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only (ALiBi layers of any
+        # dtype: the causal bias is a bf16 dot, kernels._alibi_rows)
+        fp32_dot = q.dtype == torch.float32 or (env.triton_interpreting()
+                                                and (q.dtype == torch.bfloat16 or has_alibi))
         if cfg.mla_decode:
             consts = dict(cfg.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
             attn = self.provider.launcher(_mla_attn_kernel, cfg.grid, consts, cfg.warps, cfg.stages, spec_key,

@@ -62,6 +62,13 @@ PAGED_D_TILES: dict[str, dict[str, tuple[int, int]]] = {
 }
 
 
+# The causal ALiBi bias as an exact bf16 matrix product accumulated into the scores (kernels._alibi_rows), per
+# family: on Intel it lands in the scores' DPAS layout, where the broadcast [rows x keys] bias spilled 2.9-7.6 KB
+# of the 256 GRF; the interpreter (CPU tests) runs it too. CUDA keeps the elementwise bias: the extra product
+# costs H200 prefill 5-7 % (docs/intel_lowering.md).
+ALIBI_AS_DOT: dict[str, bool] = {"xpu": True, "cpu": True}
+
+
 def paged_d_tiles(family: str, phase: str, block_d: int, block_dv: int) -> tuple[int, int]:
     """(CHUNK_D, CHUNK_DV) of a family's paged ``phase`` (a TUNING phase) at head-dim tiles ``block_d`` /
     ``block_dv`` (key "<phase>_d<block_d>"): each a power of two >= 16 dividing its width (0, a wider entry or
