@@ -742,6 +742,8 @@ def main() -> int:
                   ocloc_packages=", ".join(p for p in pkgs if p.startswith(("intel-ocloc", "libigc2"))),
                   triton=triton.__version__, xpu_tuning={k: list(v) for k, v in tuning["xpu"].items()},
                   xpu_mla_latent_tiles={k: list(v) for k, v in tuning["mla_latent"]["xpu"].items()},
+                  xpu_paged_d_tiles={k: list(v) for k, v in tuning["paged_d"].get("xpu", {}).items()},
+                  xpu_alibi_as_dot=read_literal("ALIBI_AS_DOT").get("xpu", False),
                   targets=targets, jobs=a.jobs, strict=a.strict, wall_s=round(time.time() - t0, 1),
                   cases=len(results), failed=sum(r["status"] == "fail" for r in results),
                   spill_known=sum(r["status"] == "spill-known" for r in results),

@@ -73,6 +73,8 @@ def others(pool, n, long_context=False):
 CONFIGS = {
     "fp32": (torch.float32, 4, {}),
     "bf16-window-softcap-sinks": (torch.bfloat16, 8, dict(window_size=(24, 0), softcap=8.0)),
+    # ALiBi slopes that keep far keys weighing (the bias is a matrix product on Intel and in the interpreter)
+    "fp32-alibi": (torch.float32, 8, dict(alibi_slopes=torch.tensor([0.37 / 3 ** i for i in range(8)], device=DEV))),
 }
 
 

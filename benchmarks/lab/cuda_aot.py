@@ -18,8 +18,9 @@ variant = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
 spec = importlib.util.spec_from_file_location("k", KERNELS)
 mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
 fn = mod._paged_attn_kernel
-consts = dict(WIN_LEFT=-1, WIN_RIGHT=-1, PAGE=64, GROUP=4, D=128, DV=128, BLOCK_D=128, BLOCK_DV=128, BLOCK_M=128,
-              BLOCK_N=64, NUM_SPLITS=1, CAUSAL=True, HAS_SOFTCAP=False, WRITE_LSE=False, ALIGN_ROWS=False,
+consts = dict(WIN_LEFT=-1, WIN_RIGHT=-1, PAGE=64, GROUP=4, D=128, DV=128, BLOCK_D=128, BLOCK_DV=128, CHUNK_D=128,
+              CHUNK_DV=128, BLOCK_M=128,
+              BLOCK_N=64, NUM_SPLITS=1, CAUSAL=True, HAS_SOFTCAP=False, ALIBI_DOT=False, WRITE_LSE=False, ALIGN_ROWS=False,
               SPLIT_MASK=True, USE_DESC=True, HAS_SINKS=False, HAS_ALIBI=False, HAS_DESCALE=False,
               DESCALE_PER_HEAD=False, FP32_DOT=False)
 warps, stages = variant.pop("warps", 4), variant.pop("stages", 2)

@@ -366,7 +366,9 @@ def _paged_attn_kernel(
     pos_lo = k_len - q_len + tl.maximum(tile * BLOCK_M - shift, 0) // GROUP
     pos_hi = tl.minimum(k_len - q_len + (tile * BLOCK_M + BLOCK_M - 1 - shift) // GROUP, k_len - 1)
     if HAS_ALIBI and (CAUSAL and ALIBI_DOT):  # the bias's row operand, once per tile (_alibi_rows)
-        alibi_ref = pos_hi
+        # the reference: the tile's last row position, unclamped, so that under ALIGN_ROWS it is an absolute
+        # position (the same however the prefill is chunked: the bias's rounding depends on it)
+        alibi_ref = k_len - q_len + (tile * BLOCK_M + BLOCK_M - 1 - shift) // GROUP
         slope = _alibi_rows(slope, alibi_ref - pos)
     lo = 0
     hi = k_len
