@@ -248,8 +248,8 @@ def cases(tuning: dict, targets: list[str]) -> list[dict]:
             out += [P(phase=phase, softcap=True, sinks=True), P(phase=phase, window=(127, 0)),
                     P(phase=phase, kv="e4m3"), P(phase=phase, kv="e5m2"), P(phase=phase, q="fp16"),
                     P(phase=phase, q="fp32"), P(phase=phase, alibi=True), P(phase=phase, page=16)]
-            # D 256 with Gemma's features (softcap and sliding window; sinks ride along): its own head-dim tiles
-            out += [P(phase=phase, d=256, softcap=True, sinks=True), P(phase=phase, d=256, window=(127, 0))]
+            # D 256 and D 64 with their models' features (their own tiles): D_TILE_VARIANTS
+            out += [P(phase=phase, d=d, **kw) for d, kws in D_TILE_VARIANTS.items() for kw in kws if kw]
         out += [P(phase="decode", splits=4, lse=True), P(phase="decode", d=256, splits=4, lse=True),
                 P(phase="decode", kv="e4m3", per_head=True, splits=4),
                 P(phase="prefill", invariant=True, tag="invariant"), P(phase="prefill", page=1, tag="varlen")]
@@ -269,6 +269,12 @@ def launched_kernels() -> list[str]:
             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "kernels":
                 names |= {alias.name for alias in node.names}
     return sorted(names)
+
+
+# the feature sets compiled at D 256 and D 64 besides D 128's (Gemma 2/3: softcap, sliding window; GPT-OSS: sinks
+# with a sliding window), in the matrix and in the head-dim tile sweep ({} = no feature)
+D_TILE_VARIANTS = {256: [{}, dict(softcap=True, sinks=True), dict(window=(127, 0))],
+                   64: [{}, dict(sinks=True, window=(127, 0)), dict(softcap=True)]}
 
 
 # --sweep: the tile / warp / GRF candidates tried for the zero-spill cases (docs/intel_lowering.md)
@@ -291,10 +297,12 @@ SWEEP["mla_decode"] = [((bh, bn, w, 2, "large"), lat)
                        for bh, bn, w in ((16, 16, 4), (8, 16, 4), (16, 32, 4), (16, 16, 2))
                        for lat in ((512, 512), (128, 128), (64, 128), (64, 64))]
 # "d_tiles:<phase>_d<D>": the paged kernel's head-dim tiles (CHUNK_D, CHUNK_DV) at D (PAGED_D_TILES; 0 = the
-# whole head dim): the D 256 key blocks do not fit 256 GRF whole
+# whole head dim), each candidate compiled with every D_TILE_VARIANTS feature set of that D (a candidate must be
+# spill-free in all): the D 256 key blocks do not fit 256 GRF whole; D 64 prefill spills with sinks or a window
 for _key in ("decode_d256", "prefill_d256"):
-    SWEEP[f"d_tiles:{_key}"] = [(0, 0), (0, 128), (0, 64), (128, 128), (64, 128), (32, 128), (64, 64)]
-CHOSEN_BY_SWEEP = ("decode_d64", "mla_decode", "d_tiles:decode_d256", "d_tiles:prefill_d256")
+    SWEEP[f"d_tiles:{_key}"] = [(0, 0), (0, 128), (0, 64), (128, 128), (64, 128)]
+SWEEP["d_tiles:prefill_d64"] = [(0, 0), (0, 32), (32, 64), (32, 32)]
+CHOSEN_BY_SWEEP = ("decode_d64", "mla_decode", "d_tiles:decode_d256", "d_tiles:prefill_d256", "d_tiles:prefill_d64")
 
 
 def _rank(phase: str, tiles, tuning: dict) -> tuple:
@@ -321,7 +329,8 @@ def sweep_choice(sweep: list[dict], tuning: dict, targets: list[str]) -> dict:
             if r.get("sweep_phase") == phase:
                 cands.setdefault(json.dumps(r["sweep_tiles"]), []).append(r)
         dpas = [t for t in targets if TARGETS[t]["dpas"]]
-        ok = [json.loads(k) for k, rs in cands.items() if len(rs) == len(dpas)
+        per = len(D_TILE_VARIANTS[int(phase.rpartition("_d")[2])]) if phase.startswith("d_tiles:") else 1
+        ok = [json.loads(k) for k, rs in cands.items() if len(rs) == len(dpas) * per
               and all(r["status"] != "fail" and r.get("spill", 1) == 0 for r in rs)]
         norm = (lambda t: [list(t[0]), list(t[1])]) if phase == "mla_decode" else list
         chosen = max(ok, key=lambda t: _rank(phase, t, tuning)) if ok else None
@@ -353,9 +362,11 @@ def sweep_cases(tuning: dict, targets: list[str], phases=None) -> list[dict]:
                     key = phase.split(":", 1)[1]
                     base, _, d = key.partition("_d")
                     chunks = dict(tuning["paged_d"], xpu=dict(tuning["paged_d"].get("xpu", {}), **{key: tiles}))
-                    c = paged_case(dict(tuning, paged_d=chunks), tg, phase=base, d=int(d))
-                    label = f" @ chunks {tiles[0]}/{tiles[1]}"
-                    swept = list(tiles)
+                    for kw in D_TILE_VARIANTS[int(d)]:
+                        c = paged_case(dict(tuning, paged_d=chunks), tg, phase=base, d=int(d), **kw)
+                        out.append(dict(c, name=c["name"] + f" @ chunks {tiles[0]}/{tiles[1]}", zero_spill=False,
+                                        sweep=True, sweep_phase=phase, sweep_tiles=list(tiles)))
+                    continue
                 else:
                     base, _, d = phase.partition("_d")
                     c = paged_case(dict(tuning, xpu=dict(tuning["xpu"], **{phase: tiles})), tg, phase=base,

@@ -56,9 +56,10 @@ MLA_LATENT_TILES: dict[str, dict[str, tuple[int, int]]] = {
 # slices of the head dim (one q slice and one key slice live at a time) and CHUNK_DV of the output columns per
 # program (BLOCK_DV / CHUNK_DV programs per row tile, each recomputing the scores). Absent, or 0: the whole head
 # dim (the fused form). xpu: chosen by spill in ci/intel_lowering.py's sweep (docs/intel_lowering.md): a 256-wide
-# key block does not fit Intel's 256 GRF next to its accumulator; CUDA keeps the fused form.
+# key block does not fit Intel's 256 GRF next to its accumulator, and D 64 prefill spills with sinks or a sliding
+# window unless split; CUDA keeps the fused form.
 PAGED_D_TILES: dict[str, dict[str, tuple[int, int]]] = {
-    "xpu": {"decode_d256": (0, 128), "prefill_d256": (0, 128)},
+    "xpu": {"decode_d256": (0, 128), "prefill_d256": (0, 128), "prefill_d64": (0, 32)},
 }
 
 
