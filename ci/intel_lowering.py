@@ -250,6 +250,7 @@ def cases(tuning: dict, targets: list[str]) -> list[dict]:
                     P(phase=phase, q="fp32"), P(phase=phase, alibi=True), P(phase=phase, page=16)]
             # D 256 and D 64 with their models' features (their own tiles): D_TILE_VARIANTS
             out += [P(phase=phase, d=d, **kw) for d, kws in D_TILE_VARIANTS.items() for kw in kws if kw]
+            out += [P(phase=phase, d=d, **kw) for d in D_TILE_VARIANTS for kw in HEAD_DIM_DTYPES]
         out += [P(phase="decode", splits=4, lse=True), P(phase="decode", d=256, splits=4, lse=True),
                 P(phase="decode", kv="e4m3", per_head=True, splits=4),
                 P(phase="prefill", invariant=True, tag="invariant"), P(phase="prefill", page=1, tag="varlen")]
@@ -275,6 +276,9 @@ def launched_kernels() -> list[str]:
 # with a sliding window), in the matrix and in the head-dim tile sweep ({} = no feature)
 D_TILE_VARIANTS = {256: [{}, dict(softcap=True, sinks=True), dict(window=(127, 0))],
                    64: [{}, dict(sinks=True, window=(127, 0)), dict(softcap=True)]}
+# and the dtypes crossed with D 64 and D 256 (fp16 queries, an FP8 cache; 16-bit dots take other layouts): in the
+# matrix, and in the D 64 decode tile sweep
+HEAD_DIM_DTYPES = [dict(q="fp16"), dict(kv="e4m3")]
 
 
 # --sweep: the tile / warp / GRF candidates tried for the zero-spill cases (docs/intel_lowering.md)
@@ -292,7 +296,8 @@ SWEEP = {
 # the absorbed-MLA kernel: the latent chunk width and the output columns a program owns (MLA_LATENT_TILES)
 # the shipped entries of the CHOSEN_BY_SWEEP phases are the job's choice among their candidates (sweep_choice),
 # checked in CI
-SWEEP["decode_d64"] = [(16, n, w, 2, "large") for n in (16, 32, 64) for w in (4, 8)]
+# D 64 decode candidates compiled with every D 64 feature set and dtype of the matrix (sweep_variants)
+SWEEP["decode_d64"] = [(16, n, w, 2, "large") for n in (32, 64) for w in (4, 8)]
 SWEEP["mla_decode"] = [((bh, bn, w, 2, "large"), lat)
                        for bh, bn, w in ((16, 16, 4), (8, 16, 4), (16, 32, 4), (16, 16, 2))
                        for lat in ((512, 512), (128, 128), (64, 128), (64, 64))]
@@ -303,6 +308,16 @@ for _key in ("decode_d256", "prefill_d256"):
     SWEEP[f"d_tiles:{_key}"] = [(0, 0), (0, 128), (0, 64), (128, 128), (64, 128)]
 SWEEP["d_tiles:prefill_d64"] = [(0, 0), (0, 32), (32, 64), (32, 32)]
 CHOSEN_BY_SWEEP = ("decode_d64", "mla_decode", "d_tiles:decode_d256", "d_tiles:prefill_d256", "d_tiles:prefill_d64")
+
+
+def sweep_variants(phase: str) -> list[dict]:
+    """The feature sets / dtypes each candidate of a sweep phase is compiled with; a candidate must be spill-free
+    in all of them to be chosen."""
+    if phase.startswith("d_tiles:"):
+        return D_TILE_VARIANTS[int(phase.rpartition("_d")[2])]
+    if phase == "decode_d64":
+        return D_TILE_VARIANTS[64] + HEAD_DIM_DTYPES
+    return [{}]
 
 
 def _rank(phase: str, tiles, tuning: dict) -> tuple:
@@ -329,8 +344,7 @@ def sweep_choice(sweep: list[dict], tuning: dict, targets: list[str]) -> dict:
             if r.get("sweep_phase") == phase:
                 cands.setdefault(json.dumps(r["sweep_tiles"]), []).append(r)
         dpas = [t for t in targets if TARGETS[t]["dpas"]]
-        per = len(D_TILE_VARIANTS[int(phase.rpartition("_d")[2])]) if phase.startswith("d_tiles:") else 1
-        ok = [json.loads(k) for k, rs in cands.items() if len(rs) == len(dpas) * per
+        ok = [json.loads(k) for k, rs in cands.items() if len(rs) == len(dpas) * len(sweep_variants(phase))
               and all(r["status"] != "fail" and r.get("spill", 1) == 0 for r in rs)]
         norm = (lambda t: [list(t[0]), list(t[1])]) if phase == "mla_decode" else list
         chosen = max(ok, key=lambda t: _rank(phase, t, tuning)) if ok else None
@@ -362,17 +376,19 @@ def sweep_cases(tuning: dict, targets: list[str], phases=None) -> list[dict]:
                     key = phase.split(":", 1)[1]
                     base, _, d = key.partition("_d")
                     chunks = dict(tuning["paged_d"], xpu=dict(tuning["paged_d"].get("xpu", {}), **{key: tiles}))
-                    for kw in D_TILE_VARIANTS[int(d)]:
+                    for kw in sweep_variants(phase):
                         c = paged_case(dict(tuning, paged_d=chunks), tg, phase=base, d=int(d), **kw)
                         out.append(dict(c, name=c["name"] + f" @ chunks {tiles[0]}/{tiles[1]}", zero_spill=False,
                                         sweep=True, sweep_phase=phase, sweep_tiles=list(tiles)))
                     continue
                 else:
                     base, _, d = phase.partition("_d")
-                    c = paged_case(dict(tuning, xpu=dict(tuning["xpu"], **{phase: tiles})), tg, phase=base,
-                                   d=int(d or 128))
-                    label = f" @ {tiles[0]},{tiles[1]}/w{tiles[2]}/{tiles[4]}"
-                    swept = list(tiles)
+                    for kw in sweep_variants(phase):
+                        c = paged_case(dict(tuning, xpu=dict(tuning["xpu"], **{phase: tiles})), tg, phase=base,
+                                       d=int(d or 128), **kw)
+                        out.append(dict(c, name=c["name"] + f" @ {tiles[0]},{tiles[1]}/w{tiles[2]}/{tiles[4]}",
+                                        zero_spill=False, sweep=True, sweep_phase=phase, sweep_tiles=list(tiles)))
+                    continue
                 out.append(dict(c, name=c["name"] + label, zero_spill=False, sweep=True, sweep_phase=phase,
                                 sweep_tiles=swept))
     return out

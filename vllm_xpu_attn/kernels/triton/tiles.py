@@ -31,7 +31,7 @@ TUNING: dict[str, dict[str, tuple]] = {
     # with the least register spill (docs/intel_lowering.md)
     # "<phase>_d<D>": a head dim's own tiles where the phase's spill there (docs/intel_lowering.md)
     "xpu": {"prefill": (64, 32, 8, 2, "large"), "decode": (16, 32, 8, 2, "large"),
-            "decode_d64": (16, 64, 8, 2, "large"),
+            "decode_d64": (16, 64, 4, 2, "large"),
             "mla_decode": (16, 16, 4, 2, "large"), "mla_wide": (16, 16, 4, 2, "large")},
     # the interpreter (tests): the descriptor / pointer prefill split too, so both kernels run in CI
     "cpu": {"prefill": (16, 16, 1, 1), "prefill_ptr": (16, 16, 1, 1), "prefill_ptr_wide": (16, 16, 1, 1),
