@@ -757,9 +757,10 @@ def main() -> int:
             extra = "; ".join(r["problems"] + r["notes"])
             print(f"[intel] {r['status']:11} {r['target']}:{r['name']} tiles={tiles_of(r)} grf={r.get('grf', '?')} "
                   f"spill={r.get('spill', '?')} dpas={r.get('dpas', '?')} slm={r.get('shared', '?')} "
-                  f"wg={r.get('wg_size', '?')} simd={r.get('simd', '?')} {r['seconds']}s {extra}", flush=True)
+                  f"wg={r.get('wg_size', '?')} simd={r.get('simd', '?')} isa={r.get('isa_lines', '?')} {r['seconds']}s {extra}",
+                  flush=True)
     for r in results:
-        for k in ("warnings", "isa_lines", "kernel_name", "build_flags", "dpas_layout"):
+        for k in ("warnings", "kernel_name", "build_flags", "dpas_layout"):
             r.pop(k, None)
     results.sort(key=lambda r: (targets.index(r["target"]), r["kernel"], r["name"]))
     sweep = [r for r in results if r.get("sweep")]

@@ -208,3 +208,25 @@ def test_triton_mla_latent_tiles_match_reference(monkeypatch, latent_tiles, spli
     want_o, want_lse = _reference(step, call, cache, q)
     torch.testing.assert_close(o, want_o, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(lse, want_lse, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("splits", [1, 2])
+def test_triton_mla_fp8_latent_with_bf16_queries_matches_reference(kv_dtype, splits):
+    """The MLA kernel with bf16 queries over an FP8 latent cache and its descale (split-K too), against the
+    reference on the same FP8 cache."""
+    from vllm_xpu_attn.kernels import get_provider
+    from vllm_xpu_attn.kernels.contract import LayerArgs
+
+    step, call, cache, q = _latent_decode_case(seed=7)
+    cache, q = (cache * 4).to(kv_dtype), (q * 3).bfloat16()
+    ds = torch.tensor([0.375])
+    layer = LayerArgs.make(call, device=q.device, kv_dtype=kv_dtype, k_descale=ds, v_descale=ds)
+    tri = get_provider("triton")
+    o, lse = tri.plan_paged(step, call, num_splits=splits).run(q, cache, cache[..., :D_C],
+                                                               torch.empty(3, H, D_C, dtype=torch.bfloat16),
+                                                               layer=layer)
+    want_o, want_lse = get_provider("reference").plan_paged(step, call).run(
+        q, cache, cache[..., :D_C], torch.empty(3, H, D_C, dtype=torch.bfloat16), layer=layer)
+    torch.testing.assert_close(o.float(), want_o.float(), atol=1.6e-2, rtol=1.6e-2)
+    torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)

@@ -42,6 +42,20 @@ def test_triton_matches_reference(layout, want_lse, splits):
         assert_lse_close(res[1].cpu(), ref[1].double().cpu(), tol=2e-3)
 
 
+@settings(max_examples=max(N // 4, 10))
+@given(layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16, 64), dtypes=[torch.bfloat16],
+                      always_fp8=True, head_dims=(16, 32, 64)), splits=st.sampled_from([None, 1, 2]))
+def test_bf16_queries_on_fp8_caches_match_reference(layout, splits):
+    """bf16 queries over e4m3/e5m2 caches (the pairing FP8 KV serving runs), with per-tensor and per-head descales,
+    every feature, split-K, against the reference on the same FP8 cache."""
+    lay = layout.to(DEV)
+    ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
+    ns = splits if lay.max_seqlen_q <= 1 else None
+    out, lse = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True, num_splits=ns)
+    _close(out, ref[0], lay.q.dtype)
+    assert_lse_close(lse.cpu(), ref[1].double().cpu(), tol=2e-3)
+
+
 @settings(max_examples=max(N // 4, 5))
 @given(layout=layouts(max_ctx=40, max_new=6, max_batch=3, page_sizes=(1,), allow_fp8=False, dtypes=[torch.float32]))
 def test_triton_varlen_and_merge(layout):

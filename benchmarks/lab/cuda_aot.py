@@ -27,7 +27,8 @@ warps, stages = variant.pop("warps", 4), variant.pop("stages", 2)
 qt, kt = variant.pop("q", "bf16"), variant.pop("kv", None)
 kt = kt or qt
 consts.update(variant)
-ptr = {"Q": "*" + qt, "K": "*" + kt, "V": "*" + kt, "PT": "*i32", "SEQ": "*i32", "CUQ": "*i32", "O": "*" + qt}
+ptr = {"Q": "*" + qt, "K": "*" + kt, "V": "*" + kt, "PT": "*i32", "SEQ": "*i32", "CUQ": "*i32", "O": "*" + qt,
+       "ERR": "*i32"}
 none = {"SINKS", "ALIBI", "KDS", "VDS", "LSE", "OP", "LP"}
 if consts["HAS_SINKS"]: ptr["SINKS"] = "*fp32"; none.discard("SINKS")
 if consts["HAS_ALIBI"]: ptr["ALIBI"] = "*fp32"; none.discard("ALIBI")
@@ -50,10 +51,19 @@ aligned = [n for n in fn.arg_names if n in ptr or n.startswith("stride_") and n 
 attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
 k = triton.compile(ASTSource(fn, sig, cx, attrs), target=GPUTarget("cuda", 90, 32),
                    options=dict(num_warps=warps, num_stages=stages))
-import subprocess, tempfile, os, re
-ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+import collections, subprocess, tempfile, os, re
+bindir = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
 with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
     f.write(k.asm["ptx"])
-r = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", f.name, "-o", f.name + ".o"], capture_output=True, text=True)
-info = re.findall(r"Used (\d+) registers|(\d+) bytes spill stores", r.stderr)
-print(json.dumps({"shared": k.metadata.shared, "scratch": k.metadata.global_scratch_size}), [l.strip() for l in r.stderr.splitlines() if "spill" in l or "stack" in l])
+for ptxas in ("ptxas", "ptxas-blackwell"):  # newer Triton builds emit a PTX version only their second ptxas reads
+    r = subprocess.run([os.path.join(bindir, ptxas), "-v", "--gpu-name=sm_90a", f.name, "-o", f.name + ".o"],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        break
+# the SASS by opcode (static counts): conversions (F2F, F2FP, PRMT), matrix ops (HMMA/HGMMA), ...
+sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "-sass", f.name + ".o"], capture_output=True, text=True).stdout
+ops = collections.Counter(m.group(1).split(".")[0] for m in
+                          re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
+print(json.dumps({"shared": k.metadata.shared, "scratch": k.metadata.global_scratch_size, "sass": sum(ops.values()),
+                  "ops": dict(ops.most_common(16))}),
+      [l.strip() for l in r.stderr.splitlines() if "spill" in l or "stack" in l or "registers" in l])
