@@ -31,6 +31,7 @@ SWEEP = [(16, 32, 4, 2), (32, 32, 4, 2), (32, 32, 8, 2), (64, 32, 8, 2), (64, 16
 def sweep(g) -> dict:
     """Time the MLA kernel's tile candidates (BLOCK_H, BLOCK_N, warps, stages) on two decode shapes and
     install the fastest in the tile table for the rest of the run (reported in the JSON)."""
+    from vllm_xpu_attn.kernels import get_provider
     from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 
     fam = device_family(torch.device("cuda"))
@@ -49,6 +50,7 @@ def sweep(g) -> dict:
         saved = TUNING[fam][which]
         for cfg in SWEEP:
             TUNING[fam][which] = cfg
+            get_provider("triton").clear_caches()  # kept launch configurations hold the tiles they were made with
             plan = core.plan_step(core.StepInputs(core.Mode.DECODE, lens, ctx, b, PAGE, page_table=table))
             try:
                 t = throughput(lambda: runner.forward_mla(plan, q, cache, out), n=20)
@@ -56,6 +58,7 @@ def sweep(g) -> dict:
             except Exception as e:  # noqa: BLE001 - a tile that does not compile (resources) is reported
                 res.setdefault(str(cfg), {})[f"H{h}"] = f"{type(e).__name__}: {str(e)[:120]}"
         TUNING[fam][which] = saved  # the shipped tile table is what the table below measures
+        get_provider("triton").clear_caches()
         del cache
     best = {f"H{h}": min((c for c in res if isinstance(res[c].get(f"H{h}"), float)), key=lambda c: res[c][f"H{h}"])
             for h in (128, 16)}

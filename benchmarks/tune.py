@@ -27,22 +27,26 @@ def main():
         "prefill": list(itertools.product([64, 128], [32, 64, 128], [4, 8], [2, 3])),
     }
     for phase, shapes in cases.items():
+        saved = TUNING[fam][phase]
         for batch, q_len, k_len in shapes:
             q, kc, vc, pt, seq, cu = paged_inputs(batch, q_len, k_len, gen)
             for cfg in grids[phase]:
                 TUNING[fam][phase] = cfg
+                tri.clear_caches()  # the provider keeps launch configurations (tiles included) across calls
                 for ns in ([None, 2, 4] if phase == "decode" else [None]):
-                  try:
-                    t = event_latency(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len, num_splits=ns),
-                                      iters=10)
-                  except Exception as e:  # out of shared memory etc.
-                    print(json.dumps({"phase": phase, "shape": [batch, q_len, k_len], "cfg": cfg, "error": str(e)[:80]}))
-                    continue
-                  print(json.dumps({"phase": phase, "shape": [batch, q_len, k_len], "cfg": cfg, "splits": ns,
-                                    "us": t * 1e6}), flush=True)
+                    try:
+                        t = event_latency(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, q_len,
+                                                                              num_splits=ns), iters=10)
+                    except Exception as e:  # out of shared memory etc.
+                        print(json.dumps({"phase": phase, "shape": [batch, q_len, k_len], "cfg": cfg,
+                                          "error": str(e)[:80]}))
+                        continue
+                    print(json.dumps({"phase": phase, "shape": [batch, q_len, k_len], "cfg": cfg, "splits": ns,
+                                      "us": t * 1e6}), flush=True)
             del q, kc, vc
             torch.cuda.empty_cache()
-
+        TUNING[fam][phase] = saved
+        tri.clear_caches()
 
 if __name__ == "__main__":
     main()

@@ -335,6 +335,15 @@ def _rank(phase: str, tiles, tuning: dict) -> tuple:
     return m * n, -abs(w - tuning["xpu"][phase.partition("_d")[0]][2])
 
 
+def _shipped(phase: str, tuning: dict):
+    """What tiles.py ships for a sweep phase, in the candidates' form."""
+    if phase == "mla_decode":
+        return tuning["xpu"]["mla_decode"], tuning["mla_latent"]["xpu"]["mla_decode"]
+    if phase.startswith("d_tiles:"):
+        return tuning["paged_d"].get("xpu", {}).get(phase.split(":", 1)[1], (0, 0))
+    return tuning["xpu"].get(phase)
+
+
 def sweep_choice(sweep: list[dict], tuning: dict, targets: list[str]) -> dict:
     """{phase: shipped, chosen (the best candidate with zero spill and no failure on every DPAS target run)}."""
     out = {}
@@ -348,23 +357,23 @@ def sweep_choice(sweep: list[dict], tuning: dict, targets: list[str]) -> dict:
               and all(r["status"] != "fail" and r.get("spill", 1) == 0 for r in rs)]
         norm = (lambda t: [list(t[0]), list(t[1])]) if phase == "mla_decode" else list
         chosen = max(ok, key=lambda t: _rank(phase, t, tuning)) if ok else None
-        if phase == "mla_decode":
-            shipped = (tuning["xpu"]["mla_decode"], tuning["mla_latent"]["xpu"]["mla_decode"])
-        elif phase.startswith("d_tiles:"):
-            shipped = tuning["paged_d"].get("xpu", {}).get(phase.split(":", 1)[1], (0, 0))
-        else:
-            shipped = tuning["xpu"].get(phase)
+        shipped = _shipped(phase, tuning)
         out[phase] = dict(shipped=None if shipped is None else norm(shipped), chosen=chosen, candidates=len(cands),
                           zero_spill=len(ok))
     return out
 
 
-def sweep_cases(tuning: dict, targets: list[str], phases=None) -> list[dict]:
+def sweep_cases(tuning: dict, targets: list[str], phases=None, from_shipped: bool = False) -> list[dict]:
+    """The sweep's cases. ``from_shipped`` (CI): only the candidates ranked at or above the shipped tiles of a
+    CHOSEN_BY_SWEEP phase (_rank), the ones that can decide whether the shipped tiles are the choice."""
     out = []
     for tg in targets:
         for phase, grid in SWEEP.items():
             if phases is not None and phase not in phases:
                 continue
+            if from_shipped and phase in CHOSEN_BY_SWEEP and _shipped(phase, tuning) is not None:
+                floor = _rank(phase, _shipped(phase, tuning), tuning)
+                grid = [t for t in grid if _rank(phase, t, tuning) >= floor]
             for tiles in grid:
                 if phase == "mla_decode":
                     tiles, (dc, dv) = tiles
@@ -708,6 +717,8 @@ def main() -> int:
                     help="also the SWEEP tile candidates (all, or a comma list of its phases) on bmg/pvc/lnl, "
                          "reported under 'sweep', never failing: the data behind the docs and the tiles chosen "
                          "by spill (header 'sweep_choice')")
+    ap.add_argument("--sweep-from-shipped", action="store_true",
+                    help="sweep only the candidates ranked at or above the shipped tiles (what decides the choice)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     ap.add_argument("--lower", type=Path, help=argparse.SUPPRESS)
@@ -738,7 +749,7 @@ def main() -> int:
     missing = sorted(set(params) - {c["kernel"] for c in matrix})
     if a.sweep:
         matrix += sweep_cases(tuning, [t for t in targets if TARGETS[t]["dpas"]],
-                              None if a.sweep == "all" else a.sweep.split(","))
+                              None if a.sweep == "all" else a.sweep.split(","), a.sweep_from_shipped)
     todo = [complete(dict(c, props=props[c["target"]]), params) for c in matrix
             if a.only is None or re.search(a.only, f"{c['target']}:{c['name']}")]
     # slowest first (big paged / MLA kernels, fp32 FMA paths), so the workers finish together

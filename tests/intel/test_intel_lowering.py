@@ -43,7 +43,7 @@ def job(tmp_path_factory):
         pytest.fail(f"no ocloc sysroot at {SYSROOT}: run `bash ci/venvs.sh intel`")
     tmp = tmp_path_factory.mktemp("intel")
     r, data = _run(tmp, "--jobs", os.environ.get("VXA_INTEL_JOBS", "2"), "--timeout", STEP_TIMEOUT,
-                   "--sweep", ",".join(il.CHOSEN_BY_SWEEP))
+                   "--sweep", ",".join(il.CHOSEN_BY_SWEEP), "--sweep-from-shipped")
     (tmp / "job.log").write_text(r.stdout + r.stderr)
     assert data is not None, f"the job wrote no result (rc={r.returncode}):\n{(r.stdout + r.stderr)[-4000:]}"
     return r, data
