@@ -56,14 +56,18 @@ bindir = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
 with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
     f.write(k.asm["ptx"])
 for ptxas in ("ptxas", "ptxas-blackwell"):  # newer Triton builds emit a PTX version only their second ptxas reads
+    if not os.path.exists(os.path.join(bindir, ptxas)):
+        continue
     r = subprocess.run([os.path.join(bindir, ptxas), "-v", "--gpu-name=sm_90a", f.name, "-o", f.name + ".o"],
                        capture_output=True, text=True)
     if r.returncode == 0:
         break
+else:
+    sys.exit(f"ptxas failed:\n{r.stderr[-2000:]}")
 # the SASS by opcode (static counts): conversions (F2F, F2FP, PRMT), matrix ops (HMMA/HGMMA), ...
 sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "-sass", f.name + ".o"], capture_output=True, text=True).stdout
 ops = collections.Counter(m.group(1).split(".")[0] for m in
-                          re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
+                          re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
 print(json.dumps({"shared": k.metadata.shared, "scratch": k.metadata.global_scratch_size, "sass": sum(ops.values()),
                   "ops": dict(ops.most_common(16))}),
       [l.strip() for l in r.stderr.splitlines() if "spill" in l or "stack" in l or "registers" in l])

@@ -88,6 +88,8 @@ def one_tree(tree: str, label: str, tiles: bool) -> None:
                                   "max_err": round(err, 5), "sweep": cfg is not None}), flush=True)
             if saved is not None:
                 TUNING[fam]["decode_fp8"] = saved
+            else:  # a family without its own FP8 tile: leave none behind
+                TUNING[fam].pop("decode_fp8", None)
             tri.clear_caches()
             del kc, vc, q, want
     d_c, d_r = 512, 64
@@ -134,7 +136,7 @@ def main() -> None:
         for tree, label in ((old, "old"), (new, "new")):
             tiles = "1" if ("--tiles" in sys.argv and label == "new" and rep == 0) else "0"
             out = subprocess.run([sys.executable, __file__, "--one", tree, label, tiles], check=True,
-                                 capture_output=True, text=True).stdout
+                                 stdout=subprocess.PIPE, text=True).stdout  # the child's errors reach stderr
             for line in out.splitlines():
                 rows.append(dict(json.loads(line), rep=rep))
                 print(json.dumps(rows[-1]), flush=True)
