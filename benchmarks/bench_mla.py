@@ -30,7 +30,7 @@ SWEEP = [(16, 32, 4, 2), (32, 32, 4, 2), (32, 32, 8, 2), (64, 32, 8, 2), (64, 16
 
 def sweep(g) -> dict:
     """Time the MLA kernel's tile candidates (BLOCK_H, BLOCK_N, warps, stages) on two decode shapes and
-    install the fastest in the tile table for the rest of the run (reported in the JSON)."""
+    report the fastest in the JSON; the shipped tiles are restored, so the table after it measures what ships."""
     from vllm_xpu_attn.kernels import get_provider
     from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
 

@@ -372,7 +372,12 @@ def sweep_cases(tuning: dict, targets: list[str], phases=None, from_shipped: boo
             if phases is not None and phase not in phases:
                 continue
             if from_shipped and phase in CHOSEN_BY_SWEEP and _shipped(phase, tuning) is not None:
-                floor = _rank(phase, _shipped(phase, tuning), tuning)
+                shipped = _shipped(phase, tuning)
+                if json.dumps(shipped) not in {json.dumps(t) for t in grid}:
+                    # the verdict "the shipped tiles are the sweep's choice" needs them among the candidates
+                    raise SystemExit(f"[intel] --sweep-from-shipped: the shipped tiles of {phase} {shipped} are not "
+                                     f"among SWEEP[{phase!r}]'s candidates; add them there")
+                floor = _rank(phase, shipped, tuning)
                 grid = [t for t in grid if _rank(phase, t, tuning) >= floor]
             for tiles in grid:
                 if phase == "mla_decode":
@@ -788,6 +793,7 @@ def main() -> int:
                   spill_known=sum(r["status"] == "spill-known" for r in results),
                   known_spill={f"{t}/{p}": v for (t, p), v in KNOWN_SPILL.items()},
                   sweep_choice=sweep_choice(sweep, tuning, targets) if a.sweep else None,
+                  sweep_from_shipped=a.sweep_from_shipped if a.sweep else None,
                   kernels_not_covered=missing, kernels_sha256=hashlib.sha256(KERNELS.read_bytes()).hexdigest()[:16],
                   provider_sha256=hashlib.sha256(b"".join(f.read_bytes() for f in (PROVIDER, TILES, STEP_LAUNCH,
                                                   PROVIDER.parent / "launch_config.py"))).hexdigest()[:16])
