@@ -40,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeat", type=int, default=1, help="generate the prompts this many times (prefix-cache hits)")
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size (> 1: distributed_executor_backend 'mp')")
     ap.add_argument("--kv-cache-dtype", default=None, help="vLLM's kv_cache_dtype (default: vLLM's own, auto)")
+    ap.add_argument("--attention-backend", default=None,
+                    help="vLLM's attention_backend (an oracle run names its backend where the host would pick another: "
+                         "on an AMX host vLLM picks AMX_MLA for MLA models)")
     ap.add_argument("--teacher-force-json", default=None,
                     help="JSON list of token-id sequences: after generating, score each with prompt_logprobs=5 "
                          "(top-5 and the given token at every position after the first) into 'teacher_forced'")
@@ -76,6 +79,8 @@ def run(a: argparse.Namespace) -> None:
         kw["max_num_seqs"] = a.max_num_seqs
     if a.kv_cache_dtype:
         kw["kv_cache_dtype"] = a.kv_cache_dtype
+    if a.attention_backend:
+        kw["attention_backend"] = a.attention_backend
     if a.tp > 1:
         kw.update(tensor_parallel_size=a.tp, distributed_executor_backend="mp")
     if a.speculative_config:
