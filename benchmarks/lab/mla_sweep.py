@@ -79,8 +79,10 @@ def run_one(c: dict, h: int, b: int, ctx: int, device: str, timed: bool, n: int)
     err = (out.float() - c["ref"]).abs().max().item()
     row = {"err": err, "splits": getattr(launch, "num_splits", None)}
     # what was launched (the tile tables are read when the launch is planned): the check that a config took
-    launched = get_provider("triton").launched_variants("_mla_attn_kernel")
-    row["launched"] = sorted({tuple(v.get(k) for k in ("BLOCK_H", "BLOCK_N", "BLOCK_DC", "BLOCK_DV")) for v in launched})
+    variants = getattr(get_provider("triton"), "launched_variants", None)  # older trees (ab_mla.py) lack it
+    launched = variants("_mla_attn_kernel") if variants else []
+    keys = ("BLOCK_H", "BLOCK_N", "BLOCK_DC", "BLOCK_DV")
+    row["launched"] = sorted({tuple(v.get(k) for k in keys) for v in launched})
     if timed:
         from timing import throughput
 
