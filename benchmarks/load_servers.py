@@ -137,7 +137,8 @@ async def _one(client, model: str, r: Req, res: Result, timeout_s: float):
         res.latency_s = time.perf_counter() - t0
         raise
     except Exception as e:  # noqa: BLE001  (every failure is recorded, none stops the load)
-        res.status, res.error = "error", f"{type(e).__name__}: {e}"[:500]
+        cause = f" (cause: {type(e.__cause__).__name__}: {e.__cause__})" if e.__cause__ is not None else ""
+        res.status, res.error = "error", f"{type(e).__name__}: {e}{cause}"[:500]
         res.latency_s = time.perf_counter() - t0
 
 
@@ -153,7 +154,11 @@ async def run_load(base_url: str, model: str, reqs: list[Req], *, concurrency: i
     import httpx
     from openai import AsyncOpenAI
 
-    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    # Idle connections expire on our side well before the servers' keep-alive timeout (uvicorn's 5 s, which
+    # vLLM and SGLang keep): otherwise a request can be sent on a connection the server is closing at that
+    # moment and fail with a connection error that says nothing about the backend under test.
+    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8,
+                          keepalive_expiry=1.0)
     client = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0,
                          http_client=httpx.AsyncClient(limits=limits, timeout=request_timeout_s))
     sem = asyncio.Semaphore(concurrency)
