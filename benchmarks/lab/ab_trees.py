@@ -1,5 +1,5 @@
 """A/B of two source trees' paged kernels in separate processes (H200): dense decode and prefill at the standard
-shapes plus the features and head dims whose code paths differ (softcap, sinks, ALiBi, D 256).
+shapes plus the features and head dims whose code paths differ (softcap, sinks, ALiBi, D 256, D 64).
 
     git archive OLD vllm_xpu_attn | tar -x -C /tmp/old
     python benchmarks/lab/ab_trees.py /tmp/old . [REPS=2] > ab.jsonl   # one JSON line per (rep, tree, case)
@@ -29,6 +29,7 @@ CASES = [
     ("pre 16x512 on 2048", 16, 512, 2560, 32, 8, 128, None),
     ("pre 1x8192 softcap+sinks", 1, 8192, 8192, 32, 8, 128, "softcap+sinks"),
     ("pre d256 1x4096", 1, 4096, 4096, 16, 8, 256, None),
+    ("dec d64 64x4096", 64, 1, 4096, 64, 8, 64, None), ("pre d64 1x8192", 1, 8192, 8192, 64, 8, 64, None),
 ]
 
 
