@@ -51,6 +51,7 @@ RETRACT_MARK = "KV cache pool is full. Retract requests."
 # Load and pressure settings, shared by both backends of a run (the tests use these defaults).
 DEFAULTS = dict(num_requests=192, concurrency=64, max_prompt=160, max_output=40, cancel=10)
 VLLM_PRESSURE = ["--num-gpu-blocks-override", "20"]  # 20 blocks of 32 = 640 tokens; one request needs <= 200
+SGLANG_POOL = ["--max-total-tokens", "32768"]  # 64 requests x 512-token context fit whole: no retraction
 SGLANG_PRESSURE = ["--max-total-tokens", "1024", "--schedule-conservativeness", "0.05"]
 # SGLang under this load did not run out of KV by itself: with 1024, 512 or 2048 tokens, conservativeness
 # 0.05, longer outputs, overlap scheduling off, its admission (each new request reserves its whole
@@ -85,12 +86,17 @@ def server_cmd(engine: str, backend: str, model: str, port: int, pressure: bool,
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--served-model-name", SERVED,
                "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
                "--attention-backend", "xpu_attn" if backend == "ours" else "torch_native",
-               "--dtype", "float32", "--context-length", "512", "--mem-fraction-static", "0.1",
+               "--dtype", "float32", "--context-length", "512", "--mem-fraction-static", "0.7",
                "--disable-cuda-graph", "--random-seed", "0", "--skip-server-warmup", "--enable-metrics",
                "--log-level", "info"]
+        # A fixed KV pool (SGLANG_POOL, or SGLANG_PRESSURE's smaller one) under a high static fraction: SGLang sizes
+        # the pool from the host's free memory, measured before the weights load and again after, and a low fraction
+        # fails start-up when another process on a shared host takes memory in between.
         if pressure:
             cmd += SGLANG_PRESSURE
             env.update(SGLANG_PRESSURE_ENV)
+        else:
+            cmd += SGLANG_POOL
     return cmd + list(extra), env
 
 

@@ -59,7 +59,10 @@ def run_sglang(model: str, ids: list[list[int]], ours: bool) -> dict:
     import sglang
 
     engine = sglang.Engine(model_path=model, device="cpu", attention_backend="xpu_attn" if ours else "torch_native",
-                           dtype="float32", context_length=1024, mem_fraction_static=0.2, disable_cuda_graph=True,
+                           dtype="float32", context_length=1024, disable_cuda_graph=True,
+                           # a fixed pool (1.5 GB fp32): SGLang's free-memory fraction fails start-up when another
+                           # process takes host memory between its two measurements
+                           mem_fraction_static=0.7, max_total_tokens=32768,
                            random_seed=0, skip_server_warmup=True)
     sp = {"temperature": 0.0, "max_new_tokens": MAX_TOKENS}
     try:

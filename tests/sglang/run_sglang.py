@@ -64,8 +64,11 @@ def run(a: argparse.Namespace) -> None:
     if a.whisper:
         audio = whisper_audio_files(Path(a.out).parent)
         prompts, a.context_length = [""] * len(audio), 2048  # SGLang's Whisper ignores text prompts; 1,500 encoder tokens lead each row
+    # The KV pool: a fixed 65,536-token cap under a high static fraction. SGLang sizes the pool from the host's free
+    # memory, measured before the weights load and again after; a low fraction fails start-up when another process
+    # on a shared host (CI's background lane) takes memory in between. 65,536 holds 48 requests at 1,024 tokens.
     kw = dict(model_path=a.model, device="cpu", attention_backend=a.backend, dtype="float32", context_length=a.context_length,
-              mem_fraction_static=0.1, disable_cuda_graph=True, random_seed=0, skip_server_warmup=True,
+              mem_fraction_static=0.7, max_total_tokens=65536, disable_cuda_graph=True, random_seed=0, skip_server_warmup=True,
               log_level="info", disable_radix_cache=a.disable_radix_cache)
     if a.chunked_prefill_size:
         kw["chunked_prefill_size"] = a.chunked_prefill_size

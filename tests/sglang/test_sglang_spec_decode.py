@@ -59,7 +59,7 @@ def spec(tmp_path_factory):
     jobs = {"base": (target, "torch_native", args), "ours": (target, "xpu_attn", args)}
     spec_env = {"PYTHONPATH": STUBS + os.pathsep + SHIMS, "TRITON_INTERPRET": "1", "VLLM_XPU_ATTN_LOG_LEVEL": "DEBUG"}
     for name, (cfg, _) in CONFIGS.items():
-        cfg = dict(cfg, mem_fraction_static=0.2)  # SGLang counts the draft's weights against the static fraction
+        cfg = dict(cfg)
         if cfg["speculative_algorithm"] == "EAGLE":
             cfg["speculative_draft_model_path"] = draft
         rounds = 2 if name == "ngram" else 1

@@ -31,6 +31,12 @@ import traceback
 VLLM_SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 SGLANG_SPEC = {"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": 4}
 MAX_MODEL_LEN = 4096
+# SGLang sizes its KV pool on the CPU from the host's free memory, measured before the weights load and again after
+# (the second must exceed (1 - mem_fraction_static) x the first). Other processes on a shared host (CI's background
+# lane starts engines of its own) can take gigabytes between the two: at 0.2-0.3 that failed start-up ("Loaded
+# weights leave no GPU memory for the KV cache"). A high fraction with a fixed token cap gives the same pool
+# every time: 32,768 tokens, 7x what the 16 prompts and their continuations hold (4,755), 1.5 GB in fp32.
+SGLANG_KV_POOL = {"mem_fraction_static": 0.7, "max_total_tokens": 32768}
 SGLANG_SHIMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sglang", "spec_cpu_shims")
 
 
@@ -100,7 +106,7 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
         try:
             idx = r.get("subset") or list(range(len(prompts)))
             kw = dict(model_path=model, device="cpu", attention_backend="xpu_attn" if ours else "torch_native",
-                      dtype=r.get("dtype", "float32"), context_length=MAX_MODEL_LEN, mem_fraction_static=0.2,
+                      dtype=r.get("dtype", "float32"), context_length=MAX_MODEL_LEN, **SGLANG_KV_POOL,
                       disable_cuda_graph=True, random_seed=0, skip_server_warmup=True, log_level="info")
             if r.get("budget"):
                 kw["chunked_prefill_size"] = r["budget"]
@@ -111,7 +117,7 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
                 # CPU-only machine (tests/sglang/spec_cpu_shims); the scheduler process inherits this environment
                 os.environ["TRITON_INTERPRET"] = "1"
                 os.environ["PYTHONPATH"] = SGLANG_SHIMS + os.pathsep + os.environ.get("PYTHONPATH", "")
-                kw.update(SGLANG_SPEC, mem_fraction_static=0.3)  # SGLang's check wants > ~0.25 with NGRAM here
+                kw.update(SGLANG_SPEC)
             engine = sglang.Engine(**kw)
             sp = {"temperature": 0.0, "max_new_tokens": r.get("max_tokens", 32), "ignore_eos": r.get("ignore_eos", True)}
 
