@@ -137,9 +137,19 @@ async def _one(client, model: str, r: Req, res: Result, timeout_s: float):
         res.latency_s = time.perf_counter() - t0
         raise
     except Exception as e:  # noqa: BLE001  (every failure is recorded, none stops the load)
-        cause = f" (cause: {type(e.__cause__).__name__}: {e.__cause__})" if e.__cause__ is not None else ""
-        res.status, res.error = "error", f"{type(e).__name__}: {e}{cause}"[:500]
+        res.status, res.error = "error", _describe(e)[:500]
         res.latency_s = time.perf_counter() - t0
+
+
+def _describe(e: BaseException) -> str:
+    """The exception and its causes, outermost first: a connection error's socket-level reason (say
+    `ConnectionResetError: [Errno 104]` under httpx's bare `ReadError`) is only in the chain."""
+    parts, seen = [], set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        parts.append(f"{type(e).__name__}: {e}".rstrip(": "))
+        e = e.__cause__ or e.__context__
+    return " <- ".join(parts)
 
 
 def _pct(xs: list, q: float) -> float | None:
@@ -154,13 +164,16 @@ async def run_load(base_url: str, model: str, reqs: list[Req], *, concurrency: i
     import httpx
     from openai import AsyncOpenAI
 
-    # Idle connections expire on our side well before the servers' keep-alive timeout (uvicorn's 5 s, which
-    # vLLM and SGLang keep): otherwise a request can be sent on a connection the server is closing at that
-    # moment and fail with a connection error that says nothing about the backend under test.
-    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8,
-                          keepalive_expiry=1.0)
+    # A new connection for every request, closed after it (no keep-alive): a reused connection can fail a request
+    # with a connection error that says nothing about the server under test. Seen on a loaded CI host as httpx
+    # `ReadError` with an empty message: the server closed an idle keep-alive connection just as the next request
+    # went out on it (uvicorn's 5 s timeout), or httpcore's pool closed an expired idle connection it had already
+    # handed to a waiting request (encode/httpcore#1110). A pool without keep-alive closes each connection when
+    # its response ends and never hands one out twice; the servers still see `concurrency` requests at once.
+    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=0)
     client = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0,
                          http_client=httpx.AsyncClient(limits=limits, timeout=request_timeout_s))
+
     sem = asyncio.Semaphore(concurrency)
     results = [Result(r.idx) for r in reqs]
     peak = 0
