@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_xpu_attn.kernels import KernelProvider, KernelRequest, NoProviderError, explain, register_provider, select_provider
+from vllm_xpu_attn.kernels import (KernelProvider, KernelRequest, NoProviderError, explain, get_provider,
+                                   register_provider, select_provider)
 from vllm_xpu_attn.kernels import registry as reg
 
 
@@ -73,9 +74,12 @@ def test_priority_lists_and_the_usage_docs():
     """Each device's order, written out by hand; docs/usage.md's table says the same. sgl-kernel's two operators
     (FA3 API, MLA decode) sit together at the head of the XPU list, each refusing the other's layers."""
     assert reg.PRIORITY["xpu"] == ["sgl_kernel", "sgl_kernel_mla", "vllm_xpu_kernels", "ipex", "triton", "reference"]
-    assert reg.PRIORITY["cuda"] == ["sgl_kernel", "sgl_kernel_mla", "triton", "reference"]
+    assert reg.PRIORITY["cuda"] == ["triton", "reference"]
     assert reg.PRIORITY["cpu"] == ["torch_sdpa", "reference"]
     assert all(set(order) <= set(reg.provider_names()) for order in reg.PRIORITY.values())
+    # a device lists only providers that declare it (an XPU-only wrapper first on CUDA would only ever refuse)
+    wrong = [(dev, n) for dev, order in reg.PRIORITY.items() for n in order if dev not in get_provider(n).devices]
+    assert not wrong, wrong
     usage = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text()
     rows = dict(re.findall(r"^\| (Intel XPU|CUDA|CPU) \| ([^|]+) \|", usage, flags=re.M))
     for dev, label in (("xpu", "Intel XPU"), ("cuda", "CUDA"), ("cpu", "CPU")):

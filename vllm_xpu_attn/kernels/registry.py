@@ -34,7 +34,7 @@ _PROVIDER_PATHS: dict[str, str] = {
 # operators of one library, each refusing the other's layers, so their order between themselves does not matter.
 PRIORITY: dict[str, list[str]] = {
     "xpu": ["sgl_kernel", "sgl_kernel_mla", "vllm_xpu_kernels", "ipex", "triton", "reference"],
-    "cuda": ["sgl_kernel", "sgl_kernel_mla", "triton", "reference"],
+    "cuda": ["triton", "reference"],  # sgl-kernel's wrappers here are for its XPU build (they declare xpu only)
     "cpu": ["torch_sdpa", "reference"],
 }
 
