@@ -34,6 +34,32 @@ def test_platform_plugin_opt_in(monkeypatch):
     assert plugin.platform_plugin() is None
 
 
+def test_start_up_line_on_xpu_says_nothing_ran_on_intel_hardware(monkeypatch):
+    """On an Intel XPU host the plugin turns itself on: its one start-up line says that this backend has not
+    run on an Intel GPU and how to turn it off; elsewhere (opted in) the line carries no such caveat."""
+    import logging
+
+    from vllm_xpu_attn import env
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda r: seen.append(r.getMessage())
+    plugin.logger.addHandler(handler)  # on the logger itself: setup_logging may stop propagation to root
+    try:
+        monkeypatch.delenv("XPU_ATTN_ENABLE", raising=False)
+        monkeypatch.setattr(env, "host_device", lambda: "xpu")
+        assert plugin.platform_plugin() == "vllm_xpu_attn.vllm.platform.XpuAttnXPUPlatform"
+        monkeypatch.setattr(env, "host_device", lambda: "cpu")
+        monkeypatch.setenv("XPU_ATTN_ENABLE", "1")
+        assert plugin.platform_plugin() == "vllm_xpu_attn.vllm.platform.XpuAttnCpuPlatform"
+    finally:
+        plugin.logger.removeHandler(handler)
+    active = [m for m in seen if "platform plugin active" in m]
+    assert len(active) == 2, seen
+    assert "not yet run on an Intel GPU" in active[0] and "XPU_ATTN_ENABLE=0" in active[0], active[0]
+    assert "Intel GPU" not in active[1], active[1]
+
+
 def test_current_platform_resolves_to_ours_when_opted_in():
     code = "from vllm.platforms import current_platform as p; print(type(p).__name__, type(p).__mro__[1].__name__)"
     env = dict(os.environ, XPU_ATTN_ENABLE="1")

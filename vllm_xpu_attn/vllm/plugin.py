@@ -24,6 +24,9 @@ from .. import env, versions
 logger = logging.getLogger("vllm_xpu_attn")
 
 BACKEND_PATH = "vllm_xpu_attn.vllm.backend.XpuAttnBackend"
+# Said in the one start-up line on XPU until a run on Intel hardware is recorded (README says the same).
+XPU_CAVEAT = ("; not yet run on an Intel GPU (its kernels are compiled ahead of time and tested on CPUs and NVIDIA "
+              "GPUs only): report problems, or set XPU_ATTN_ENABLE=0 for vLLM's own XPU backends")
 _PLATFORMS = {
     "xpu": "vllm_xpu_attn.vllm.platform.XpuAttnXPUPlatform",
     "cuda": "vllm_xpu_attn.vllm.platform.XpuAttnCudaPlatform",
@@ -48,8 +51,8 @@ def platform_plugin() -> Optional[str]:
         if why:  # vLLM swallows a platform plugin's exception: log here, general_plugin refuses a forced start-up
             versions.refuse_or_log(why, forced=False, how_forced="")
             return None
-        logger.info("vllm-xpu-attn: platform plugin active on %s (%s)", dev,
-                    "Intel XPU" if dev == "xpu" and not enabled else f"{env.ENABLE}=1")
+        logger.info("vllm-xpu-attn: platform plugin active on %s (%s)%s", dev,
+                    "Intel XPU" if dev == "xpu" and not enabled else f"{env.ENABLE}=1", XPU_CAVEAT if dev == "xpu" else "")
         return _PLATFORMS[dev]
     return None
 
