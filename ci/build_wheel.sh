@@ -9,7 +9,8 @@ PY="${VXA_PYTHON:-python3.11}"
 command -v "$PY" >/dev/null || PY=python3
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
-cp -r "$here/pyproject.toml" "$here/README.md" "$here/vllm_xpu_attn" "$here/sglang_compat" "$src/"
+cp -r "$here/pyproject.toml" "$here/LICENSE" "$here/vllm_xpu_attn" "$here/sglang_compat" "$src/"
+mkdir -p "$src/docs" && cp "$here/docs/pypi.md" "$src/docs/"  # the long description
 find "$src" -name __pycache__ -prune -exec rm -rf {} +
 mkdir -p "$dest"
 "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$dest" "$src" >/dev/null

