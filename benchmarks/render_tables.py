@@ -1,0 +1,543 @@
+"""Render every measured figure of README.md and docs/benchmarks.md from the committed records.
+
+    python benchmarks/render_tables.py           # rewrite the docs in place
+    python benchmarks/render_tables.py --check   # exit 1 and print a unified diff when a doc differs
+
+Each figure sits between ``<!-- render:NAME -->`` and ``<!-- /render:NAME -->`` in a doc; the text in between
+is what ``NAME(records)`` below returns, built only from JSON/JSONL files committed in this repository. Each
+block says which code path it measured (the one-call API ``flash_attn_with_kvcache``, the engine path
+``plan_step`` + ``LayerRunner.forward``, a provider's ``plan_paged`` + ``launch.run``, or an engine end to end),
+on which machine, when, and from which record. Where a record does not say something (a date, a device
+name), the block says it is not recorded rather than filling it in.
+
+Standard library only: it runs in CI's core suite (tests/test_rendered_tables.py) without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import statistics
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Paths as each producing script runs them (read from the scripts, named here once).
+ONE_CALL = "the one-call API (`TritonProvider.flash_attn_with_kvcache`: plan + launch every call)"
+ENGINE_PATH = "the engine path (`plan_step` once per step + `LayerRunner.forward` per layer)"
+LAUNCH_PATH = "the provider's launch path (`plan_paged` once, then `launch.run` per call)"
+
+BLOCK = re.compile(r"(<!-- render:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /render:(?P=name) -->)", re.S)
+
+
+class Records:
+    """Committed records, read once each, by path relative to the repository root."""
+
+    def __init__(self, root: Path = ROOT) -> None:
+        self.root = root
+        self._cache: dict[str, Any] = {}
+
+    def json(self, rel: str) -> Any:
+        """The parsed JSON file ``rel``."""
+        if rel not in self._cache:
+            self._cache[rel] = json.loads((self.root / rel).read_text())
+        return self._cache[rel]
+
+    def jsonl(self, rel: str) -> list[dict]:
+        """The JSON lines of ``rel`` (blank lines skipped)."""
+        if rel not in self._cache:
+            lines = (self.root / rel).read_text().splitlines()
+            self._cache[rel] = [json.loads(line) for line in lines if line.strip()]
+        return self._cache[rel]
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+def sci(x: float) -> str:
+    """2.44e-4 -> '2.4e-4' (bf16 differences: two significant digits)."""
+    mant, exp = f"{x:.1e}".split("e")
+    return "0" if x == 0 else f"{mant}e{int(exp)}"
+
+
+def rng(values: list[float], fmt: Callable[[float], str]) -> str:
+    """'a - b' over the values, or one value when they are all the same once formatted."""
+    lo, hi = fmt(min(values)), fmt(max(values))
+    return lo if lo == hi else f"{lo} - {hi}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def link(rel: str, base: str) -> str:
+    """A markdown link to repository file ``rel`` from a doc in folder ``base`` ('docs' or '')."""
+    target = Path(rel).relative_to(base) if base and rel.startswith(base + "/") else (
+        Path("..") / rel if base else Path(rel))
+    return f"[{rel}]({target.as_posix()})"
+
+
+def when(rec: dict) -> str:
+    """The record's run date, or that it has none."""
+    return rec["date"] if rec.get("date") else "run date not recorded"
+
+
+def shape(batch: int, ctx: int) -> str:
+    return f"{batch} x {ctx}"
+
+
+def spaced(case: str) -> str:
+    """'decode 64x4096' -> 'decode 64 x 4096' (the records' case names, the docs' spelling)."""
+    return re.sub(r"(\d)x(\d)", r"\1 x \2", case)
+
+
+# ------------------------------------------------------------------------- paged attention (bench_attention.py)
+
+ATTN = "docs/benchmarks-h200.json"
+
+
+def _attn_caption(r: Records, base: str) -> str:
+    rec = r.json(ATTN)
+    return (f"Path: ours through {ONE_CALL}; each peer through its engine's own call (`benchmarks/peers.py`). "
+            f"Machine: {rec['device']}, torch {rec['torch']}, Triton {rec['triton']}, copy {rec['copy_tbps']:.2f} "
+            f"TB/s in the same run; {when(rec)}. Record: {link(ATTN, base)}.")
+
+
+def attention_decode(r: Records) -> str:
+    """Decode, % of copy bandwidth, ours vs vLLM's / SGLang's Triton kernels and FlexAttention."""
+    rec = r.json(ATTN)
+    rows = [[shape(d["batch"], d["context"]), f"**{d['triton_pct_copy']:.1f}** / {d['triton_pct_copy_latency']:.1f}",
+             f"{d['vllm_unified_pct_copy']:.1f}", f"{d['sglang_decode_pct_copy']:.1f}", f"{d['flex_paged_tbps']:.2f}"]
+            for d in rec["decode"]]
+    return (_attn_caption(r, "docs") + "\n\nDecode, % of copy bandwidth (ours: throughput / latency; peers: "
+            "throughput):\n\n" + table(["batch x context", "**ours**", "vLLM Triton unified", "SGLang Triton decode",
+                                         "FlexAttention paged (TB/s, latency)"], rows)
+            + "\n\n" + split_k_note(r, "docs"))
+
+
+AB_LAYOUT = "docs/h200/ab-layout-kernels.jsonl"
+
+
+def _split_k_later(r: Records) -> list[float]:
+    """% of copy at 8 x 32768 in the other H200 runs: ab_kernel.py (one-call API) and fp8_plan.py (launch path)."""
+    vals = [x["pct_copy"] for x in r.jsonl(AB_LAYOUT) if x.get("case") == [8, 1, 32768]]
+    return vals + [_fp8_shipped(r.jsonl(FP8))[(8, 32768)]["bf16"]["pct_copy"]]
+
+
+def split_k_note(r: Records, base: str) -> str:
+    """The 8 x 32768 decode figure of the paged-attention record against the later runs of the same shape."""
+    return (f"At 8 x 32768 (split-K) other H200 records measured {rng(_split_k_later(r), lambda x: f'{x:.1f}')} % "
+            f"of copy ({link(AB_LAYOUT, base)}, one-call API; {link(FP8, base)}, launch path): the records disagree "
+            f"at this shape.")
+
+
+def attention_prefill(r: Records) -> str:
+    """Prefill, TFLOP/s, ours vs vLLM's kernel, FlexAttention and dense SDPA."""
+    rec = r.json(ATTN)
+    names = {"1x8192 causal": "1 x 8192", "16x512 on 2048 prefix": "16 x 512 on a 2048 prefix"}
+    rows = [[names.get(p["case"], p["case"]),
+             f"**{p['triton_tflops']:.0f}** / {p['triton_tflops_latency']:.0f}", f"{p['vllm_unified_tflops']:.0f}",
+             f"{p['flex_paged_tflops']:.0f}", f"{p['sdpa_cudnn_tflops']:.0f}", f"{p['sdpa_flash_tflops']:.0f}"]
+            for p in rec["prefill"]]
+    return ("Prefill, TFLOP/s (causal, bottom-right aligned; ours: throughput / latency; vLLM: throughput; "
+            "FlexAttention and SDPA: latency):\n\n"
+            + table(["case", "**ours**", "vLLM Triton unified", "FlexAttention paged", "SDPA cuDNN (dense)",
+                     "SDPA flash (dense)"], rows))
+
+
+def attention_agreement(r: Records) -> str:
+    """Each peer's max |difference| from our output on the same inputs, per phase."""
+    rec = r.json(ATTN)
+    parts = []
+    for phase, keys in (("decode", ("vllm_unified_max_abs_diff", "sglang_decode_max_abs_diff",
+                                    "flex_paged_max_abs_diff_vs_triton")),
+                        ("prefill", ("vllm_unified_max_abs_diff", "flex_paged_max_abs_diff_vs_triton"))):
+        names = {"vllm_unified_max_abs_diff": "vLLM", "sglang_decode_max_abs_diff": "SGLang",
+                 "flex_paged_max_abs_diff_vs_triton": "FlexAttention"}
+        vals = [f"{names[k]} {rng([row[k] for row in rec[phase]], sci)}" for k in keys]
+        parts.append(f"{phase} {', '.join(vals)}")
+    return ("Max |difference| of each peer's bf16 output from ours on the same inputs (one call each, before "
+            "timing): " + "; ".join(parts) + ".")
+
+
+# ------------------------------------------------------------------------------- FP8 decode (lab/fp8_plan.py)
+
+FP8 = "benchmarks/lab/fp8_plan_h200_after.jsonl"
+
+
+def _fp8_shipped(rows: list[dict]) -> dict[tuple[int, int], dict[str, dict]]:
+    """Per shape and dtype, the row of the shipped configuration: the first row of each (shape, dtype), which
+    fp8_plan.py runs with the package's own tile table before trying its variants."""
+    out: dict[tuple[int, int], dict[str, dict]] = {}
+    for row in rows:
+        if "shape" in row and "us" in row:
+            out.setdefault(tuple(row["shape"]), {}).setdefault(row["dtype"], row)
+    return out
+
+
+def fp8_decode(r: Records) -> str:
+    """FP8 vs bf16 decode, both from the same run of fp8_plan.py."""
+    rows = r.jsonl(FP8)
+    copy = next(x["copy_tbps"] for x in rows if "copy_tbps" in x)
+    body, e4, e5 = [], [], []
+    for (b, c), d in _fp8_shipped(rows).items():
+        bf = d["bf16"]["us"]
+        e4.append(bf / d["e4m3"]["us"])
+        e5.append(bf / d["e5m2"]["us"])
+        body.append([shape(b, c), f"{bf:.0f} us ({d['bf16']['pct_copy']:.1f} %)",
+                     f"{d['e4m3']['us']:.0f} us ({d['e4m3']['pct_copy']:.1f} %)",
+                     f"{d['e5m2']['us']:.0f} us ({d['e5m2']['pct_copy']:.1f} %)", f"{e4[-1]:.2f}x / {e5[-1]:.2f}x"])
+    return (f"Path: {LAUNCH_PATH}, back-to-back (best of 3 x 100 calls), bf16 and FP8 in the same run. Machine: H200 "
+            f"(the file name; the record has no device field), copy {copy:.2f} TB/s in the same run; run date not "
+            f"recorded. Record: {link(FP8, 'docs')}. The package's shipped tiles (the first row of each shape and "
+            f"type in the record; the other rows are tile variants).\n\n"
+            + table(["batch x context", "bf16 (% of copy)", "e4m3 (% of copy by bytes read)", "e5m2 (same)",
+                     "bf16 time / FP8 time (e4m3 / e5m2)"], body)
+            + f"\n\nIn this run bf16 time / e4m3 time is {rng(e4, lambda x: f'{x:.2f}')} (below 1: e4m3 is slower) "
+              f"and bf16 / e5m2 {rng(e5, lambda x: f'{x:.2f}')}; the bf16 row at 8 x 32768 is "
+              f"{_fp8_shipped(rows)[(8, 32768)]['bf16']['pct_copy']:.1f} % of copy here, "
+              f"{_attn_row(r, 8, 32768)['triton_pct_copy']:.1f} % in the paged-attention record above "
+              f"(another path and another run): compare FP8 only with the bf16 column of this table.")
+
+
+def _attn_row(r: Records, batch: int, ctx: int) -> dict:
+    return next(d for d in r.json(ATTN)["decode"] if (d["batch"], d["context"]) == (batch, ctx))
+
+
+# ------------------------------------------------------------------------------------- guards (bench_guards.py)
+
+GUARDS = "docs/h200/guards.json"
+
+
+def guards(r: Records) -> str:
+    """Guarded / unguarded time per call, median of the rounds."""
+    rec = r.json(GUARDS)
+    rows = [[spaced(c["case"]), f"{c['ratio_back_to_back']:.4f}", f"{c['ratio_latency']:.4f}"]
+            for c in rec["cases"]]
+    return (f"Path: {LAUNCH_PATH}, the package against itself at git {rec['before']} (before the guards), rounds "
+            f"alternating in one process, median of {rec['rounds']} rounds. Machine: {rec['device']}, torch "
+            f"{rec['torch']}; {when(rec)}. Record: {link(GUARDS, 'docs')}.\n\n"
+            + table(["case", "guarded / unguarded, back-to-back", "guarded / unguarded, latency"], rows)
+            + "\n\nThe script stops when the two outputs differ bitwise (unless `--report-diff`); the record does not "
+              "store the comparison.")
+
+
+# ------------------------------------------------------------------------ batch invariance (bench_batch_invariant)
+
+BATCH_INV = "docs/batch-invariant-h200.json"
+
+
+def batch_invariant(r: Records) -> str:
+    """Default vs batch-invariant mode, back-to-back time per call."""
+    rec = r.json(BATCH_INV)
+    rows = []
+    for row in rec["rows"]:
+        note = " (no split-K)" if row["case"] == "decode 8x32768" else ""
+        rows.append([spaced(row["case"]),
+                     f"{row['default']['s_per_call_back_to_back'] * 1e6:.1f}",
+                     f"{row['invariant']['s_per_call_back_to_back'] * 1e6:.1f}", f"{row['cost_x']:.2f}x{note}"])
+    return (f"Path: {ONE_CALL}, `batch_invariant=False` / `True`, back-to-back (20 calls). Machine: "
+            f"{rec['device']}; {when(rec)}. Record: {link(BATCH_INV, 'docs')}.\n\n"
+            + table(["case", "default (us/call)", "batch-invariant (us/call)", "cost"], rows))
+
+
+# ----------------------------------------------------------------------------------- host cost (bench_host_cost)
+
+HOST = "docs/h200/host_cost_features.json"
+
+
+def host_cost(r: Records) -> str:
+    """Host cost per layer of a simulated 32-layer decode step, per feature, median of the rounds."""
+    rec = r.json(HOST)
+    summ = rec["summary"]
+    feats = ["plain", "sinks", "alibi", "fp8"]
+    rows = []
+    for b, k in rec["config"]["feature_cases"]:
+        label = f"batch {b}, {k} keys"
+        rows.append([label] + [f"{statistics.median(summ[f'this/{f}/B{b}_K{k}']['us']):.1f}" for f in feats])
+    n = len(next(iter(summ.values()))["us"])
+    return (f"Path: {ENGINE_PATH}, {rec['config']['layers']} layers per step, per-layer host cost including "
+            f"planning, median of {n} rounds. Machine: a CUDA device (`{rec['config']['device']}`; the record names "
+            f"no model; filed with the H200 records); run date not recorded. Record: {link(HOST, 'docs')}.\n\n"
+            + table(["case (us per layer)", "plain", "sinks", "ALiBi", "FP8 KV"], rows))
+
+
+# --------------------------------------------------------------------------------------------- MLA (bench_mla)
+
+MLA = "docs/h200/mla-decode.json"
+
+
+def _mla_tflops(row: dict, latent: int = 512, rope: int = 64) -> float:
+    """bf16 MMA rate of absorbed MLA decode: per head and key, QK over latent + rope, PV over latent."""
+    return 2 * (latent + rope + latent) * row["heads"] * row["batch"] * row["ctx"] / (row["ours_us"] * 1e-6) / 1e12
+
+
+def mla_decode(r: Records) -> str:
+    """Our MLA decode vs SGLang's Triton MLA decode."""
+    rec = r.json(MLA)
+    rows = [[str(x["heads"]), shape(x["batch"], x["ctx"]), f"{x['ours_us']:.0f}", f"{x['sglang_us']:.0f}",
+             f"{x['sglang_us'] / x['ours_us']:.2f}x"] for x in rec["rows"]]
+    wide = [x for x in rec["rows"] if x["heads"] == 128]
+    ratios = [x["sglang_us"] / x["ours_us"] for x in rec["rows"]]
+    return (f"Path: ours through {ENGINE_PATH.replace('LayerRunner.forward', 'LayerRunner.forward_mla')}; SGLang's "
+            f"`decode_attention_fwd` as its backend calls it (`benchmarks/peers.py`). Back-to-back, 20 calls. Machine: "
+            f"{rec['device']}, torch {rec['torch']}, copy {rec['copy_tbps']:.2f} TB/s; run date not recorded. "
+            f"Record: {link(MLA, 'docs')}.\n\n"
+            + table(["heads", "batch x context", "ours (us)", "SGLang (us)", "SGLang / ours"], rows)
+            + f"\n\nSGLang's kernel takes {rng(ratios, lambda x: f'{x:.2f}')}x the time of ours. With 128 heads ours "
+              f"runs {rng([_mla_tflops(x) for x in wide], lambda x: f'{x:.0f}')} TFLOP/s of bf16 MMA at "
+              f"{rng([x['ours_pct_copy'] for x in wide], lambda x: f'{x:.0f}')} % of copy bandwidth (latent + rope "
+              f"bytes read).")
+
+
+# ---------------------------------------------------------------------------------- compile stalls (bench_...)
+
+STALLS = "docs/h200/compile_stalls.json"
+
+
+def compile_stalls(r: Records) -> str:
+    """Start-up and serving-time compiles with the warm-up on and off."""
+    rec = r.json(STALLS)
+    rows = []
+    for mode in ("warmup", "off"):
+        m = rec[mode]
+        stalls = str(m["n_stalls"])
+        if m["n_stalls"]:
+            batches = sorted({s["batch"] for s in m["stalls"]})
+            stalls += f" ({m['stall_s']:.1f} s: decode steps at batch {', '.join(map(str, batches))})"
+        rows.append([mode, f"{m['startup_s']:.1f} s", str(m["startup_compiled"]), str(m["compiled_while_serving"]),
+                     stalls])
+    return (f"Path: {ONE_CALL} for the three dense kinds, {LAUNCH_PATH} for MLA. Machine: {rec['device']}; run date "
+            f"not recorded. Record: {link(STALLS, 'docs')}.\n\n"
+            + table(["mode", "start-up (4 kinds)", "kernels compiled at start-up", "compiled while serving",
+                     "stalls (total)"], rows))
+
+
+# --------------------------------------------------------------------------- CPU provider (bench_cpu_provider)
+
+CPU = "docs/cpu/cpu_provider.json"
+CPU_OTHERS = ("docs/cpu/cpu_provider_first.json", "docs/cpu/cpu_provider_vllm_rerun.json")
+ENGINE_NAMES = {"vllm": ("vLLM", "CPU_ATTN"), "sglang": ("SGLang", "torch_native")}
+
+
+def _cpu_machine(rec: dict) -> str:
+    return f"a {rec['cpu_count']}-core {rec['machine']} CPU"
+
+
+def cpu_provider(r: Records) -> str:
+    """Ours (torch_sdpa) vs each engine's own CPU backend, end to end."""
+    rec = r.json(CPU)
+    rows, same = [], []
+    for res in rec["results"]:
+        name, own_name = ENGINE_NAMES[res["engine"]]
+        own, ours = res["backends"]["own"], res["backends"]["ours"]
+        same.append(f"{ours['identical_to_own']}/{rec['batch']}")
+        rows.append([f"{name}: ours / {own_name}",
+                     f"{ours['prefill_ms_per_prompt_token']:.2f} / {own['prefill_ms_per_prompt_token']:.2f} "
+                     f"({ours['ratio_prefill']:.2f}x)",
+                     f"{ours['decode_ms_per_output_token']:.1f} / {own['decode_ms_per_output_token']:.1f} "
+                     f"({ours['ratio_decode']:.2f}x)"])
+    others = []
+    for rel in CPU_OTHERS:
+        o = r.json(rel)
+        for res in o["results"]:
+            ours = res["backends"]["ours"]
+            others.append(f"{ENGINE_NAMES[res['engine']][0]} {ours['ratio_prefill']:.2f}x / "
+                          f"{ours['ratio_decode']:.2f}x ({link(rel, 'docs')}, {o['date']})")
+    own_decode = {e: [res["backends"]["own"]["decode_ms_per_output_token"] for x in (CPU,) + CPU_OTHERS
+                      for res in r.json(x)["results"] if res["engine"] == e] for e in ENGINE_NAMES}
+    spread = "; ".join(f"{ENGINE_NAMES[e][1]} {rng(v, lambda x: f'{x:.1f}')} ms" for e, v in own_decode.items() if v)
+    return (f"Path: the engine end to end (each backend in its own engine process; ours is the `torch_sdpa` "
+            f"provider). Machine: {_cpu_machine(rec)}; {rec['date']}. Median of {rec['reps']}. Record: "
+            f"{link(CPU, 'docs')}.\n\n"
+            + table(["engine", "prefill (ms per prompt token)", "decode (ms per output token)"], rows)
+            + f"\n\nGreedy tokens identical to the engine's own backend: {' and '.join(same)}. Other runs of the same "
+              f"command (prefill / decode ratio): {'; '.join(others)}. The engines' own decode in these runs: "
+              f"{spread} per output token.")
+
+
+# -------------------------------------------------------------------- transformers CB (bench_transformers_cb)
+
+TCB = ("docs/h200/bench_transformers_cb_h200_5.17.json", "docs/h200/bench_transformers_cb_h200.json")
+
+
+def transformers_cb(r: Records) -> str:
+    """This backend vs transformers' own CB attention in generate_batch, one row per transformers release."""
+    rows = []
+    for rel in TCB:
+        rec = r.json(rel)
+        ours, own = rec["tokens_per_s"]["xpu_attn"], rec["tokens_per_s"]["transformers_cb_sdpa"]
+        rows.append([rec["transformers"], " / ".join(f"{x:.0f}" for x in ours), " / ".join(f"{x:.0f}" for x in own),
+                     f"{rec['ratio_ours_over_own']:.2f}x", f"{rec['device']}, torch {rec['torch']}",
+                     link(rel, "docs")])
+    rec = r.json(TCB[0])
+    return (f"Path: the engine end to end (transformers' `generate_batch`; ours through this adapter's Triton "
+            f"provider). {rec['model']} {rec['dtype']}, {rec['requests']} requests x {rec['new_tokens']} tokens, page "
+            f"{rec['page_size']}, CUDA graphs off, order {rec['order']}. Run dates not recorded.\n\n"
+            + table(["transformers", "this backend (`xpu_attn`), tokens/s per run", "transformers' own CB (`sdpa`)",
+                     "best / best", "machine", "record"], rows))
+
+
+# ------------------------------------------------------------------------------- HTTP load (serve_compare.py)
+
+LOAD = (("benchmarks/reports/load-vllm.json", "vLLM"),
+        ("benchmarks/reports/load-vllm-pressure.json", "vLLM, {blocks} x {bs}-token blocks (preemption)"),
+        ("benchmarks/reports/load-sglang.json", "SGLang"),
+        ("benchmarks/reports/load-sglang-pressure.json", "SGLang, {tokens}-token pool + retraction"))
+
+
+def _flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1] if name in cmd else "?"
+
+
+def http_load(r: Records) -> str:
+    """Requests per second of each engine's server with its own backend and with ours, and token agreement."""
+    rows = []
+    for rel, label in LOAD:
+        rec = r.json(rel)
+        cmd = rec["backends"]["own"]["server"]["cmd"]
+        label = label.format(blocks=_flag(cmd, "--num-gpu-blocks-override"), bs=_flag(cmd, "--block-size"),
+                             tokens=_flag(cmd, "--max-total-tokens"))
+        comp = rec["comparison"]
+        rows.append([label, f"{rec['backends']['own']['summary']['requests_per_s']:.1f}",
+                     f"{rec['backends']['ours']['summary']['requests_per_s']:.1f}",
+                     f"{comp['identical']}/{comp['completed_by_both']}"])
+    return ("Path: the engine end to end (its OpenAI-compatible HTTP server; ours with the `reference` provider). "
+            "Machine: the CPU (the reports name no core count); run dates not recorded. Records: "
+            + ", ".join(link(rel, "docs") for rel, _ in LOAD) + ".\n\n"
+            + table(["engine", "own backend req/s", "ours req/s", "identical greedy tokens"], rows))
+
+
+# --------------------------------------------------------------------------------------- README's performance
+
+def readme_performance(r: Records) -> str:
+    """README's summary table: each row names its path, machine and record."""
+    a = r.json(ATTN)
+    dec, pre = a["decode"], a["prefill"]
+    cpu = {res["engine"]: res["backends"] for res in r.json(CPU)["results"]}
+    tcb = r.json(TCB[0])
+    pct = lambda key: " / ".join(f"{d[key]:.1f}" for d in dec)  # noqa: E731
+    rows = [
+        [f"paged decode, % of copy bandwidth, {' / '.join(shape(d['batch'], d['context']) for d in dec)} "
+         f"({a['device'].replace('NVIDIA ', '')}, one-call API)", pct("triton_pct_copy"), pct("vllm_unified_pct_copy"),
+         pct("sglang_decode_pct_copy")],
+        [f"causal prefill, TFLOP/s, 1 x 8192 / 16 x 512 on 2048 ({a['device'].replace('NVIDIA ', '')}, one-call API)",
+         " / ".join(f"{p['triton_tflops']:.0f}" for p in pre),
+         " / ".join(f"{p['vllm_unified_tflops']:.0f}" for p in pre),
+         "-"],
+        [f"decode through the engine, ms per output token, ours / engine's own (SmolLM2, "
+         f"{r.json(CPU)['cpu_count']}-core CPU)", "-",
+         f"{cpu['vllm']['ours']['decode_ms_per_output_token']:.1f} / "
+         f"{cpu['vllm']['own']['decode_ms_per_output_token']:.1f}",
+         f"{cpu['sglang']['ours']['decode_ms_per_output_token']:.1f} / "
+         f"{cpu['sglang']['own']['decode_ms_per_output_token']:.1f}"],
+        [f"transformers CB end to end, SmolLM2 {tcb['dtype']}, {tcb['requests']} requests, generated tokens/s: ours / "
+         f"transformers' `sdpa` ({tcb['transformers']}, {tcb['device'].replace('NVIDIA ', '')})",
+         f"{tcb['best_tokens_per_s']['xpu_attn']:.0f} / {tcb['best_tokens_per_s']['transformers_cb_sdpa']:.0f}",
+         "-", "-"],
+    ]
+    return (table(["measurement", "ours", "vLLM's kernel", "SGLang's kernel"], rows)
+            + f"\n\nbf16, D 128, 32 q / 8 KV heads, page 64; `benchmarks/bench_attention.py` (ours through the "
+              f"one-call API `flash_attn_with_kvcache`, {when(a)}) -> {link(ATTN, '')}, "
+              f"[plot](docs/benchmarks-h200.png); CPU: `benchmarks/bench_cpu_provider.py` (vLLM / SGLang end to end, "
+              f"{r.json(CPU)['date']}) -> {link(CPU, '')}; transformers CB: `benchmarks/bench_transformers_cb.py` -> "
+              f"{link(TCB[0], '')}. Everything else (FP8, MLA, host cost, guards, batch-invariant mode, HTTP load), "
+              f"each with its path and machine: [docs/benchmarks.md](docs/benchmarks.md). At 8 x 32768 other H200 "
+              f"records measured {rng(_split_k_later(r), lambda x: f'{x:.1f}')} % of copy (there). Regenerated by "
+              f"`python benchmarks/render_tables.py`.")
+
+
+CI_TIME = "docs/ci/fresh_clone_ci.json"
+
+
+def readme_test_time(r: Records) -> str:
+    """README's test time: the last fresh-clone run of the test command (ci/test.sh writes the record)."""
+    rec = r.json(CI_TIME)
+    suites = rec["suites"]
+    ok = all(s.get("exit") == 0 for s in suites.values())
+    return (f"**The tests** took {rec['total_s'] / 60:.1f} min on a fresh clone on {rec['cores']} cores, installs "
+            f"included ({len(suites)} suites, {'all passed' if ok else 'NOT all passed'}; {rec['date']}, "
+            f"commit {rec['commit']}: {link(CI_TIME, '')}).")
+
+
+# ------------------------------------------------------------------------------------------------- driving
+
+RENDERERS: dict[str, Callable[[Records], str]] = {
+    "attention-decode": attention_decode, "attention-prefill": attention_prefill,
+    "attention-agreement": attention_agreement, "fp8-decode": fp8_decode, "guards": guards,
+    "batch-invariant": batch_invariant, "host-cost": host_cost, "mla-decode": mla_decode,
+    "compile-stalls": compile_stalls, "cpu-provider": cpu_provider, "transformers-cb": transformers_cb,
+    "http-load": http_load, "readme-performance": readme_performance, "readme-test-time": readme_test_time,
+}
+
+# Which blocks each doc must hold: a block dropped from a doc is an error, not a silent pass.
+DOCS: dict[str, tuple[str, ...]] = {
+    "docs/benchmarks.md": ("attention-decode", "attention-prefill", "attention-agreement", "fp8-decode", "guards",
+                           "batch-invariant", "host-cost", "mla-decode", "compile-stalls", "cpu-provider",
+                           "transformers-cb", "http-load"),
+    "README.md": ("readme-performance", "readme-test-time"),
+}
+
+
+def wrap(block: str, width: int = 115) -> str:
+    """Prose lines filled to ``width`` (the docs' line length); table rows and blank lines kept as they are."""
+    out = []
+    for line in block.rstrip("\n").split("\n"):
+        keep = not line or line.startswith("|")
+        out.append(line if keep else textwrap.fill(line, width, break_long_words=False, break_on_hyphens=False))
+    return "\n".join(out) + "\n"
+
+
+def render_text(text: str, records: Records, required: tuple[str, ...] = ()) -> str:
+    """``text`` with every render block's body replaced by its renderer's output."""
+    found = {m.group("name") for m in BLOCK.finditer(text)}
+    missing = [n for n in required if n not in found]
+    unknown = sorted(found - RENDERERS.keys())
+    if missing or unknown:
+        raise ValueError(f"render blocks missing: {missing}; without a renderer: {unknown}")
+    return BLOCK.sub(lambda m: m.group(1) + wrap(RENDERERS[m.group("name")](records)) + m.group(4),
+                     text)
+
+
+def render_all(root: Path = ROOT) -> dict[str, tuple[str, str]]:
+    """{doc: (current text, rendered text)} for every doc."""
+    records = Records(root)
+    out = {}
+    for rel, required in DOCS.items():
+        text = (root / rel).read_text()
+        out[rel] = (text, render_text(text, records, required))
+    return out
+
+
+def check(root: Path = ROOT) -> str:
+    """The unified diff between the docs and their rendering ('' when they agree)."""
+    diff = []
+    for rel, (old, new) in render_all(root).items():
+        diff += difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{rel}", f"b/{rel}")
+    return "".join(diff)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="print a diff and exit 1 when a doc differs; write nothing")
+    a = ap.parse_args(argv)
+    if a.check:
+        diff = check()
+        sys.stdout.write(diff)
+        return 1 if diff else 0
+    for rel, (old, new) in render_all().items():
+        if new != old:
+            (ROOT / rel).write_text(new)
+            print(f"rendered {rel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
