@@ -36,7 +36,8 @@ CASES = [
     ("page_table too short", dict(cache_seqlens=torch.tensor([17, 5], dtype=torch.int32)), ValueError),
     ("non-decreasing", dict(cu_seqlens_q=torch.tensor([0, 3, 2], dtype=torch.int32), max_seqlen_q=3), ValueError),
     ("must start at 0", dict(cu_seqlens_q=torch.tensor([-1, 2, 3], dtype=torch.int32)), ValueError),
-    ("cache_seqlens must be >= 0", dict(cache_seqlens=torch.tensor([10, -1], dtype=torch.int32)), ValueError),
+    ("cache_seqlens must be >= 0 .*got cache_seqlens\\[1\\]=-1",
+     dict(cache_seqlens=torch.tensor([10, -1], dtype=torch.int32)), ValueError),
     ("KV cache dtype .* unsupported", dict(k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.int8),
                                            v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.int8)), TypeError),
     ("q dtype torch.float64 unsupported", dict(q=torch.randn(3, 4, 16, dtype=torch.float64)), TypeError),
@@ -76,6 +77,7 @@ def test_good_call_is_fine():
 
 @pytest.mark.parametrize("kw,match", [
     (dict(num_q_heads=6, num_kv_heads=4), "multiple of num_kv_heads"),
+    (dict(num_kv_heads=0), "num_kv_heads must be an int >= 1, got 0"),  # the kernels' words (contract.check_heads)
     (dict(head_dim=0), "head_dim must be an int >= 1"),
     (dict(window_left=-5), "window_left"),
     (dict(softcap=-2.0), "softcap"),

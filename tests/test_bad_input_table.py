@@ -142,6 +142,7 @@ def _step(**over):
      "seq_lens \\[3\\] and cu_seqlens_q"),
     (dict(seq_lens=torch.tensor([[10, 5]])), "seq_lens must be an int tensor \\[batch\\]"),
     (dict(max_seqlen_k=-1), "max_seqlen_k"),
+    (dict(seq_lens=torch.tensor([10, -3])), "seq_lens must be >= 0 \\(keys per sequence\\), got seq_lens\\[1\\]=-3"),
 ])
 def test_plan_step_refuses(over, match):
     with pytest.raises(ValueError, match=match):
@@ -207,6 +208,46 @@ def test_the_layer_path_reports_device_flags_at_the_next_step():
     with pytest.raises(ValueError, match="page_table: sequence 0 references page 99"):
         core.plan_step(core.StepInputs(**_step()))
     core.plan_step(core.StepInputs(**_step()))  # reported once
+
+
+def test_the_kernels_flags_are_named_in_step_inputs_terms():
+    """A length the kernels flag on the device (no host read) is reported at the next plan_step, in the kernels'
+    words and in the StepInputs argument the caller passed (seq_lens)."""
+    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32,
+                          kv_dtype=torch.float32)
+    runner = core.LayerRunner(spec, "cpu", 8, override="triton")
+    kc, vc = torch.randn(4, 8, 2, 16), torch.randn(4, 8, 2, 16)
+    plan = core.plan_step(core.StepInputs(**_step(seq_lens=torch.tensor([10, 17]))))  # row 1: 17 keys, 2 pages of 8
+    runner.forward(plan, torch.randn(2, 4, 16), kc, vc)
+    with pytest.raises(ValueError, match="cache_seqlens: sequence 1 has 17 keys.*in StepInputs terms: cache_seqlens "
+                                         "is seq_lens"):
+        core.plan_step(core.StepInputs(**_step()))
+
+
+@pytest.mark.parametrize("kind", ["cuda", "xpu"])
+def test_layer_runner_refuses_a_device_this_host_lacks(kind):
+    """Refused at construction, naming the device asked for and what this host has (one past the last device of
+    that type: absent on every host)."""
+    mod = getattr(torch, kind)
+    device = f"{kind}:{mod.device_count()}" if mod.is_available() else kind
+    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25)
+    with pytest.raises(ValueError, match=f"LayerRunner\\(device='{device}'\\): this host has .*cpu"):
+        core.LayerRunner(spec, device, 8)
+
+
+@pytest.mark.parametrize("prov", ["reference", "torch_sdpa", "triton"])
+def test_a_plan_of_another_page_size_is_refused_never_run(prov):
+    """A runner's providers were chosen for its page size: a plan (and cache) of another page size is refused
+    before any launch, naming both sizes."""
+    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32,
+                          kv_dtype=torch.float32)
+    runner = core.LayerRunner(spec, "cpu", 16, override=prov)
+    plan = core.plan_step(core.StepInputs(**_step()))  # page size 8, as the caches below
+    out = torch.full((2, 4, 16), 7.0)
+    with pytest.raises(ValueError, match="main sub-plan has page size 8, but this LayerRunner was built for page "
+                                         "size 16"):
+        runner.forward(plan, torch.randn(2, 4, 16), torch.randn(4, 8, 2, 16), torch.randn(4, 8, 2, 16), out)
+    assert (out == 7.0).all() and not plan.launches, "a refused plan was run"
 
 
 # ---- write_kv: everything checked before the first store --------------------------------------------

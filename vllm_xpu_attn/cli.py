@@ -1,11 +1,13 @@
 """``vllm-xpu-attn`` command line (also ``python -m vllm_xpu_attn``).
 
     vllm-xpu-attn doctor [--device xpu] [--head-dim 128] [--q-heads 32] [--kv-heads 8] [--page-size 64]
-                         [--dtype bfloat16] [--kv-dtype auto|fp8_e4m3|fp8_e5m2|...] [--window N]
+                         [--dtype bfloat16] [--kv-dtype auto|fp8|fp8_e4m3|fp8_e5m2|...] [--window N]
                          [--softcap VALUE] [--sinks] [--alibi]
 
 Prints the device, library versions, every provider with available-or-why-not, and for the
 given layer configuration which provider serves prefill and decode and why the others do not.
+A configuration the kernels would refuse (0 heads, a window below -1, a negative softcap...) is
+refused here the same way, by the same checks, naming the flag (exit 2).
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import torch
 
 from . import env
 
+# --kv-dtype takes the engines' --kv-cache-dtype spellings: "fp8" is vLLM's (= fp8_e4m3 on CUDA and XPU),
+# fp8_e4m3 / fp8_e5m2 both engines'
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+          "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+# an MLA layer's dims when only --mla is given: DeepSeek-V2/V3's
+MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
 
 
 def _version(dist: str) -> str:
@@ -75,7 +81,8 @@ def _table(title: str, headers: list[str], rows: list[list[str]]) -> None:
 
 def doctor(a: argparse.Namespace) -> int:
     from . import __version__
-    from .kernels import KernelRequest, NoProviderError, PRIORITY, Phase, get_provider, provider_names
+    from .core.run import kernel_request
+    from .kernels import NoProviderError, PRIORITY, Phase, get_provider, provider_names
     from .kernels.registry import explain
 
     dev = a.device or env.host_device()
@@ -115,13 +122,9 @@ def doctor(a: argparse.Namespace) -> int:
         vendor_rows.append([n, v or "not installed", caps])
     _table("XPU libraries: installed build and what it can do", ["provider", "version", "capabilities"], vendor_rows)
 
-    kv = a.dtype if a.kv_dtype == "auto" else a.kv_dtype
     status = 0
     for phase in ("prefill", "decode"):
-        req = KernelRequest(device_type=dev, dtype=DTYPES[a.dtype], kv_dtype=DTYPES[kv], head_dim=a.head_dim,
-                            num_q_heads=a.q_heads, num_kv_heads=a.kv_heads, page_size=a.page_size,
-                            window=(a.window, 0) if a.window is not None else (-1, -1), softcap=a.softcap,
-                            has_sinks=a.sinks, has_alibi=a.alibi, phase=Phase(phase))
+        req = kernel_request(a.spec, dev, a.page_size, Phase(phase))  # what LayerRunner asks the registry
         try:
             rows_ = explain(req)
         except NoProviderError as e:
@@ -133,7 +136,7 @@ def doctor(a: argparse.Namespace) -> int:
                [[n, "SERVES" if n == chosen else ("fits (lower priority)" if not r else "; ".join(r))] for n, r in rows_])
         if chosen is None:
             status = 1
-    if a.mla or a.kv_lora_rank:
+    if a.mla_spec is not None:
         status = max(status, _doctor_mla(a, dev))
     return status
 
@@ -141,15 +144,12 @@ def doctor(a: argparse.Namespace) -> int:
 def _doctor_mla(a: argparse.Namespace, dev: str) -> int:
     """Which providers serve an MLA layer (DeepSeek-V2/V3, Kimi-K2): absorbed decode / extend over the
     latent cache, and the un-absorbed prefill."""
-    from .core import LayerSpec, MLADims
     from .core.run import kernel_request, mha_request
     from .kernels import Phase
     from .kernels.registry import explain
 
-    dims = MLADims(kv_lora_rank=a.kv_lora_rank or 512, qk_rope_head_dim=a.rope_dim, qk_nope_head_dim=a.nope_dim,
-                   v_head_dim=a.v_dim)
-    kv = a.dtype if a.kv_dtype == "auto" else a.kv_dtype
-    spec = LayerSpec.for_mla(a.q_heads, dims, dims.qk_head_dim ** -0.5, dtype=DTYPES[a.dtype], kv_dtype=DTYPES[kv])
+    spec = a.mla_spec
+    dims = spec.mla
     reqs = [("MLA absorbed decode", kernel_request(spec, dev, a.page_size, Phase.DECODE)),
             ("MLA absorbed extend", kernel_request(spec, dev, a.page_size, Phase.PREFILL)),
             ("MLA un-absorbed prefill (MHA)", mha_request(spec, dev))]
@@ -166,30 +166,86 @@ def _doctor_mla(a: argparse.Namespace, dev: str) -> int:
     return status
 
 
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every option's default, except where there is none to show (on/off flags, unset)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _refuse_what_the_kernels_refuse(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Each value through the package's own check (the one LayerSpec and the kernels run), refused as argparse
+    refuses a bad value: the flag named, exit 2. Then the whole layer is built as LayerRunner would get it
+    (``a.spec``, ``a.mla_spec``), so a value the kernels refuse never reaches a verdict."""
+    from .core import LayerSpec, MLADims
+    from .core.paging import check_page_size
+    from .kernels.contract import check_count, check_dims, check_softcap, check_window
+
+    def refuse(flag, check, *args):
+        try:
+            return check(*args)
+        except (TypeError, ValueError) as e:
+            ap.error(f"argument {flag}: {e}" if flag else str(e))
+
+    refuse("--q-heads", check_count, "num_q_heads", a.q_heads)
+    refuse("--kv-heads", check_count, "num_kv_heads", a.kv_heads)
+    if a.q_heads % a.kv_heads:
+        ap.error(f"--q-heads ({a.q_heads}) must be a multiple of --kv-heads ({a.kv_heads})")
+    refuse("--head-dim", check_dims, a.head_dim)
+    refuse("--page-size", check_page_size, a.page_size)
+    if a.window is not None:
+        refuse("--window", check_window, (a.window, 0), True)
+    refuse("--softcap", check_softcap, a.softcap)
+    dtype, kv = DTYPES[a.dtype], DTYPES[a.dtype if a.kv_dtype == "auto" else a.kv_dtype]
+    a.spec = refuse(None, lambda: LayerSpec(
+        num_q_heads=a.q_heads, num_kv_heads=a.kv_heads, head_dim=a.head_dim, scale=a.head_dim ** -0.5,
+        window_left=-1 if a.window is None else a.window, softcap=a.softcap, has_sinks=a.sinks,
+        alibi_slopes=(1.0,) * a.q_heads if a.alibi else None, dtype=dtype, kv_dtype=kv))
+    a.mla_spec = None
+    if a.mla or a.kv_lora_rank is not None:
+        given = {"kv_lora_rank": a.kv_lora_rank if a.kv_lora_rank is not None else MLA_DEFAULTS["kv_lora_rank"],
+                 "qk_rope_head_dim": a.rope_dim, "qk_nope_head_dim": a.nope_dim, "v_head_dim": a.v_dim}
+        for flag, field in (("--kv-lora-rank", "kv_lora_rank"), ("--rope-dim", "qk_rope_head_dim"),
+                            ("--nope-dim", "qk_nope_head_dim"), ("--v-dim", "v_head_dim")):
+            refuse(flag, lambda: MLADims(**{**MLA_DEFAULTS, field: given[field]}))
+        dims = MLADims(**given)
+        a.mla_spec = refuse(None, lambda: LayerSpec.for_mla(a.q_heads, dims, dims.qk_head_dim ** -0.5, dtype=dtype,
+                                                            kv_dtype=kv))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="vllm-xpu-attn", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("doctor", help="what runs here, and which provider serves a configuration")
-    d.add_argument("--device", choices=["cpu", "cuda", "xpu"], default=None, help="ask about another device type")
-    d.add_argument("--head-dim", type=int, default=128)
-    d.add_argument("--q-heads", type=int, default=32)
-    d.add_argument("--kv-heads", type=int, default=8)
-    d.add_argument("--page-size", type=int, default=64)
-    d.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="bfloat16")
-    d.add_argument("--kv-dtype", choices=["auto", "float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"],
-                   default="auto")
-    d.add_argument("--window", type=int, default=None, help="sliding window (left, FlashAttention convention)")
+    d = sub.add_parser("doctor", help="what runs here, and which provider serves a configuration",
+                       formatter_class=_HelpWithDefaults)
+    d.add_argument("--device", choices=["cpu", "cuda", "xpu"], default=None,
+                   help="ask about another device type (default: this host's)")
+    d.add_argument("--head-dim", type=int, default=128, help="per-head q/k width")
+    d.add_argument("--q-heads", type=int, default=32, help="query heads")
+    d.add_argument("--kv-heads", type=int, default=8, help="KV heads (--q-heads must be a multiple)")
+    d.add_argument("--page-size", type=int, default=64, help="KV cache page (block) size in tokens")
+    d.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="bfloat16", help="model dtype")
+    d.add_argument("--kv-dtype", choices=["auto", "float32", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"],
+                   default="auto", help="KV cache dtype, as the engines' --kv-cache-dtype spells it (auto = --dtype; "
+                                        "fp8 = fp8_e4m3)")
+    d.add_argument("--window", type=int, default=None,
+                   help="sliding window: a query sees itself and the N keys before it (FlashAttention's left "
+                        "window; -1 or unset = none)")
     d.add_argument("--softcap", type=float, default=0.0, help="logit softcap value (0 = off)")
-    d.add_argument("--sinks", action="store_true")
-    d.add_argument("--alibi", action="store_true")
+    d.add_argument("--sinks", action="store_true", help="attention sinks (one extra logit per head)")
+    d.add_argument("--alibi", action="store_true", help="ALiBi position biases")
     d.add_argument("--mla", action="store_true", help="also report an MLA layer (DeepSeek-V2/V3 dims by default)")
-    d.add_argument("--kv-lora-rank", type=int, default=0, help="MLA latent width (default 512 with --mla)")
-    d.add_argument("--rope-dim", type=int, default=64, help="MLA decoupled RoPE key width")
-    d.add_argument("--nope-dim", type=int, default=128, help="MLA per-head no-RoPE q/k width")
-    d.add_argument("--v-dim", type=int, default=128, help="MLA per-head value width")
+    d.add_argument("--kv-lora-rank", type=int, default=None,
+                   help=f"MLA latent width; implies --mla (default: {MLA_DEFAULTS['kv_lora_rank']} with --mla)")
+    d.add_argument("--rope-dim", type=int, default=MLA_DEFAULTS["qk_rope_head_dim"],
+                   help="MLA decoupled RoPE key width")
+    d.add_argument("--nope-dim", type=int, default=MLA_DEFAULTS["qk_nope_head_dim"],
+                   help="MLA per-head no-RoPE q/k width")
+    d.add_argument("--v-dim", type=int, default=MLA_DEFAULTS["v_head_dim"], help="MLA per-head value width")
     a = ap.parse_args(argv)
-    if a.q_heads % a.kv_heads:
-        ap.error(f"--q-heads ({a.q_heads}) must be a multiple of --kv-heads ({a.kv_heads})")
+    _refuse_what_the_kernels_refuse(d, a)
     return doctor(a)
 
 

@@ -2,13 +2,15 @@
 
 The fakes run each vendor kernel's semantics on CPU tensors, so while they are on, the vendor providers
 (which declare only "xpu") also declare "cpu": the one-call API's capability gate then judges everything
-else a build declares, as it would on an XPU.
+else a build declares, as it would on an XPU. The host is modelled as an XPU host too: LayerRunner(device="xpu")
+is built (on a host without one it is refused) and runs the fakes on CPU tensors.
 """
 
 import contextlib
 import os
 import sys
 
+from vllm_xpu_attn.core import run
 from vllm_xpu_attn.kernels import get_provider, reload_provider
 
 FAKES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes")
@@ -29,9 +31,12 @@ def vendor_fakes():
     saved = {c: c.devices for c in classes}
     for c in classes:
         c.devices = c.devices | {"cpu"}
+    host_check = run.missing_device_reason
+    run.missing_device_reason = lambda device: None if device.type == "xpu" else host_check(device)
     try:
         yield
     finally:
+        run.missing_device_reason = host_check
         for c, d in saved.items():
             c.devices = d
         sys.path.remove(FAKES)

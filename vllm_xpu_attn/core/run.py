@@ -59,6 +59,32 @@ def mha_request(spec: LayerSpec, device_type: str) -> KernelRequest:
     )
 
 
+def _accelerators() -> list[str]:
+    """This host's devices as torch sees them, e.g. ["cpu", "cuda:0", "cuda:1"]."""
+    found = ["cpu"]
+    for kind in ("cuda", "xpu"):
+        mod = getattr(torch, kind, None)
+        if mod is not None and mod.is_available():
+            found += [f"{kind}:{i}" for i in range(mod.device_count())]
+    return found
+
+
+def missing_device_reason(device: torch.device) -> Optional[str]:
+    """None when this host has ``device`` (any index of its type when it names none), else why not."""
+    if device.type == "cpu":
+        return None
+    here = _accelerators()
+    if device.type in ("cuda", "xpu"):
+        mod = getattr(torch, device.type, None)
+        if mod is None or not mod.is_available():
+            return (f"this host has no {device.type.upper()} device (torch {torch.__version__}: "
+                    f"torch.{device.type}.is_available() is False); it has {', '.join(here)}")
+        if device.index is not None and device.index >= mod.device_count():
+            return f"this host has {mod.device_count()} {device.type.upper()} device(s): {', '.join(here)}"
+        return None
+    return f"vllm-xpu-attn runs on cpu, cuda or xpu; this host has {', '.join(here)}"
+
+
 class LayerRunner:
     """Runs one layer's attention for any step. Providers are chosen per phase at construction."""
 
@@ -74,6 +100,9 @@ class LayerRunner:
                 "(EAGLE trees); use top-k 1 (--speculative-eagle-topk 1) or n-gram speculation")
         self.spec = spec
         self.device = torch.device(device)
+        why = missing_device_reason(self.device)
+        if why:  # refused now: its providers would be chosen for a device no tensor here can be on
+            raise ValueError(f"vllm-xpu-attn: LayerRunner(device={str(device)!r}): {why}")
         self.page_size = page_size
         dev = self.device.type
         self.prefill_provider = select_provider(kernel_request(spec, dev, page_size, Phase.PREFILL, with_spec_decode), override)
@@ -261,6 +290,10 @@ class LayerRunner:
         _count(self.spec.kind.value, provider.name)
 
         page = self._page_size(plan, which)
+        if page != self.page_size and page != 1:  # page 1: a token-level sub-plan over the same pool (below)
+            raise ValueError(f"the step plan's {which} sub-plan has page size {page}, but this LayerRunner was "
+                             f"built for page size {self.page_size} (its providers were chosen for it): plan "
+                             f"with StepInputs(page_size={self.page_size}) or build the runner for {page}")
         if k_cache.shape[1] != page:
             if page != 1:  # the plan and the cache disagree: reading on would address the wrong slots
                 raise ValueError(f"the step plan's {which} sub-plan has page size {page}, the KV cache pages of "

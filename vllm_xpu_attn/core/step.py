@@ -91,6 +91,10 @@ class StepInputs:
         if not isinstance(self.seq_lens, torch.Tensor) or self.seq_lens.dim() != 1:
             raise ValueError("seq_lens must be an int tensor [batch], got "
                              f"{list(self.seq_lens.shape) if isinstance(self.seq_lens, torch.Tensor) else type(self.seq_lens).__name__}")
+        if self.seq_lens.device.type == "cpu" and self.seq_lens.numel() and int(self.seq_lens.min()) < 0:
+            # host memory: reading it costs no device sync (a device tensor's values are the kernels' to check)
+            b = int(torch.nonzero(self.seq_lens < 0)[0, 0])
+            raise ValueError(f"seq_lens must be >= 0 (keys per sequence), got seq_lens[{b}]={int(self.seq_lens[b])}")
         bs = self.seq_lens.shape[0]
         if self.query_lens is not None and self.query_lens.shape != (bs,):
             raise ValueError(f"seq_lens [{bs}] and query_lens {list(self.query_lens.shape)} disagree on the batch size")
@@ -177,7 +181,13 @@ def plan_step(inp: StepInputs) -> StepPlan:
     """StepInputs -> StepPlan with every sub-plan the step's layers need. Sync-free.
 
     Raises for bad index values the kernels found on the device in an earlier step (kernels/guard.py)."""
-    FLAGS.poll(inp.seq_lens.device)
+    try:
+        FLAGS.poll(inp.seq_lens.device)
+    except ValueError as e:  # the kernels name their arguments; say which of the caller's they came from
+        if "cache_seqlens:" not in str(e):
+            raise
+        raise ValueError(f"{e} [in StepInputs terms: cache_seqlens is seq_lens (plus a speculative step's drafts), "
+                         "its page_table row comes from page_table or token_table]") from None
     mode, page = inp.mode, inp.page_size
     bs = int(inp.seq_lens.shape[0])
     seq_lens = inp.seq_lens

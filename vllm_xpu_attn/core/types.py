@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from ..kernels.contract import (  # AttnPlan: the step tensors of one call, one type from core to kernel
-    FLOAT_DTYPES, KV_DTYPES, AttnPlan, check_dims, check_scale, check_softcap)
+    FLOAT_DTYPES, KV_DTYPES, AttnPlan, check_dims, check_heads, check_scale, check_softcap)
 
 
 class AttentionKind(str, enum.Enum):
@@ -100,10 +100,7 @@ class LayerSpec:
                          v_head_dim=dims.kv_lora_rank, mla=dims, **kw)
 
     def __post_init__(self) -> None:
-        if self.num_q_heads <= 0 or self.num_kv_heads <= 0:
-            raise ValueError(f"head counts must be positive, got Hq={self.num_q_heads}, Hkv={self.num_kv_heads}")
-        if self.num_q_heads % self.num_kv_heads:
-            raise ValueError(f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        check_heads(self.num_q_heads, self.num_kv_heads)  # the kernels' check (PagedCall.make), the same words
         check_dims(self.head_dim, self.v_head_dim)
         check_scale(self.scale)
         check_softcap(self.softcap)

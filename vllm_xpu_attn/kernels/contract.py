@@ -74,9 +74,7 @@ class PagedCall:
              softcap: float = 0.0, return_lse: bool = False, batch_invariant: bool = False,
              mla: bool = False) -> "PagedCall":
         """Validated constructor (defaults resolved: scale 1/sqrt(D), Dv = D)."""
-        if num_kv_heads < 1 or num_q_heads < 1 or num_q_heads % num_kv_heads:
-            _fail(ValueError, f"num_q_heads ({num_q_heads}) must be a positive multiple of num_kv_heads "
-                              f"({num_kv_heads}) for GQA/MQA")
+        check_heads(num_q_heads, num_kv_heads)
         check_dims(head_dim, v_head_dim)
         softcap = check_softcap(softcap)
         scale = check_scale(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim))
@@ -140,6 +138,22 @@ def check_softcap(softcap) -> float:
     if not (0.0 <= c < math.inf):
         _fail(ValueError, f"softcap must be 0 (off) or a finite number > 0, got {softcap}")
     return c
+
+
+def check_count(name: str, value) -> int:
+    """A count (heads, a page's slots): an int >= 1, named as the caller's argument is."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _fail(ValueError, f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def check_heads(num_q_heads, num_kv_heads) -> None:
+    """Head counts: ints >= 1, num_q_heads a multiple of num_kv_heads (GQA/MQA)."""
+    check_count("num_q_heads", num_q_heads)
+    check_count("num_kv_heads", num_kv_heads)
+    if num_q_heads % num_kv_heads:
+        _fail(ValueError, f"num_q_heads ({num_q_heads}) must be a positive multiple of num_kv_heads "
+                          f"({num_kv_heads}) for GQA/MQA")
 
 
 def check_dims(head_dim, v_head_dim=None) -> None:
@@ -379,7 +393,8 @@ def check_paged_values(
     if q_lens and max(q_lens) > int(max_seqlen_q):
         _fail(ValueError, f"max_seqlen_q={max_seqlen_q} is smaller than the longest query ({max(q_lens)})")
     if any(n < 0 for n in lens):
-        _fail(ValueError, f"cache_seqlens must be >= 0, got {lens}")
+        b = next(b for b, n in enumerate(lens) if n < 0)
+        _fail(ValueError, f"cache_seqlens must be >= 0 (keys per sequence), got cache_seqlens[{b}]={lens[b]}")
     max_pages = page_table.shape[1]
     for b, kl in enumerate(lens):
         need = -(-kl // page_size)
