@@ -39,6 +39,9 @@ class XpuAttnBackend(AttentionBackend):
     present) computes; faster providers are chosen per layer where they fit."""
 
     forward_includes_kv_cache_update: bool = False
+    # vLLM 0.33+ (backend.py:73): may forward() run with key/value omitted after a fused op wrote the cache? No:
+    # vLLM's fused writer writes its own layout, not this backend's LBNHC pages (older releases ignore the flag)
+    supports_kv_cache_update_bypass: bool = False
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
     supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
@@ -320,6 +323,11 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         k_cache, v_cache = self._caches(kv_cache)
         self.runner.forward(plan, query, k_cache, v_cache, out)
         return output
+
+    def set_interleaved_v_cache(self):
+        from .mla import _no_interleaved_v
+
+        return _no_interleaved_v(self)
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
         if self.spec.kind in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY):

@@ -102,4 +102,6 @@ def engine_problem(symbols: bool = True) -> Optional[str]:
         from . import compat  # noqa: F401  (every vLLM name the adapter uses is imported there)
     except ImportError as e:
         return versions.missing_symbol_reason("vllm", version, e)
-    return None
+    from . import interface
+
+    return interface.mha_reason(version)  # a new abstract method, argument or renamed field: named now
