@@ -387,3 +387,45 @@ def test_fused_kv_write_hooks_are_declined():
     assert XpuAttnMLABackend.supports_kv_cache_update_bypass is False
     with pytest.raises(NotImplementedError, match="interleaved V cache"):
         XpuAttnImpl.set_interleaved_v_cache(object.__new__(XpuAttnImpl))
+
+
+def _assert_bounds_cover_rows(plan):
+    """Every host bound a plan carries is at least each of its rows' length (providers may size grids by it)."""
+    for part in (plan.main, plan.encoder):
+        if part is None or part.cache_seqlens is None:
+            continue
+        lens = part.cache_seqlens.tolist()
+        assert part.max_seqlen_k >= max(lens, default=0), (part.max_seqlen_k, lens)
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_cross_attention_plan_bound_covers_every_encoder_row(decode):
+    """vLLM's own cross-attention builder (create_cross_attention_backend over ours) for a Whisper-like step:
+    1,500 and 900 encoder keys. In a pure-decode step it zeroes encoder_seq_lens_cpu for filled rows; the plan's
+    maximum key length must still cover 1,500 (it was 0)."""
+    import numpy as np
+    from vllm.config import VllmConfig
+    from vllm.model_executor.layers.attention.cross_attention import create_cross_attention_backend
+    from vllm.v1.kv_cache_interface import CrossAttentionSpec
+
+    from vllm_xpu_attn.vllm.backend import XpuAttnBackend
+
+    enc = [1500, 900]
+    builder_cls = create_cross_attention_backend(XpuAttnBackend).get_builder_cls()
+    spec = CrossAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    builder = builder_cls(spec, ["layer.0"], VllmConfig(), torch.device("cpu"))
+    q = [1, 1] if decode else [3, 5]
+    k = [7, 9] if decode else q  # decoder positions: decode rows have computed tokens
+    table = torch.arange(2 * 94, dtype=torch.int32).view(2, 94)
+    cam = _cam(q, k, table.tolist(), max(q), max(k), encoder_seq_lens=torch.tensor(enc, dtype=torch.int32),
+               encoder_seq_lens_cpu=np.array(enc, dtype=np.int32),
+               seq_lens_cpu_upper_bound=torch.tensor(k, dtype=torch.int32))
+    md = builder.build(0, cam)
+    assert md.plan.encoder.cache_seqlens.tolist() == enc
+    _assert_bounds_cover_rows(md.plan)
+    assert md.plan.encoder.max_seqlen_k == 1500
+
+
+def test_plan_bounds_cover_rows_on_mixed_and_decode_steps():
+    _assert_bounds_cover_rows(_builder().plan(_cam([1, 4, 5], [17, 20, 5], [[3, 7], [1, 2], [9, 0]], 5, 20)))
+    _assert_bounds_cover_rows(_builder().plan(_cam([1, 1], [3, 40], [[4, 0, 0], [5, 6, 8]], 1, 40)))

@@ -212,13 +212,26 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         if self.is_cross:  # this group's table holds the encoder's pages; its keys are the encoder's tokens
             if cam.encoder_seq_lens is None:
                 raise ValueError("vllm-xpu-attn: cross-attention step without encoder_seq_lens")
-            enc_cpu = cam.encoder_seq_lens_cpu
             inputs.encoder_lens = self._persistent("encoder_lens", cam.encoder_seq_lens)
-            inputs.max_encoder_len = int(enc_cpu.max()) if enc_cpu is not None and len(enc_cpu) else 0
+            inputs.max_encoder_len = _max_encoder_len(cam)
             inputs.encoder_page_table = cam.block_table_tensor
         else:
             inputs.page_table = cam.block_table_tensor
         return plan_step(inputs)
+
+
+def _max_encoder_len(cam: CommonAttentionMetadata) -> int:
+    """The host bound on every row's encoder (key) length of a cross-attention step, never below any row's.
+
+    Not ``encoder_seq_lens_cpu`` alone: vLLM's cross-attention builder zeroes it for rows whose cross cache is
+    already filled (so that they write no slots), which in a pure-decode step is every row
+    (model_executor/layers/attention/cross_attention.py:105-111, 0.32 and 0.33); it sets ``max_seq_len`` to the
+    encoder maximum before that (line 90-91) and keeps the unzeroed lengths in ``seq_lens_cpu_upper_bound``."""
+    bounds = [int(cam.max_seq_len)]
+    for host in (cam.encoder_seq_lens_cpu, getattr(cam, "seq_lens_cpu_upper_bound", None)):
+        if host is not None and len(host):
+            bounds.append(int(host.max()))
+    return max(bounds)
 
 
 def _group_role(vllm_config, layer_names) -> str:
