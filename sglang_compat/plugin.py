@@ -48,7 +48,7 @@ def engine_problem() -> Optional[str]:
     import sglang
 
     version = str(getattr(sglang, "__version__", "unknown"))
-    why = versions.unsupported_reason("sglang", version)
+    why = versions.gate("sglang", version)  # XPU_ATTN_ALLOW_UNTESTED=1 serves an untested release (one warning)
     if why:
         return why
     try:

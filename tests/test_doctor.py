@@ -22,7 +22,7 @@ def test_doctor_on_this_machine():
     assert "not importable" in out  # vendor libraries are absent here, and doctor says why
     assert "prefill (cpu" in out and "-> torch_sdpa" in out
     # the engine versions and the supported ranges (no engine in this venv; the engine suites' venvs say 'supported')
-    assert "not installed (supported: 0.30 to 0.32)" in out and "not installed (supported: 0.5.22 to 0.5.23)" in out
+    assert "not installed (supported: 0.30 to 0.33)" in out and "not installed (supported: 0.5.22 to 0.5.23)" in out
 
 
 def test_doctor_cpu_features_stay_on_torch_sdpa():

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("engine,version,ok", [
     ("vllm", "0.30.0", True), ("vllm", "0.30.0+cpu", True), ("vllm", "0.31.1rc2", True), ("vllm", "0.32.0", True),
-    ("vllm", "0.32.9+xpu", True), ("vllm", "0.29.9", False), ("vllm", "0.33.0", False), ("vllm", "1.0.0", False),
+    ("vllm", "0.32.9+xpu", True), ("vllm", "0.29.9", False), ("vllm", "0.33.0", True), ("vllm", "0.33.1+xpu", True),
+    ("vllm", "0.34.0", False), ("vllm", "1.0.0", False),
     ("vllm", "dev", False), ("vllm", "unknown", False),
     ("sglang", "0.5.21", False), ("sglang", "0.5.22", True), ("sglang", "0.5.23.post1", True),
     ("sglang", "0.5.20", False), ("sglang", "0.5.24", False), ("sglang", "0.6.0", False), ("sglang", "0.4.99", False),
@@ -22,6 +23,36 @@ def test_supported_ranges(engine, version, ok):
     assert (why is None) == ok, why
     if not ok:  # one line naming the installed and the supported versions
         assert f"installed: {engine} {version}" in why and versions.supported_range(engine) in why and "\n" not in why
+        assert "XPU_ATTN_ALLOW_UNTESTED=1" in why and "tested: " in why  # says what to do
+
+
+def test_refusal_names_how_each_release_was_tested():
+    why = versions.unsupported_reason("vllm", "0.34.0")
+    assert "(tested: vllm 0.30 to 0.32 end to end, 0.33 adapter-level)" in why, why
+    assert "(tested: sglang 0.5.22 to 0.5.23 end to end)" in versions.unsupported_reason("sglang", "0.5.24")
+
+
+def test_allow_untested_serves_with_one_warning(monkeypatch):
+    import logging
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append((record.levelname, record.getMessage()))
+
+    handler = Keep()
+    versions.logger.addHandler(handler)
+    try:
+        monkeypatch.delenv("XPU_ATTN_ALLOW_UNTESTED", raising=False)
+        assert versions.gate("vllm", "0.35.2") is not None and seen == []  # strict by default, nothing served
+        monkeypatch.setenv("XPU_ATTN_ALLOW_UNTESTED", "1")
+        assert versions.gate("vllm", "0.35.2") is None and versions.gate("vllm", "0.35.2") is None
+        assert versions.gate("vllm", "0.32.0") is None  # a tested release: no warning
+    finally:
+        versions.logger.removeHandler(handler)
+    assert len(seen) == 1 and seen[0][0] == "WARNING" and "serving untested vllm 0.35.2" in seen[0][1], seen
+    assert "supported: vllm 0.30 to 0.33" in seen[0][1]
 
 
 def test_forced_refusal_raises_and_unforced_logs_once():

@@ -26,6 +26,7 @@ WARMUP = "VLLM_XPU_ATTN_WARMUP"
 LOG_LEVEL = "VLLM_XPU_ATTN_LOG_LEVEL"
 TRUST_VLLM_XPU_KERNELS = "VLLM_XPU_ATTN_TRUST_VLLM_XPU_KERNELS"
 PROBE_DEVICE = "VLLM_XPU_ATTN_PROBE_DEVICE"
+ALLOW_UNTESTED = "XPU_ATTN_ALLOW_UNTESTED"  # every engine's gate, like XPU_ATTN_ENABLE: not VLLM_*
 
 VARIABLES: tuple[Var, ...] = (
     Var(ENABLE, "", "vLLM: `1` turns the plugin on (CUDA, CPU), `0` off everywhere; unset: on for Intel XPU only"),
@@ -38,6 +39,8 @@ VARIABLES: tuple[Var, ...] = (
                      "(shorter start-up; a step shape met later compiles its own)"),
     Var(LOG_LEVEL, "INFO", "the package logger's level; `DEBUG` logs one line per planned step"),
     Var(TRUST_VLLM_XPU_KERNELS, "0", "`1`: treat an unknown vllm-xpu-kernels version as the newest one declared"),
+    Var(ALLOW_UNTESTED, "0", "`1`: serve an engine or transformers release outside the tested range, with one "
+                             "warning line (default: such a release is refused)"),
     Var(PROBE_DEVICE, "xpu", "device the sgl-kernel wrappers probe their build on (the tests' fakes use `cpu`)"),
 )
 _KNOWN = {v.name: v for v in VARIABLES}

@@ -143,9 +143,44 @@ def test_real_model_smollm2():
 
 
 def test_version_outside_range_refused(monkeypatch):
+    monkeypatch.delenv("XPU_ATTN_ALLOW_UNTESTED", raising=False)
     monkeypatch.setattr(compat, "version", lambda: "5.16.0")
-    with pytest.raises(ValueError, match=r"supports transformers 5\.\d+ through 5\.\d+.*5\.16\.0"):
+    with pytest.raises(ValueError, match=r"supports transformers 5\.17 through 5\.25.*installed: transformers "
+                                         r"5\.16\.0.*XPU_ATTN_ALLOW_UNTESTED=1"):
         xa.register()
+
+
+def test_untested_version_served_with_one_warning_when_allowed(monkeypatch, caplog):
+    import logging
+
+    monkeypatch.setattr(compat, "version", lambda: "5.26.0")
+    monkeypatch.setenv("XPU_ATTN_ALLOW_UNTESTED", "1")
+    with caplog.at_level(logging.WARNING, logger="vllm_xpu_attn"):
+        logging.getLogger("vllm_xpu_attn").addHandler(caplog.handler)  # setup_logging may stop propagation
+        try:
+            assert compat.check_version() == "5.26.0"
+        finally:
+            logging.getLogger("vllm_xpu_attn").removeHandler(caplog.handler)
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(set(lines)) == 1 and "untested transformers 5.26.0" in lines[0] and "5.17 through 5.25" in lines[0]
+
+
+def test_mla_model_refused_at_start_up_where_cb_caches_latents():
+    """5.25+ caches MLA layers as latents (MLACacheAllocator, no block-table view): refused when CB starts,
+    naming the release, instead of NotImplementedError from inside CB's allocator at the first step."""
+    from transformers import DeepseekV2Config
+
+    cfg = DeepseekV2Config(vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32,
+                           q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                           n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=2,
+                           max_position_embeddings=256)
+    latent = compat._minor(compat.version()) >= compat.LATENT_CACHE_FROM
+    assert (compat.latent_cache_refusal(cfg) is not None) == latent
+    if latent:
+        model = _model(cfg)
+        with pytest.raises(ValueError, match=rf"transformers {compat.version()} caches this model's MLA layers"):
+            cb_greedy(model, _prompts(256), xa.NAME, page_size=16)
 
 
 @pytest.mark.parametrize("case", ["forced_provider", "bidirectional_layer"])

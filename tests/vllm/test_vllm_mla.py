@@ -293,3 +293,28 @@ def test_e2e_tiny_deepseek_v2_matches_cpu_mla_and_transformers(dsv2, e2e, settin
     assert got == base, "ours vs vLLM CPU_MLA"
     assert worst <= 2e-4
     assert got == hf, "ours vs transformers eager"
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_cache_write_as_vllm_033_calls_it(vllm_cfg, kv_cache_dtype):
+    """vLLM 0.33's MLA layer passes a 7th positional argument, skip_scale (True for an FP8 cache whose scale is
+    1.0; mla_attention.py:811-819): the rows written are what the cache must hold (the oracle's own rounding),
+    the same with or without it. Also its other hooks: reserve_workspace claims nothing, an interleaved V
+    cache is refused."""
+    g = torch.Generator().manual_seed(3)
+    impl = _impl(kv_cache_dtype, torch.randn(H, D_H, D_C, generator=g), torch.randn(H, D_V, D_C, generator=g))
+    kv, pe = torch.randn(5, D_C, generator=g), torch.randn(5, 1, D_R, generator=g)
+    slots = torch.tensor([3, 17, 18, 40, -1])
+    one = torch.tensor([1.0])
+    caches = []
+    for skip in (True, False):
+        cache = _cache(kv_cache_dtype, 4)
+        impl.do_kv_cache_update(kv, pe, cache, slots, kv_cache_dtype, one, skip)  # positional, as vLLM calls it
+        caches.append(compat_view(cache, kv_cache_dtype).float().reshape(-1, D_C + D_R))
+    want = _stored(torch.cat([kv, pe[:, 0]], -1), kv_cache_dtype, 1.0)
+    for got in caches:
+        torch.testing.assert_close(got[slots[:4]], want[:4], atol=0, rtol=0)
+        assert got[[i for i in range(64) if i not in (3, 17, 18, 40)]].abs().sum() == 0  # slot -1: nothing
+    assert impl.reserve_workspace() is None
+    with pytest.raises(NotImplementedError, match="interleaved V cache"):
+        impl.set_interleaved_v_cache()

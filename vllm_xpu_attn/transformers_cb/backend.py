@@ -76,6 +76,9 @@ def layer_spec(module: torch.nn.Module, dtype: torch.dtype) -> LayerSpec:
 def configure(manager) -> None:
     """Start-up: a LayerRunner per attention module of ``manager.model`` (refusals raise here)."""
     model = manager.model
+    why = compat.latent_cache_refusal(model.config)
+    if why:
+        raise ValueError(why)
     cb = manager.continuous_batching_config
     page = int(getattr(cb, "page_size", None) or cb.block_size)  # 5.17 sizes pages by block_size
     param = next(model.parameters())

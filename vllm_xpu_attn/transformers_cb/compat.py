@@ -1,8 +1,10 @@
 """What differs between transformers releases, in one place (continuous batching, ``generation/continuous_batching``).
 
-Supported: transformers 5.17 through 5.24 (``SUPPORTED``; each release's CB tests pass on the CPU, CI runs
-5.24, the H200 ran 5.17 and 5.24). A release outside is refused at registration, before anything is patched.
-Line numbers below are 5.24's unless named.
+Supported: transformers 5.17 through 5.25 (``SUPPORTED``; each release's CB tests pass on the CPU, CI runs
+5.25 in full and 5.17 as a smoke run, the H200 ran 5.17 and 5.24). A release outside is refused at registration,
+before anything is patched (``XPU_ATTN_ALLOW_UNTESTED=1`` serves it, with one warning line). Line numbers below
+are 5.24's unless named; 5.25 moved them to continuous_api.py:745-792 (the gate), cache.py:416-452 (``update``)
+and cache.py:45 (``group_layers_by_attn_type``), same code.
 
 Three patches, all inert unless the model's attention implementation is this backend's:
 
@@ -20,6 +22,12 @@ Three patches, all inert unless the model's attention implementation is this bac
   ``group_layers_by_attn_type`` (cache.py:44-67; 5.17: cache.py:56-86) puts every layer in full-attention pages
   and the kernel applies the window: the same answers, more cache memory for those layers.
 
+* 5.25 (cache.py:227-240, ``PagedAttentionCache._create_allocator``): a model whose config has ``kv_lora_rank``
+  (MLA: DeepSeek-V2/V3) gets an ``MLACacheAllocator`` (cache_allocators/compressed_latents.py:23-31), which
+  caches one latent row per token instead of per-head K/V and has no block-table view
+  (``get_cache_for_block_table`` raises NotImplementedError, compressed_latents.py:99-101). This adapter reads
+  per-head K/V pages, so ``latent_cache_refusal`` refuses such a model at start-up (5.25+) instead.
+
 Other moves handled here: 5.17 has no cache allocators (one cache tensor per position in a layer group) and
 sizes pages with ``block_size``; 5.18 names the host maxima ``max_seqlen_q/k`` (later ``max_length_q/k``) and
 unboxes the per-layer-type dicts when the model has one layer type.
@@ -33,7 +41,8 @@ from typing import Callable
 
 import torch
 
-SUPPORTED = ((5, 17), (5, 24))  # inclusive (major, minor) range, each release tested
+SUPPORTED = ((5, 17), (5, 25))  # inclusive (major, minor) range, each release tested
+LATENT_CACHE_FROM = (5, 25)  # CB caches MLA layers as latents (MLACacheAllocator) from this release on
 CACHE_KWARG = "xpu_attn_cache"  # how update() hands CB's cache to the attention call
 
 
@@ -41,22 +50,52 @@ def version() -> str:
     return md.version("transformers")
 
 
+def _range() -> str:
+    lo, hi = SUPPORTED
+    return f"{lo[0]}.{lo[1]} through {hi[0]}.{hi[1]}"
+
+
+def _minor(v: str) -> tuple[int, int]:
+    parts = v.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"vllm-xpu-attn: cannot parse the transformers version {v!r}") from None
+
+
 def check_version() -> str:
-    """The installed transformers version, or ValueError naming the supported range."""
+    """The installed transformers version, or ValueError naming the supported range and the opt-in; with
+    ``XPU_ATTN_ALLOW_UNTESTED=1`` an untested release is served, with one warning line."""
+    from .. import env
+
     try:
         v = version()
     except md.PackageNotFoundError:
-        raise ValueError("vllm-xpu-attn's transformers adapter needs transformers 5.17-5.24 (pip install 'vllm-xpu-attn[transformers]')")
-    parts = v.split(".")
-    try:
-        mm = (int(parts[0]), int(parts[1]))
-    except (IndexError, ValueError):
-        raise ValueError(f"vllm-xpu-attn: cannot parse the transformers version {v!r}")
+        raise ValueError(f"vllm-xpu-attn's transformers adapter needs transformers {_range()} "
+                         "(pip install 'vllm-xpu-attn[transformers]')") from None
     lo, hi = SUPPORTED
-    if not (lo <= mm <= hi):
-        raise ValueError(f"vllm-xpu-attn supports transformers {lo[0]}.{lo[1]} through {hi[0]}.{hi[1]} for continuous "
-                         f"batching; {v} is installed (its continuous-batching internals differ)")
-    return v
+    if lo <= _minor(v) <= hi:
+        return v
+    if env.on(env.ALLOW_UNTESTED):
+        import logging
+
+        logging.getLogger("vllm_xpu_attn").warning(
+            "vllm-xpu-attn: serving untested transformers %s because %s=1 (supported and tested: transformers %s)",
+            v, env.ALLOW_UNTESTED, _range())
+        return v
+    raise ValueError(f"vllm-xpu-attn supports transformers {_range()} for continuous batching (each tested); "
+                     f"installed: transformers {v} (its continuous-batching internals may differ). Install a "
+                     f"supported release, or set {env.ALLOW_UNTESTED}=1 to serve {v} untested")
+
+
+def latent_cache_refusal(config) -> str | None:
+    """Why CB's cache for this model cannot be served (5.25+: MLA layers cached as latents), else None."""
+    if getattr(config, "kv_lora_rank", None) is None or _minor(version()) < LATENT_CACHE_FROM:
+        return None
+    return (f"vllm-xpu-attn: transformers {version()} caches this model's MLA layers (kv_lora_rank="
+            f"{config.kv_lora_rank}) as compressed latents (MLACacheAllocator), which this continuous-batching "
+            "adapter does not read (it pages per-head keys and values); serve MLA models with vLLM or SGLang "
+            "through this backend, or use attn_implementation='sdpa' here")
 
 
 def cb_config(**kw):

@@ -39,6 +39,9 @@ class XpuAttnBackend(AttentionBackend):
     present) computes; faster providers are chosen per layer where they fit."""
 
     forward_includes_kv_cache_update: bool = False
+    # vLLM 0.33+ (backend.py:73): may forward() run with key/value omitted after a fused op wrote the cache? No:
+    # vLLM's fused writer writes its own layout, not this backend's LBNHC pages (older releases ignore the flag)
+    supports_kv_cache_update_bypass: bool = False
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
     supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
@@ -209,13 +212,26 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         if self.is_cross:  # this group's table holds the encoder's pages; its keys are the encoder's tokens
             if cam.encoder_seq_lens is None:
                 raise ValueError("vllm-xpu-attn: cross-attention step without encoder_seq_lens")
-            enc_cpu = cam.encoder_seq_lens_cpu
             inputs.encoder_lens = self._persistent("encoder_lens", cam.encoder_seq_lens)
-            inputs.max_encoder_len = int(enc_cpu.max()) if enc_cpu is not None and len(enc_cpu) else 0
+            inputs.max_encoder_len = _max_encoder_len(cam)
             inputs.encoder_page_table = cam.block_table_tensor
         else:
             inputs.page_table = cam.block_table_tensor
         return plan_step(inputs)
+
+
+def _max_encoder_len(cam: CommonAttentionMetadata) -> int:
+    """The host bound on every row's encoder (key) length of a cross-attention step, never below any row's.
+
+    Not ``encoder_seq_lens_cpu`` alone: vLLM's cross-attention builder zeroes it for rows whose cross cache is
+    already filled (so that they write no slots), which in a pure-decode step is every row
+    (model_executor/layers/attention/cross_attention.py:105-111, 0.32 and 0.33); it sets ``max_seq_len`` to the
+    encoder maximum before that (line 90-91) and keeps the unzeroed lengths in ``seq_lens_cpu_upper_bound``."""
+    bounds = [int(cam.max_seq_len)]
+    for host in (cam.encoder_seq_lens_cpu, getattr(cam, "seq_lens_cpu_upper_bound", None)):
+        if host is not None and len(host):
+            bounds.append(int(host.max()))
+    return max(bounds)
 
 
 def _group_role(vllm_config, layer_names) -> str:
@@ -320,6 +336,11 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         k_cache, v_cache = self._caches(kv_cache)
         self.runner.forward(plan, query, k_cache, v_cache, out)
         return output
+
+    def set_interleaved_v_cache(self):
+        from .mla import _no_interleaved_v
+
+        return _no_interleaved_v(self)
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
         if self.spec.kind in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY):

@@ -56,6 +56,8 @@ def _once(msg: str, *args) -> None:
 class XpuAttnMLABackend(MLACommonBackend):
     """MLA through vllm-xpu-attn. Declares what the reference provider (always present) computes."""
 
+    supports_kv_cache_update_bypass: bool = False  # vLLM 0.33+: see XpuAttnBackend
+
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
     supported_kv_cache_dtypes: ClassVar[list[str]] = list(compat.MLA_KV_CACHE_DTYPES)
 
@@ -129,6 +131,15 @@ class XpuAttnMLAMetadataBuilder(MLACommonMetadataBuilder[MLACommonMetadata]):
                                         dcp_tot_seq_lens=dcp_tot_seq_lens_device, plan=plan)
 
 
+def _no_interleaved_v(impl):
+    """vLLM 0.33+ ``set_interleaved_v_cache`` (backend.py:956): a fusion pass asks every layer it may serve to read
+    an interleaved V cache. This backend reads its own layout only and declares
+    ``supports_kv_cache_update_bypass = False`` so no fused writer should pick it; if one asks anyway, start-up
+    stops here rather than serving a cache written in a layout this backend would misread."""
+    raise NotImplementedError(f"vllm-xpu-attn: {type(impl).__name__} cannot read an interleaved V cache (vLLM's "
+                              "QK-norm/RoPE/KV-cache fusion); disable that fusion or this backend (XPU_ATTN_ENABLE=0)")
+
+
 class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
     """One MLA layer: the core's LayerSpec.for_mla and LayerRunner (providers chosen now, per phase)."""
 
@@ -191,14 +202,26 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
 
     # ---- cache write -------------------------------------------------------------------
     def do_kv_cache_update(self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
-                           slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor) -> None:
-        """kv_c_normed [T, kv_lora_rank], k_pe [T, 1, rope] (post-RoPE) -> latent rows at slot_mapping (< 0 skipped)."""
+                           slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
+                           skip_scale: bool = False) -> None:
+        """kv_c_normed [T, kv_lora_rank], k_pe [T, 1, rope] (post-RoPE) -> latent rows at slot_mapping (< 0 skipped).
+
+        ``skip_scale`` (vLLM 0.33+, mla_attention.py:811-819): vLLM passes True for an FP8 cache whose scale is
+        1.0, so its kernel may skip the multiply; dividing by 1.0 changes nothing, so the write is the same."""
         if kv_cache.numel() == 0:  # profiling run before the cache exists
             return
         _once("vllm-xpu-attn: MLA cache write via core write_latent (provider %s)", self.runner.decode_provider.name)
         cache = compat.mla_cache_view(kv_cache, kv_cache_dtype)
         self.runner.write_latent(kv_c_normed, k_pe.reshape(k_pe.shape[0], -1), cache, slot_mapping.flatten(),
                                  scale=self._kv_scale(k_scale))
+
+    def reserve_workspace(self) -> None:
+        """vLLM 0.33+ (backend.py:1091, called in the profiling run, mla_attention.py:948): this impl keeps no
+        persistent workspace beyond what its runner allocated at construction, so there is nothing to claim."""
+        return None
+
+    def set_interleaved_v_cache(self):
+        return _no_interleaved_v(self)
 
     # ---- decode: absorbed MQA over the latent cache ------------------------------------
     def forward_mqa(self, q, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: MLACommonMetadata, layer):

@@ -28,7 +28,13 @@ def _route(base: type, name: str) -> type:
                 f"vllm-xpu-attn cannot serve sparse attention ({cfg!r}: DeepSeek-V3.2-style sparse MLA with an "
                 "indexer); run this model without the plugin (XPU_ATTN_ENABLE=0) to use vLLM's own backends")
         if cfg.use_mla:
+            from . import interface
             from .mla import BACKEND_PATH as MLA_PATH, XpuAttnMLABackend as Backend
+            from .plugin import _version
+
+            why = interface.mla_reason(_version())  # MLA's vLLM bases are importable only now
+            if why:
+                raise ValueError(why)
 
             path = MLA_PATH
         else:

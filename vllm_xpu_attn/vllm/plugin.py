@@ -75,7 +75,7 @@ def general_plugin() -> None:
     if why:
         # forced, or our platform already on (Intel XPU, by itself) with a name missing: starting would fail later
         on_xpu = env.host_device() == "xpu" and env.flag(env.ENABLE) is not False
-        forced = env.flag(env.ENABLE) is True or (on_xpu and versions.unsupported_reason("vllm", _version()) is None)
+        forced = env.flag(env.ENABLE) is True or (on_xpu and versions.gate("vllm", _version()) is None)
         versions.refuse_or_log(why, forced=forced,
                                how_forced=f"{env.ENABLE}=1" if env.flag(env.ENABLE) else "its platform is active on XPU")
         return
@@ -98,11 +98,13 @@ def engine_problem(symbols: bool = True) -> Optional[str]:
     """None when the running vLLM is supported and (``symbols``) has every name the adapter imports, else why not
     (one line)."""
     version = _version()
-    why = versions.unsupported_reason("vllm", version)
+    why = versions.gate("vllm", version)  # XPU_ATTN_ALLOW_UNTESTED=1 serves an untested release (one warning)
     if why or not symbols:
         return why
     try:
         from . import compat  # noqa: F401  (every vLLM name the adapter uses is imported there)
     except ImportError as e:
         return versions.missing_symbol_reason("vllm", version, e)
-    return None
+    from . import interface
+
+    return interface.mha_reason(version)  # a new abstract method, argument or renamed field: named now
