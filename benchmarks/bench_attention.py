@@ -58,9 +58,13 @@ def peer_rows(row: dict, unit: str, work: float, ours_out, q, kc, vc, pt, seq, c
     out_v = torch.full_like(q, float("nan"))
     runs["vllm_unified"] = lambda: peers.vllm_unified_decode(q, kc, vc, pt, seq, cu, max_q, max_k, scale, out_v)
     if max_q == 1:
-        meta = peers.sglang_decode_metadata(pt, seq, PAGE, HQ, HKV, D)
-        out_s = torch.full_like(q, float("nan"))
-        runs["sglang_decode"] = lambda: peers.sglang_decode(q, kc, vc, meta, scale, out_s)
+        try:  # the metadata needs the extracted kernels too: a missing peer is a recorded error, not a crash
+            meta = peers.sglang_decode_metadata(pt, seq, PAGE, HQ, HKV, D)
+        except Exception as e:  # noqa: BLE001 - record, never hide
+            row["sglang_decode_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        else:
+            out_s = torch.full_like(q, float("nan"))
+            runs["sglang_decode"] = lambda: peers.sglang_decode(q, kc, vc, meta, scale, out_s)
     for name, fn in runs.items():
         try:
             fn()
