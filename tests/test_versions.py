@@ -100,7 +100,13 @@ def test_ci_smoke_runs_the_oldest_supported_releases():
         assert pin.split(".")[:width] == lo.split("."), (engine, pin, lo)
         assert versions.unsupported_reason(engine, pin) is None
     default = re.search(r'^SUITES="\$\{VXA_SUITES:-([^}]*)\}"', (ROOT / "ci" / "test.sh").read_text(), re.M).group(1)
-    assert {"vllm-oldest", "sglang-oldest", "vllm", "sglang"} <= set(default.split())
+    assert {"vllm-oldest", "sglang-oldest", "vllm", "sglang", "transformers", "transformers-oldest"} <= set(
+        default.split())
+    # transformers' CB: the smoke venv pins the lower end of transformers_cb.compat.SUPPORTED
+    from vllm_xpu_attn.transformers_cb import compat
+
+    pin = re.search(r'^OLDEST_TRANSFORMERS="transformers==([0-9.]+)"', venvs, re.M).group(1)
+    assert tuple(int(x) for x in pin.split(".")[:2]) == compat.SUPPORTED[0], (pin, compat.SUPPORTED)
 
 
 def _release_plan():
