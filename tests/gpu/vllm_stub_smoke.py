@@ -10,6 +10,7 @@ No CUDA graph is captured here; this only proves the stub carries the adapter.
 """
 
 import sys
+import types
 
 import torch
 
@@ -41,6 +42,9 @@ slot_buf = torch.full((max_tokens,), -1, dtype=torch.int64, device=dev)
 with set_current_vllm_config(cfg):
     builder = XpuAttnMetadataBuilder(spec, ["layer.0"], cfg, dev)
     impl = XpuAttnImpl(Hq, D, D ** -0.5, Hkv)
+    # the vLLM layer as the impl reads it: its KV scales (1.0 unless FP8; the impl reads them since FP8 KV)
+    layer = types.SimpleNamespace(_k_scale=torch.ones(1, device=dev), _v_scale=torch.ones(1, device=dev))
+    assert impl.kv_quant_mode.name == "NONE"  # the verbatim AttentionImpl property vLLM's runner reads
     # logical [blocks, heads, page, 2D] stored LBNHC: allocate [blocks, page, heads, 2D] and view it logical
     kv_cache = torch.zeros(num_blocks, page, Hkv, 2 * D, dtype=dtype, device=dev).transpose(1, 2)
 
@@ -56,7 +60,7 @@ with set_current_vllm_config(cfg):
         for r, c in enumerate(ctx):  # history, through the impl's KV write
             pos = torch.arange(c, device=dev)
             slots = bt_buf[r, pos // page].long() * page + pos % page
-            impl.do_kv_cache_update(None, hist_k[r], hist_v[r], kv_cache, slots)
+            impl.do_kv_cache_update(layer, hist_k[r], hist_v[r], kv_cache, slots)
         # padded requests: query_start_loc repeats the real token count, seq_len 0
         qsl_buf.copy_(torch.tensor(list(range(n_real + 1)) + [n_real] * (max_reqs - n_real), dtype=torch.int32))
         seq_buf.zero_()
@@ -74,8 +78,8 @@ with set_current_vllm_config(cfg):
         md = builder.build(0, cam)
         q = torch.randn(n_pad, Hq, D, dtype=dtype, device=dev)
         out = torch.zeros(n_pad, Hq, D, dtype=dtype, device=dev)
-        impl.do_kv_cache_update(None, new_k, new_v, kv_cache, md.slot_mapping)
-        impl.forward(None, q, new_k, new_v, kv_cache, md, out)
+        impl.do_kv_cache_update(layer, new_k, new_v, kv_cache, md.slot_mapping)
+        impl.forward(layer, q, new_k, new_v, kv_cache, md, out)
         g = Hq // Hkv
         for r, c in enumerate(ctx):
             k = torch.cat([hist_k[r], new_k[r:r + 1]]).float().repeat_interleave(g, 1)  # [c+1, Hq, D]

@@ -4,10 +4,18 @@ Run with a Python that has vLLM installed (it only *reads* vLLM's source; nothin
 
     /work/main/.venvs/vllm/bin/python tests/gpu/vllm_stub/regen.py
 
+or from a release's wheel, unpacked (only the files read here), with a Python that has no vLLM installed:
+
+    pip download --no-deps vllm==0.33.0 -d /tmp/v && mkdir /tmp/v/src && cd /tmp/v/src
+    unzip -q ../vllm-0.33.0-*.whl 'vllm/__init__.py' 'vllm/v1/attention/backend.py' 'vllm/v1/kv_cache_interface.py' \
+        'vllm/v1/kv_cache_layout.py' 'vllm/config/compilation.py' 'vllm-0.33.0.dist-info/*'
+    PYTHONPATH=/tmp/v/src python3 tests/gpu/vllm_stub/regen.py      # (from the repository root)
+
 Writes vllm/v1/attention/backend.py, vllm/v1/kv_cache_interface.py,
 vllm/v1/kv_cache_layout.py and vllm/config/_cudagraph_mode.py next to this file: each top-level definition listed below is
-copied byte for byte from the installed release (selected by name with ``ast``, so line
-moves between releases do not matter); only the imports at the top are the stub's own.
+copied byte for byte from that release (selected by name with ``ast``, so line
+moves between releases do not matter); only the imports at the top are the stub's own. Also writes
+vllm/_release.py (the release copied from; the stub's ``vllm.__version__``). Current stub: vLLM 0.33.0.
 """
 
 from __future__ import annotations
@@ -143,6 +151,9 @@ def main() -> None:
     (HERE / "vllm" / "config").mkdir(parents=True, exist_ok=True)
     (HERE / "vllm" / "config" / "_cudagraph_mode.py").write_text(
         header("vllm/config/compilation.py", "\nimport enum\n") + pick(SRC / "config/compilation.py", ["CUDAGraphMode"]))
+    # the release these copies came from, read by vllm/__init__.py (__version__) and printed by the harnesses
+    (HERE / "vllm" / "_release.py").write_text("# Written by tests/gpu/vllm_stub/regen.py: the vLLM release the "
+                                               f'verbatim parts were copied from.\nRELEASE = "{VERSION}"\n')
     layout = (SRC / "v1/kv_cache_layout.py").read_text()  # a stdlib-only leaf module: copied whole
     (out / "kv_cache_layout.py").write_text(f"# Copied whole from vLLM {VERSION} by tests/gpu/vllm_stub/regen.py.\n" + layout)
     print("regenerated from", SRC, VERSION)

@@ -1,6 +1,8 @@
-"""Stand-in for vLLM 0.32.0 (tests/gpu/vllm_stub): just enough of its Python API for
+"""Stand-in for vLLM (tests/gpu/vllm_stub): just enough of its Python API for
 ``import vllm_xpu_attn.vllm.backend`` without the real package. See README.md there."""
 
-__version__ = "0.32.0+stub"
-__version_tuple__ = (0, 32, 0, "stub")
+from ._release import RELEASE  # the release regen.py copied the verbatim parts from
+
+__version__ = f"{RELEASE}+stub"
+__version_tuple__ = (*map(int, RELEASE.split(".")[:3]), "stub")
 IS_VLLM_STUB = True

@@ -1,4 +1,4 @@
-# Copied whole from vLLM 0.32.0 by tests/gpu/vllm_stub/regen.py.
+# Copied whole from vLLM 0.33.0 by tests/gpu/vllm_stub/regen.py.
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Physical KV cache layout descriptor.
