@@ -130,7 +130,7 @@ if [ -n "$bg_pid" ]; then
 fi
 [ -f "$LOGDIR/real-model.log" ] && tail -n 1 "$LOGDIR/real-model.log"
 echo "[test] summary (total $((SECONDS - T0))s):"; sed 's/^/  /' "$LOGDIR/summary.txt"
-# the same as a record (docs/cpu/ci_fresh_clone.json is one such, from a fresh clone): suites, seconds, machine
+# the same as a record (docs/ci/fresh_clone_ci.json is one such, from a fresh clone): suites, seconds, machine
 python3 - "$LOGDIR/summary.txt" "$((SECONDS - T0))" > "$LOGDIR/summary.json" <<'PY' || true
 import datetime, json, os, platform, re, subprocess, sys
 rows = [re.match(r"(\S+): (?:exit (\d+) in (\d+)s|(.*))", l.strip()) for l in open(sys.argv[1]) if l.strip()]

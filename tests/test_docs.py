@@ -89,3 +89,18 @@ def test_nothing_points_outside_the_repository():
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) < 130, f"README.md has {len(lines)} lines; details belong in docs/"
+
+
+def test_version_written_in_the_docs_is_the_package_version():
+    """README's status line and docs/usage.md's wheel name say the version vllm_xpu_attn.__version__ holds (the one
+    source pyproject reads)."""
+    import ast
+
+    tree = ast.parse((ROOT / "vllm_xpu_attn" / "__init__.py").read_text())
+    version = next(n.value.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "__version__")
+    readme = (ROOT / "README.md").read_text()
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    assert re.findall(r"version (\d+\.\d+\.\d+)", readme) == [version], re.findall(r"version (\d+\.\d+\.\d+)", readme)
+    assert re.findall(r"vllm_xpu_attn-(\d+\.\d+\.\d+)-py3", usage) == [version]
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert re.findall(r"^## (\d+\.\d+\.\d+)", changelog, re.M)[0] == version

@@ -100,8 +100,11 @@ def test_ci_smoke_runs_the_oldest_supported_releases():
         assert pin.split(".")[:width] == lo.split("."), (engine, pin, lo)
         assert versions.unsupported_reason(engine, pin) is None
     default = re.search(r'^SUITES="\$\{VXA_SUITES:-([^}]*)\}"', (ROOT / "ci" / "test.sh").read_text(), re.M).group(1)
-    assert {"vllm-oldest", "sglang-oldest", "vllm", "sglang", "transformers", "transformers-oldest"} <= set(
-        default.split())
+    assert {"vllm-oldest", "sglang-oldest", "vllm", "sglang", "transformers", "transformers-oldest", "vllm-next",
+            "package"} <= set(default.split())
+    # the adapter-level suite pins the newest minor of the range, the one versions.py marks adapter-level
+    nxt = re.search(r'^NEXT_VLLM="vllm==([0-9.]+)"', venvs, re.M).group(1)
+    assert ".".join(nxt.split(".")[:2]) == versions.SUPPORTED["vllm"][1] in versions.ADAPTER_LEVEL["vllm"], nxt
     # transformers' CB: the smoke venv pins the lower end of transformers_cb.compat.SUPPORTED
     from vllm_xpu_attn.transformers_cb import compat
 
@@ -136,3 +139,13 @@ def test_matrix_plan_runs_a_new_cpu_build_end_to_end_with_no_code_change(monkeyp
     assert [d.split(":")[0] for d in plan.disagreements(rows)] == ["vllm 0.33"]  # ADAPTER_LEVEL is now stale
     gone = dict(today, vllm=["0.34.0", "0.32.0"])
     assert ("vllm", "0.33", None, "missing") in plan.plan(gone)
+
+
+def test_tested_line_orders_releases_numerically_and_ends(monkeypatch):
+    """'0.9' < '0.10' as releases (not as text), and a range that crosses into a new line (0.x -> 1.0) still ends."""
+    monkeypatch.setitem(versions.SUPPORTED, "vllm", ("0.8", "0.10"))
+    monkeypatch.setitem(versions.ADAPTER_LEVEL, "vllm", ("0.10",))
+    assert versions.tested("vllm") == "0.8 to 0.9 end to end, 0.10 adapter-level"
+    monkeypatch.setitem(versions.SUPPORTED, "vllm", ("0.30", "1.0"))
+    monkeypatch.setitem(versions.ADAPTER_LEVEL, "vllm", ("1.0",))
+    assert versions.tested("vllm") == "0.30 to 0.30 end to end, 1.0 adapter-level"

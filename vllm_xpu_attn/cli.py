@@ -53,9 +53,7 @@ def _transformers_status() -> str:
         return v
     from .transformers_cb import compat
 
-    try:
-        compat.check_version()
-    except ValueError:
+    if not compat.in_range(v):  # the range, not the opt-in's verdict: an allowed release is still untested
         lo, hi = compat.SUPPORTED
         return f"{v} (continuous batching adapter: needs {lo[0]}.{lo[1]}-{hi[0]}.{hi[1]})"
     return f"{v} (continuous batching adapter: supported)"

@@ -57,7 +57,8 @@ def tested(engine: str) -> str:
         return f"{lo} to {hi} end to end"
     # the adapter-level minors are the newest of the range (a CPU build comes after the CUDA one)
     width = len(lo.split("."))
-    e2e_hi = max((v for v in _minors_below(lo, adapter[0], width)), default=None)
+    below = _minors_below(lo, adapter[0], width)
+    e2e_hi = below[-1] if below else None  # ascending: the last is the newest tested end to end
     e2e = f"{lo} to {e2e_hi} end to end, " if e2e_hi else ""
     return f"{e2e}{', '.join(adapter)} adapter-level"
 
@@ -65,11 +66,9 @@ def tested(engine: str) -> str:
 def _minors_below(lo: str, first_adapter: str, width: int) -> list[str]:
     """Release keys from ``lo`` up to (not including) ``first_adapter``, written like ``lo`` ('0.30', '0.31')."""
     start, stop = _key(lo, width), _key(first_adapter, width)
-    out, cur = [], list(start)
-    while tuple(cur) < stop:
-        out.append(".".join(map(str, cur)))
-        cur[-1] += 1
-    return out
+    if start[:-1] != stop[:-1]:  # a new major/minor line (0.x -> 1.0): releases in between cannot be counted
+        return [lo]
+    return [".".join(map(str, start[:-1] + (n,))) for n in range(start[-1], stop[-1])]
 
 
 def in_range(engine: str, version: str) -> bool:

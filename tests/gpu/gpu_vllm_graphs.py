@@ -15,7 +15,7 @@ own LBNHC cache tensor):
   per-layer q/k/v inputs and outputs, sliced per graph as vLLM's V2 runner slices them;
 * per graph shape (uniform decode q=1 with 32/8/1 requests, spec-decode verify q=4 with 8/1
   requests; captured largest first into one shared memory pool, like vLLM): capture-time metadata
-  per /work/notes/vllm_graphs.md 2b (every request real with seq_len = q, block rows 0, slot_mapping
+  (every request real with seq_len = q, block rows 0, slot_mapping
   all -1, max_seq_len = max_model_len, max_query_len = q), builder.build_for_cudagraph_capture ->
   one eager warm-up forward (do_kv_cache_update + forward of every layer), a second
   build_for_cudagraph_capture, then torch.cuda.graph capture of the same body under

@@ -4,7 +4,7 @@
 
 Builds CommonAttentionMetadata the way vLLM 0.32's V2 runner does for a FULL decode graph
 (persistent runner buffers sliced to the padded batch; padded requests: query length 0,
-seq_len 0, block-table row 0; padded tokens: slot -1; see /work/notes/vllm_graphs.md), runs
+seq_len 0, block-table row 0; padded tokens: slot -1), runs
 the KV write and the decode forward, and checks the real rows against a naive reference.
 No CUDA graph is captured here; this only proves the stub carries the adapter.
 """

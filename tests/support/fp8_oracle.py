@@ -6,7 +6,7 @@ current tokens alike, as the engines read them back from the cache):
 
     x' = float(round_to_nearest_even(saturate(x / s))) * s        (s: the per-tensor scale)
 
-Two pitfalls this avoids (docs/fp8.md, /work/notes/fp8_kv.md §4): rounding the k_proj output rounds K
+Two pitfalls this avoids (docs/fp8.md): rounding the k_proj output rounds K
 *before* RoPE (not what the cache holds), and a custom attention function registered without its mask
 function runs non-causally (transformers gives it mask None). Rounding is idempotent, so re-rounding the
 cache-concatenated keys on every step changes nothing.

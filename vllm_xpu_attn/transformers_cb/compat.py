@@ -63,6 +63,15 @@ def _minor(v: str) -> tuple[int, int]:
         raise ValueError(f"vllm-xpu-attn: cannot parse the transformers version {v!r}") from None
 
 
+_warned: set[str] = set()
+
+
+def in_range(v: str) -> bool:
+    """Whether transformers ``v`` is in the supported (tested) range, whatever the opt-in says."""
+    lo, hi = SUPPORTED
+    return lo <= _minor(v) <= hi
+
+
 def check_version() -> str:
     """The installed transformers version, or ValueError naming the supported range and the opt-in; with
     ``XPU_ATTN_ALLOW_UNTESTED=1`` an untested release is served, with one warning line."""
@@ -77,11 +86,13 @@ def check_version() -> str:
     if lo <= _minor(v) <= hi:
         return v
     if env.on(env.ALLOW_UNTESTED):
-        import logging
+        line = (f"vllm-xpu-attn: serving untested transformers {v} because {env.ALLOW_UNTESTED}=1 (supported and "
+                f"tested: transformers {_range()})")
+        if line not in _warned:  # one line per process, however often register() or the doctor asks
+            _warned.add(line)
+            import logging
 
-        logging.getLogger("vllm_xpu_attn").warning(
-            "vllm-xpu-attn: serving untested transformers %s because %s=1 (supported and tested: transformers %s)",
-            v, env.ALLOW_UNTESTED, _range())
+            logging.getLogger("vllm_xpu_attn").warning("%s", line)
         return v
     raise ValueError(f"vllm-xpu-attn supports transformers {_range()} for continuous batching (each tested); "
                      f"installed: transformers {v} (its continuous-batching internals may differ). Install a "

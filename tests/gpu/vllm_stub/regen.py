@@ -2,7 +2,7 @@
 
 Run with a Python that has vLLM installed (it only *reads* vLLM's source; nothing is imported):
 
-    /work/main/.venvs/vllm/bin/python tests/gpu/vllm_stub/regen.py
+    .venvs/vllm/bin/python tests/gpu/vllm_stub/regen.py
 
 or from a release's wheel, unpacked (only the files read here), with a Python that has no vLLM installed:
 
