@@ -45,7 +45,11 @@ for s in $SUITES; do
   v=$(venv_of "$s")
   [ -n "${install_pid[$v]:-}" ] && continue
   rm -f "$LOGDIR/venv-$v.rc"
-  ( bash ci/venvs.sh "$v" > "$LOGDIR/venv-$v.log" 2>&1; echo $? > "$LOGDIR/venv-$v.rc" ) &
+  # the background lane's venvs install at the lowest CPU priority: the foreground's installs and the core suite,
+  # which start at once on the same 2 cores, go first (they are the longer lane's head)
+  bg_venv=0; [[ " $BACKGROUND " == *" $s "* ]] && bg_venv=1
+  ( [ $bg_venv = 1 ] && { renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true; }
+    bash ci/venvs.sh "$v" > "$LOGDIR/venv-$v.log" 2>&1; echo $? > "$LOGDIR/venv-$v.rc" ) &
   install_pid[$v]=$!
 done
 
