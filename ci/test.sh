@@ -28,9 +28,9 @@ mkdir -p "$LOGDIR"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 T0=$SECONDS
 
-# The venvs take ~30 GB (the two SGLang ones ~19 GB). Say so up front when the disk is short,
-# rather than leaving only pip's "No space left on device" in a venv log.
-need_gb=32
+# The venvs take ~38 GB (2026-12-06: the two SGLang ones 22 GB, the three vLLM ones 11 GB). Say so up front
+# when the disk is short, rather than leaving only pip's "No space left on device" in a venv log.
+need_gb=38
 [ -f "$VENV_DIR/sglang/.vxa-stamp" ] && [ -f "$VENV_DIR/sglang-oldest/.vxa-stamp" ] && need_gb=2
 free_gb=$(df -Pk "$(dirname "$VENV_DIR")" | awk 'NR==2 {print int($4 / 1048576)}')
 if [ "${free_gb:-0}" -lt "$need_gb" ]; then
