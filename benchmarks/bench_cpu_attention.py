@@ -1,7 +1,8 @@
 """Attention alone on the CPU, per layer: this backend's engine path against vLLM's CPU_ATTN kernels, same inputs.
 
     .venvs/vllm/bin/python benchmarks/bench_cpu_attention.py --out docs/cpu/cpu_attention.json   # + .png beside it
-        [--batches 1 8 32] [--contexts 128 512 2048] [--rounds 3] [--layers 30]
+        [--batches 1 8 32] [--contexts 128 512 2048] [--rounds 3] [--layers 30] [--skip-reference]
+    python benchmarks/bench_cpu_attention.py --replot docs/cpu/cpu_attention.json   # the PNG, where matplotlib is
 
 Why: the engine-level benchmark (bench_cpu_provider.py) times whole models, where attention is one part of a
 step and the engines' other work moves 20-30 % between runs. This one isolates the part this package owns, at
@@ -30,11 +31,14 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
+try:
+    import torch
+except ImportError:  # --replot needs only matplotlib
+    torch = None
 
 HQ, HKV, D = 9, 3, 64
 PAGE = 128  # vLLM's CPU platform default block size (platforms/cpu.py), which this backend is handed too
-DTYPE = torch.float32
+DTYPE = torch.float32 if torch is not None else None
 
 
 def _case(batch: int, ctx: int, layers: int, seed: int = 0) -> dict:
@@ -225,7 +229,11 @@ def main() -> int:
     ap.add_argument("--target-ms", type=float, default=300.0, help="timed work per round and contender")
     ap.add_argument("--skip-reference", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--replot", metavar="JSON", help="only draw the PNG of an earlier run's JSON (beside it)")
     a = ap.parse_args()
+    if a.replot:  # any Python with matplotlib (the engine venvs have none)
+        plot(json.loads(Path(a.replot).read_text()), Path(a.replot).with_suffix(".png"))
+        return 0
     rec = run(a)
     if a.out:
         Path(a.out).write_text(json.dumps(rec, indent=1))
