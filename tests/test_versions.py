@@ -143,9 +143,9 @@ def test_matrix_plan_runs_a_new_cpu_build_end_to_end_with_no_code_change(monkeyp
 
 def test_tested_line_orders_releases_numerically_and_ends(monkeypatch):
     """'0.9' < '0.10' as releases (not as text), and a range that crosses into a new line (0.x -> 1.0) still ends."""
-    monkeypatch.setitem(versions.SUPPORTED, "vllm", ("0.8", "0.10"))
-    monkeypatch.setitem(versions.ADAPTER_LEVEL, "vllm", ("0.10",))
-    assert versions.tested("vllm") == "0.8 to 0.9 end to end, 0.10 adapter-level"
+    monkeypatch.setitem(versions.SUPPORTED, "vllm", ("0.8", "0.12"))
+    monkeypatch.setitem(versions.ADAPTER_LEVEL, "vllm", ("0.12",))
+    assert versions.tested("vllm") == "0.8 to 0.11 end to end, 0.12 adapter-level"  # as text, 0.9 > 0.11
     monkeypatch.setitem(versions.SUPPORTED, "vllm", ("0.30", "1.0"))
     monkeypatch.setitem(versions.ADAPTER_LEVEL, "vllm", ("1.0",))
     assert versions.tested("vllm") == "0.30 to 0.30 end to end, 1.0 adapter-level"
