@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from timing import copy_tbps, event_latency, throughput
 from vllm_xpu_attn.core import LayerRunner, LayerSpec, Mode, StepInputs, plan_step
-from vllm_xpu_attn.kernels import get_provider
+from vllm_xpu_attn.kernels.api import get_provider
 
 HQ, HKV, D, PAGE = 32, 8, 128, 64
 DTYPE = torch.bfloat16

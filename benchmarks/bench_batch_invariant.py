@@ -16,7 +16,7 @@ import os
 import torch
 
 from timing import throughput, wall_latency
-from vllm_xpu_attn.kernels import get_provider
+from vllm_xpu_attn.kernels.api import get_provider
 
 HQ, HKV, D, PAGE = 32, 8, 128, 64
 CASES = [("decode 64x4096", 64, 1, 4096), ("decode 256x1024", 256, 1, 1024), ("decode 8x32768", 8, 1, 32768),

@@ -5,7 +5,7 @@
 
 Each mode runs in its own process with an empty TRITON_CACHE_DIR (cold: nothing compiled on disk or in memory):
   warmup  the package as shipped: the first call of a layer kind compiles every variant it can launch
-          (vllm_xpu_attn/kernels/triton/warmup.py)
+          (vllm_xpu_attn/kernels/providers/triton/warmup.py)
   off     the same with that warm-up switched off (TritonProvider.warm_once replaced by a no-op): what a step
           shape met for the first time while serving costs
 
@@ -63,7 +63,7 @@ def serving_steps() -> list[dict]:
 def child(mode: str, out_path: str) -> None:
     import torch
 
-    from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
+    from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, get_provider
 
     prov = get_provider("triton")
     if mode == "off":
@@ -73,7 +73,7 @@ def child(mode: str, out_path: str) -> None:
     max_ctx = 32768
     pages = 256 * 2048 // PAGE + max_ctx // PAGE + 8
     caches = {}
-    mla_call = PagedCall.make(MLA_HQ, 1, MLA_D, MLA_DV, mla=True)
+    mla_call = LayerConsts.make(MLA_HQ, 1, MLA_D, MLA_DV, mla=True)
     for kind in KINDS:
         if kind == "mla":
             kv = torch.randn(pages, PAGE, 1, MLA_D, device=dev, dtype=torch.bfloat16, generator=g)
@@ -97,8 +97,8 @@ def child(mode: str, out_path: str) -> None:
             kc, vc = caches[kind]
             if kind == "mla":
                 qm = torch.randn(sum(qlens), MLA_HQ, MLA_D, device=dev, dtype=torch.bfloat16, generator=g)
-                plan = AttnPlan(cu, seq, table, max(qlens), width * PAGE, PAGE)
-                prov.plan_paged(plan, mla_call).run(qm, kc, vc, torch.empty(len(qm), MLA_HQ, MLA_DV, device=dev,
+                plan = PagedStep(cu, seq, table, max(qlens), width * PAGE, PAGE)
+                prov.arm_paged(plan, mla_call).run(qm, kc, vc, torch.empty(len(qm), MLA_HQ, MLA_DV, device=dev,
                                                                             dtype=torch.bfloat16))
                 continue
             kw = {}
@@ -108,7 +108,7 @@ def child(mode: str, out_path: str) -> None:
                 kw = dict(window_size=(1023, 0), sinks=sinks, softcap=30.0)
             prov.flash_attn_with_kvcache(q, kc, vc, table, seq, cu, max(qlens), **kw)
 
-    from vllm_xpu_attn.kernels.triton import kernels as K
+    from vllm_xpu_attn.kernels.providers.triton import kernels as K
 
     jits = [getattr(K, n) for n in dir(K) if hasattr(getattr(K, n), "device_caches")]
 

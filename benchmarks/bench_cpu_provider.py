@@ -112,7 +112,7 @@ def worker(a) -> int:
         os.environ.pop("VLLM_XPU_ATTN_KERNEL", None)
     res = (worker_vllm if a.engine == "vllm" else worker_sglang)(a)
     if a.engine == "vllm" and a.backend != "own":
-        from vllm_xpu_attn.kernels import chosen_providers
+        from vllm_xpu_attn.kernels.api import chosen_providers
 
         res["providers"] = chosen_providers()
     Path(a.out).write_text(json.dumps(res))

@@ -1,4 +1,4 @@
-"""Cost of the kernels' bounds guards (kernels/guard.py): this tree's Triton attention vs the same provider
+"""Cost of the kernels' bounds guards (kernels/api/guard.py): this tree's Triton attention vs the same provider
 without the guards (the package at git ``--before``), in one process, side by side, rounds alternating.
 
     python3 benchmarks/bench_guards.py --prep          # on a machine with git: export the package before
@@ -6,7 +6,7 @@ without the guards (the package at git ``--before``), in one process, side by si
 
 The standard shapes of bench_attention.py (Hq 32, Hkv 8, D 128, bf16, page 64): decode 64 x 4096,
 256 x 1024, 8 x 32768 and causal prefill 1 x 8192. Both packages launch through their per-layer hot path
-(plan_paged once, then LayerArgs-free ``run``), so the figure is device time per call of back-to-back
+(arm_paged once, then LayerTensors-free ``run``), so the figure is device time per call of back-to-back
 launches (CUDA events around 50 calls; 10 for prefill), median of the rounds; and latency per call (CUDA events
 around one call + sync, median of 5). timing.py has both.
 Writes guards.json and guards.png.
@@ -72,8 +72,8 @@ def main() -> None:
 
     pkgs = {"guarded": importlib.import_module("vllm_xpu_attn.kernels"),
             "unguarded": importlib.import_module("vxa_before.kernels")}
-    contract = {"guarded": importlib.import_module("vllm_xpu_attn.kernels.contract"),
-                "unguarded": importlib.import_module("vxa_before.kernels.contract")}
+    contract = {"guarded": importlib.import_module("vllm_xpu_attn.kernels.api"),
+                "unguarded": importlib.import_module("vxa_before.kernels.api")}
     gen = torch.Generator(device="cuda").manual_seed(0)
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "before": a.before,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": a.rounds, "cases": []}
@@ -90,9 +90,9 @@ def main() -> None:
         runs, outs = {}, {}
         for which in pkgs:
             c = contract[which]
-            step = c.AttnPlan(cu, seq, pt, q_len, k_len, PAGE)
-            call = c.PagedCall.make(HQ, HKV, D, causal=True)
-            launch = pkgs[which].get_provider("triton").plan_paged(step, call)
+            step = c.PagedStep(cu, seq, pt, q_len, k_len, PAGE)
+            call = c.LayerConsts.make(HQ, HKV, D, causal=True)
+            launch = pkgs[which].get_provider("triton").arm_paged(step, call)
             out = torch.empty(batch * q_len, HQ, D, device="cuda", dtype=torch.bfloat16)
             runs[which] = (lambda la=launch, o=out: la.run(q, kc, vc, o))
             outs[which] = out

@@ -19,7 +19,7 @@ time per call is a few us, so the host is the bottleneck):
 
   ours_run        a simulated 32-layer step: core.plan_step (fresh every step) then LayerRunner.forward
                   per layer (one runner and one k/v cache pair per layer). Reported: first layer of a step
-                  (plan_paged + Triton binder + FastLaunch arming), later layers (FastLaunch only),
+                  (arm_paged + Triton binder + FastLaunch arming), later layers (FastLaunch only),
                   amortised per layer (excl. / incl. plan_step). Median over repeats of the per-repeat mean.
   ours_run_fixed  LayerRunner.forward on one reused plan (steady state of later layers), back to back.
   ours_one_call   TritonProvider.flash_attn_with_kvcache (plan + run every call).
@@ -27,10 +27,10 @@ time per call is a few us, so the host is the bottleneck):
   sglang_decode   SGLang 0.5.23's decode_attention_fwd (peers.py); its metadata built once, outside.
   old_*           the package at git 7cac817 (before plan_step / FastLaunch), in a subprocess with
                   PYTHONPATH=benchmarks/.peers/old_vxa: one-call, and LayerRunner.forward steps on a
-                  core.StepPlan of the old package's decode AttnPlan.
+                  core.StepPlan of the old package's decode PagedStep.
   plan_*          planning a decode step of 256 requests, max context 4096: vLLM-style (page_table),
                   SGLang-style (token_table; plan_step converts it), the SGLang adapter's translation
-                  including the req_to_token[req_pool_indices] gather, our first-layer plan_paged, and
+                  including the req_to_token[req_pool_indices] gather, our first-layer arm_paged, and
                   the peers' per-step metadata (vLLM's Triton builder: none; SGLang:
                   peers.sglang_decode_metadata, which syncs, and a sync-free variant).
 
@@ -293,7 +293,7 @@ def _err(e: BaseException) -> str:
 
 def measure_package(torch, cfg: dict, timer: Timer, old: bool) -> dict:
     from vllm_xpu_attn import core
-    from vllm_xpu_attn.kernels import get_provider
+    from vllm_xpu_attn.kernels.api import get_provider
 
     spec = layer_spec(core, torch, cfg)
     dev, page, nl = cfg["device"], cfg["page"], cfg["layers"]
@@ -307,7 +307,7 @@ def measure_package(torch, cfg: dict, timer: Timer, old: bool) -> dict:
         seq, pt, cu, q, max_k = c["seq_lens"], c["page_table"], c["cu"], c["q"], c["max_k"]
         if old:
             def make_plan():  # the old package's decode planning: one query per sequence over the page table
-                return core.StepPlan(core.Mode.DECODE, core.AttnPlan(core.cu_seqlens(torch.ones_like(seq)),
+                return core.StepPlan(core.Mode.DECODE, core.PagedStep(core.cu_seqlens(torch.ones_like(seq)),
                                                                      seq.to(torch.int32), pt.to(torch.int32),
                                                                      1 if b else 0, max_k, page), b)
         else:
@@ -377,8 +377,8 @@ def measure_package(torch, cfg: dict, timer: Timer, old: bool) -> dict:
         prov_d = rn.decode_provider
         planned = core.plan_step(inp_v)
         res["plan"]["plan_paged_first_layer"] = timer.measure(
-            [lambda: prov_d.plan_paged(planned.main, rn._call)], **pm)
-        res["plan"]["plan_paged_first_layer"]["what"] = "provider.plan_paged(plan.main, call): key lookup + TritonLaunch over the kept LaunchConfig"
+            [lambda: prov_d.arm_paged(planned.main, rn._call)], **pm)
+        res["plan"]["plan_paged_first_layer"]["what"] = "provider.arm_paged(plan.main, call): key lookup + TritonLaunch over the kept LaunchConfig"
     except Exception as e:  # noqa: BLE001
         res["plan"]["plan_paged_first_layer"] = {"error": _err(e)}
     return res
@@ -458,7 +458,7 @@ def measure_peers(torch, cfg: dict, timer: Timer, res: dict) -> dict:
         except Exception as e:  # noqa: BLE001
             r["sglang_decode"] = {"error": _err(e)}
         try:  # the peers did the same work: their outputs against ours (last layer's tensors)
-            from vllm_xpu_attn.kernels import get_provider
+            from vllm_xpu_attn.kernels.api import get_provider
 
             (kc, vc), o = c["caches"][-1], c["outs"][-1]
             ref = get_provider("triton").flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, softmax_scale=scale).float()
@@ -714,7 +714,7 @@ PLAN_BARS = [
     ("plan_step\nSGLang-style", "plan_step_sglang_style"),
     ("plan_step\n(gathered rows)", "plan_step_sglang_gathered_rows"),
     ("old SGLang adapter\n(gather+plan)", "sglang_adapter_translation_old"),
-    ("plan_paged\n(1st layer)", "plan_paged_first_layer"),
+    ("arm_paged\n(1st layer)", "plan_paged_first_layer"),
     ("SGLang meta\n(no sync)", "sglang_decode_metadata_nosync"),
     ("SGLang meta\n(peers, syncs)", "sglang_decode_metadata_peers"),
 ]
@@ -821,7 +821,7 @@ def main() -> None:
     import torch
     import triton
 
-    from vllm_xpu_attn.kernels.triton.launch import fast_launch_supported
+    from vllm_xpu_attn.kernels.providers.triton.launch import fast_launch_supported
 
     if not args.cpu and not torch.cuda.is_available():
         raise SystemExit("CUDA is not available; use --cpu for the dry check")

@@ -31,8 +31,8 @@ SWEEP = [(16, 32, 4, 2), (32, 32, 4, 2), (32, 32, 8, 2), (64, 32, 8, 2), (64, 16
 def sweep(g) -> dict:
     """Time the MLA kernel's tile candidates (BLOCK_H, BLOCK_N, warps, stages) on two decode shapes and
     report the fastest in the JSON; the shipped tiles are restored, so the table after it measures what ships."""
-    from vllm_xpu_attn.kernels import get_provider
-    from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
+    from vllm_xpu_attn.kernels.api import get_provider
+    from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
 
     fam = device_family(torch.device("cuda"))
     res = {}

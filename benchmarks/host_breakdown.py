@@ -31,7 +31,7 @@ import triton.language as tl  # noqa: E402
 
 from timing import host_per_call  # noqa: E402
 from vllm_xpu_attn import core  # noqa: E402
-from vllm_xpu_attn.kernels.contract import NO_LAYER_ARGS  # noqa: E402
+from vllm_xpu_attn.kernels.api import NO_LAYER_TENSORS  # noqa: E402
 
 DEV = torch.device("cuda")
 N, REPEATS, LAYERS = 2000, 15, 32
@@ -68,7 +68,7 @@ def main():
     launch = next(iter(plan.launches.values()))
     res["launch_run"] = host_us([lambda i=i: launch.run(q, caches[i][0], caches[i][1], outs[i])
                                  for i in range(LAYERS)])
-    res["run_checked"] = host_us([lambda i=i: launch._execute(q, caches[i][0], caches[i][1], outs[i], NO_LAYER_ARGS)
+    res["run_checked"] = host_us([lambda i=i: launch._execute(q, caches[i][0], caches[i][1], outs[i], NO_LAYER_TENSORS)
                                   for i in range(LAYERS)])
     attn, merge = next(iter(launch.cfg.fast.values()))
     res["armed"] = attn.armed
@@ -132,10 +132,10 @@ def main():
     res["py_data_ptr"] = host_us([q.data_ptr])
     res["py_shape"] = host_us([lambda: q.shape])
     res["py_sig_tuple"] = host_us([lambda: (q.shape, caches[0][0].shape, caches[0][1].shape, q.dtype, q.device)])
-    # the first layer of a step: plan_paged + the checked launch + arming the hot path (bind)
-    from vllm_xpu_attn.kernels.triton import launch as L, provider as P, step_launch as S
+    # the first layer of a step: arm_paged + the checked launch + arming the hot path (bind)
+    from vllm_xpu_attn.kernels.providers.triton import launch as L, provider as P, step_launch as S
 
-    spent = {"bind": 0.0, "plan_paged": 0.0, "run_checked": 0.0}
+    spent = {"bind": 0.0, "arm_paged": 0.0, "run_checked": 0.0}
 
     def timed(name, f):
         def w(*a, **k):
@@ -146,9 +146,9 @@ def main():
                 spent[name] += time.perf_counter() - t0
         return w
 
-    orig = (L.FastLaunch.bind, P.TritonProvider.plan_paged, S.TritonLaunch._execute)
+    orig = (L.FastLaunch.bind, P.TritonProvider.arm_paged, S.TritonLaunch._execute)
     L.FastLaunch.bind = timed("bind", orig[0])
-    P.TritonProvider.plan_paged = timed("plan_paged", orig[1])
+    P.TritonProvider.arm_paged = timed("arm_paged", orig[1])
     S.TritonLaunch._execute = timed("run_checked", orig[2])
     steps, first, later = 300, 0.0, 0.0
     try:
@@ -166,7 +166,7 @@ def main():
             if s_ % 50 == 0:
                 torch.cuda.synchronize()
     finally:
-        L.FastLaunch.bind, P.TritonProvider.plan_paged, S.TritonLaunch._execute = orig
+        L.FastLaunch.bind, P.TritonProvider.arm_paged, S.TritonLaunch._execute = orig
     res["first_layer_us"] = round(first / steps * 1e6, 2)
     res["later_layers_us"] = round(later / steps * 1e6, 2)
     res["first_layer_parts_us"] = {k: round(v / steps * 1e6, 2) for k, v in spent.items()}

@@ -6,7 +6,7 @@
 Each figure sits between ``<!-- render:NAME -->`` and ``<!-- /render:NAME -->`` in a doc; the text in between
 is what ``NAME(records)`` below returns, built only from JSON/JSONL files committed in this repository. Each
 block says which code path it measured (the one-call API ``flash_attn_with_kvcache``, the engine path
-``plan_step`` + ``LayerRunner.forward``, a provider's ``plan_paged`` + ``launch.run``, or an engine end to end),
+``plan_step`` + ``LayerRunner.forward``, a provider's ``arm_paged`` + ``launch.run``, or an engine end to end),
 on which machine, when, and from which record. Where a record does not say something (a date, a device
 name), the block says it is not recorded rather than filling it in.
 
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Paths as each producing script runs them (read from the scripts, named here once).
 ONE_CALL = "the one-call API (`TritonProvider.flash_attn_with_kvcache`: plan + launch every call)"
 ENGINE_PATH = "the engine path (`plan_step` once per step + `LayerRunner.forward` per layer)"
-LAUNCH_PATH = "the provider's launch path (`plan_paged` once, then `launch.run` per call)"
+LAUNCH_PATH = "the provider's launch path (`arm_paged` once, then `launch.run` per call)"
 
 BLOCK = re.compile(r"(<!-- render:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /render:(?P=name) -->)", re.S)
 

@@ -81,7 +81,7 @@ def run(a) -> None:
     ids = questions(a.model)
     ours = a.backend == "ours"
     res = (run_vllm if a.engine == "vllm" else run_sglang)(a.model, ids, ours)
-    from vllm_xpu_attn.kernels import chosen_providers
+    from vllm_xpu_attn.kernels.api import chosen_providers
 
     res.update(engine=a.engine, ours=ours, providers=chosen_providers())
     json.dump(res, open(a.out, "w"))

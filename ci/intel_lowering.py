@@ -44,11 +44,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # VXA_INTEL_KERNELS: lower another copy of kernels.py (experiments); the job itself uses the package's
-KERNELS = Path(os.environ.get("VXA_INTEL_KERNELS") or ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "kernels.py")
-PROVIDER = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "provider.py"
-TILES = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "tiles.py"  # TUNING
-STEP_LAUNCH = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "step_launch.py"  # launches the paged/MLA kernels
-PAGING = ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "paging.py"  # launches the token->page kernel
+KERNELS = Path(os.environ.get("VXA_INTEL_KERNELS") or ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "kernels.py")
+PROVIDER = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "provider.py"
+TILES = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "tiles.py"  # TUNING
+STEP_LAUNCH = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "step_launch.py"  # launches the paged/MLA kernels
+PAGING = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "paging.py"  # launches the token->page kernel
 
 # Device properties as torch.xpu.get_device_capability() reports them (what Intel's Triton is given on a
 # real device). architecture: the SYCL enum value (architectures.def, intel-sycl-rt wheel). The DPAS /
@@ -233,7 +233,7 @@ def write_kv_case(target, d=128, x="bf16", cache="bf16", page=64) -> dict:
 
 
 def token_pages_case(target, page=64) -> dict:
-    # kernels/triton/paging.py: FastLaunch(_token_pages_kernel, (batch,), PAGE, HAS_ROWS, BLOCK=256, 4 warps, 1 stage)
+    # kernels/providers/triton/paging.py: FastLaunch(_token_pages_kernel, (batch,), PAGE, HAS_ROWS, BLOCK=256, 4 warps, 1 stage)
     return _case(target, "_token_pages_kernel", f"token_pages/page{page}", _runtime_types("_token_pages_kernel",
                  q="bf16", kv="bf16"), dict(PAGE=page, HAS_ROWS=True, BLOCK=256), 4, 1, "default", phase="paging",
                  d=0, q="bf16", kv="bf16", feats=["rows"], unaligned=("stride_tt", "n_pages"))

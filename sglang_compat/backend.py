@@ -19,7 +19,7 @@ import torch
 from vllm_xpu_attn import core
 from vllm_xpu_attn.core import graphs
 from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan
-from vllm_xpu_attn.kernels import batch_invariant_requested, fp8_descale
+from vllm_xpu_attn.kernels.api import batch_invariant_requested, fp8_descale
 from vllm_xpu_attn.log import setup_logging
 
 from .compat import (BIDIRECTIONAL_TYPES, AttentionBackend, ForwardBatch, KVWriteLoc, layer_in_swa_pool,

@@ -100,7 +100,7 @@ def register() -> None:
             add_choices([name])
         if backends.get(name) is not create_backend:
             register_attention_backend(name)(create_backend)
-    from vllm_xpu_attn.kernels import default_page_size
+    from vllm_xpu_attn.kernels.api import default_page_size
 
     # SGLang's model checks (GPT-OSS, Llama-4, Gemma-4) accept what intel_xpu accepts, a page
     # size the XPU providers serve is chosen when none was given, and EAGLE drafts run here too.

@@ -9,7 +9,7 @@ import torch
 
 from vllm_xpu_attn import core
 from vllm_xpu_attn.core import LayerSpec
-from vllm_xpu_attn.kernels import get_provider
+from vllm_xpu_attn.kernels.api import get_provider
 
 REF = get_provider("reference")
 

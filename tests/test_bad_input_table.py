@@ -19,8 +19,8 @@ import torch  # noqa: E402
 from bad_input_cases import CASES, ERR, RES  # noqa: E402
 from naive import naive_paged_attention  # noqa: E402
 from vllm_xpu_attn import core  # noqa: E402
-from vllm_xpu_attn.kernels import get_provider  # noqa: E402
-from vllm_xpu_attn.kernels.guard import FLAGS  # noqa: E402
+from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.api import FLAGS  # noqa: E402
 
 PROVIDERS = [("reference", {}), ("torch_sdpa", {}), ("triton", {}), ("triton", {"num_splits": 2})]
 PIDS = ["reference", "torch_sdpa", "triton", "triton-split-k"]

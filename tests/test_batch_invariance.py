@@ -12,7 +12,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from vllm_xpu_attn.kernels import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
 DEV = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"

@@ -14,7 +14,7 @@ import torch
 
 from naive import naive_paged_attention
 from vllm_xpu_attn import core
-from vllm_xpu_attn.kernels import get_provider
+from vllm_xpu_attn.kernels.api import get_provider
 
 REF = get_provider("reference")
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2

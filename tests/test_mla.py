@@ -63,8 +63,8 @@ def test_absorbed_mla_matches_naive(provider, dtype, page, decode):
 def test_triton_mla_latent_tiles_through_the_runner(monkeypatch, dtype, decode):
     """The latent register tiles Intel ships (tiles.MLA_LATENT_TILES["xpu"]: chunked scores, column programs),
     forced on the interpreter: decode and extend rows through LayerRunner, against the naive MLA."""
-    from vllm_xpu_attn.kernels import get_provider
-    from vllm_xpu_attn.kernels.triton import tiles
+    from vllm_xpu_attn.kernels.api import get_provider
+    from vllm_xpu_attn.kernels.providers.triton import tiles
 
     monkeypatch.setitem(tiles.MLA_LATENT_TILES, "cpu", {"mla_decode": (16, 16), "mla_wide": (16, 16)})
     get_provider("triton").clear_caches()
@@ -150,32 +150,32 @@ def test_mla_spec_is_checked_at_configuration():
 def _latent_decode_case(seed: int):
     """A 3-sequence absorbed-MLA decode step over a shuffled fp32 latent cache (page 16, 70/5/33 keys), LSE asked:
     (step, call, cache [16, 16, 1, D_C + D_R], q [3, H, D_C + D_R])."""
-    from vllm_xpu_attn.kernels import AttnPlan, PagedCall
+    from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts
 
     g = torch.Generator().manual_seed(seed)
     page, lens = 16, [70, 5, 33]
     cache = torch.randn(16, page, 1, DIMS.latent_dim, generator=g)
     table = torch.randperm(16, generator=g)[:15].reshape(3, 5).to(torch.int32)
     q = torch.randn(3, H, DIMS.latent_dim, generator=g)
-    step = AttnPlan(torch.arange(4, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32), table, 1, 80, page)
-    call = PagedCall.make(H, 1, DIMS.latent_dim, D_C, softmax_scale=SCALE, return_lse=True, mla=True)
+    step = PagedStep(torch.arange(4, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32), table, 1, 80, page)
+    call = LayerConsts.make(H, 1, DIMS.latent_dim, D_C, softmax_scale=SCALE, return_lse=True, mla=True)
     return step, call, cache, q
 
 
 def _reference(step, call, cache, q):
     """The reference provider's (out, lse) for a ``_latent_decode_case``."""
-    from vllm_xpu_attn.kernels import get_provider
+    from vllm_xpu_attn.kernels.api import get_provider
 
-    return get_provider("reference").plan_paged(step, call).run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
+    return get_provider("reference").arm_paged(step, call).run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
 
 
 @pytest.mark.parametrize("splits", [2, 4])
 def test_triton_mla_decode_split_k_matches_reference(splits):
     """The MLA decode kernel's split-K partials and their merge (forced split counts), with LSE."""
-    from vllm_xpu_attn.kernels import get_provider
+    from vllm_xpu_attn.kernels.api import get_provider
 
     step, call, cache, q = _latent_decode_case(seed=5)
-    tri = get_provider("triton").plan_paged(step, call, num_splits=splits)
+    tri = get_provider("triton").arm_paged(step, call, num_splits=splits)
     assert tri.mla_decode and tri.num_splits == splits
     o, lse = tri.run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
     want_o, want_lse = _reference(step, call, cache, q)
@@ -184,7 +184,7 @@ def test_triton_mla_decode_split_k_matches_reference(splits):
     with pytest.raises(ValueError, match="first v_head_dim columns"):
         tri.run(q, cache, cache.clone()[..., :D_C], torch.empty(3, H, D_C))
     with pytest.raises(ValueError, match="power of two"):
-        get_provider("triton").plan_paged(step, call, num_splits=3)
+        get_provider("triton").arm_paged(step, call, num_splits=3)
 
 
 @pytest.mark.parametrize("latent_tiles", [(16, 16), (16, 32), (32, 16)], ids=lambda t: f"dc{t[0]}-dv{t[1]}")
@@ -192,15 +192,15 @@ def test_triton_mla_decode_split_k_matches_reference(splits):
 def test_triton_mla_latent_tiles_match_reference(monkeypatch, latent_tiles, splits):
     """The MLA kernel's register tiles (tiles.MLA_LATENT_TILES): scores summed over latent chunks, output
     columns split across programs (the LSE written once), with and without split-K, against the reference."""
-    from vllm_xpu_attn.kernels import get_provider
-    from vllm_xpu_attn.kernels.triton import tiles
+    from vllm_xpu_attn.kernels.api import get_provider
+    from vllm_xpu_attn.kernels.providers.triton import tiles
 
     monkeypatch.setitem(tiles.MLA_LATENT_TILES, "cpu", {"mla_decode": latent_tiles, "mla_wide": latent_tiles})
     step, call, cache, q = _latent_decode_case(seed=11)
     tri = get_provider("triton")
     tri.clear_caches()
     try:
-        launch = tri.plan_paged(step, call, num_splits=splits)
+        launch = tri.arm_paged(step, call, num_splits=splits)
         assert launch.mla_decode and launch.grid[2] == splits * D_C // latent_tiles[1]
         o, lse = launch.run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C))
     finally:
@@ -215,18 +215,18 @@ def test_triton_mla_latent_tiles_match_reference(monkeypatch, latent_tiles, spli
 def test_triton_mla_fp8_latent_with_bf16_queries_matches_reference(kv_dtype, splits):
     """The MLA kernel with bf16 queries over an FP8 latent cache and its descale (split-K too), against the
     reference on the same FP8 cache."""
-    from vllm_xpu_attn.kernels import get_provider
-    from vllm_xpu_attn.kernels.contract import LayerArgs
+    from vllm_xpu_attn.kernels.api import get_provider
+    from vllm_xpu_attn.kernels.api import LayerTensors
 
     step, call, cache, q = _latent_decode_case(seed=7)
     cache, q = (cache * 4).to(kv_dtype), (q * 3).bfloat16()
     ds = torch.tensor([0.375])
-    layer = LayerArgs.make(call, device=q.device, kv_dtype=kv_dtype, k_descale=ds, v_descale=ds)
+    layer = LayerTensors.make(call, device=q.device, kv_dtype=kv_dtype, k_descale=ds, v_descale=ds)
     tri = get_provider("triton")
-    o, lse = tri.plan_paged(step, call, num_splits=splits).run(q, cache, cache[..., :D_C],
+    o, lse = tri.arm_paged(step, call, num_splits=splits).run(q, cache, cache[..., :D_C],
                                                                torch.empty(3, H, D_C, dtype=torch.bfloat16),
                                                                layer=layer)
-    want_o, want_lse = get_provider("reference").plan_paged(step, call).run(
+    want_o, want_lse = get_provider("reference").arm_paged(step, call).run(
         q, cache, cache[..., :D_C], torch.empty(3, H, D_C, dtype=torch.bfloat16), layer=layer)
     torch.testing.assert_close(o.float(), want_o.float(), atol=1.6e-2, rtol=1.6e-2)
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)

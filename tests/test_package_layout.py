@@ -1,5 +1,5 @@
-"""The package's layout rules, checked on its source: core reaches providers only through the provider
-interface, environment variables are read in one module and documented in one table, and no block of code
+"""The package's layout rules, checked on its source: core and the adapters reach the kernel layer only through
+``kernels.api``, the api imports no provider and no provider another, environment variables are read in one module and documented in one table, and no block of code
 is written twice."""
 
 import ast
@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "vllm_xpu_attn"
 PACKAGE_FILES = sorted(PKG.rglob("*.py")) + sorted((ROOT / "sglang_compat").rglob("*.py"))
-PROVIDER_MODULES = ("kernels.triton", "kernels.xpu_libs", "kernels.cpu_sdpa", "kernels.reference")
+PROVIDER_MODULES = ("kernels.providers.triton", "kernels.providers.xpu_libs", "kernels.providers.cpu_sdpa", "kernels.providers.reference")
 
 
 def _imports(path: Path):
@@ -29,18 +29,56 @@ def _imports(path: Path):
                 yield f"{mod}.{a.name}", node.lineno
 
 
-def test_core_imports_no_provider_module():
-    """Static: no import of a provider module (or of importlib) in core, and no provider module path in its strings."""
+def _kernel_imports(path: Path):
+    """(module, line) of every import of this package's kernel layer from ``path``."""
+    return [(m, ln) for m, ln in _imports(path) if m.startswith("vllm_xpu_attn.kernels")]
+
+
+# The rooms and what each may import of the kernel layer (prefixes of module names): core and the adapters
+# reach kernels through ``kernels.api`` only; the api imports no provider; a provider imports the api and
+# its own package, never another provider.
+UPPER_ROOMS = ("core", "vllm", "transformers_cb", "cli.py", "env.py", "versions.py", "log.py")
+
+
+def _room_files(room: str):
+    target = PKG / room
+    return [target] if target.suffix == ".py" else sorted(target.rglob("*.py"))
+
+
+def test_core_and_adapters_import_only_kernels_api():
+    """Folder rule: every import of ``vllm_xpu_attn.kernels`` from core, the adapters (vLLM, transformers,
+    SGLang) and the CLI is of ``vllm_xpu_attn.kernels.api``; no importlib, no Triton; no provider module path
+    spelled in their strings."""
+    files = [f for room in UPPER_ROOMS for f in _room_files(room)] + sorted((ROOT / "sglang_compat").rglob("*.py"))
+    assert len(files) > 20, files
     bad = []
-    for path in sorted((PKG / "core").glob("*.py")):
-        for mod, line in _imports(path):
-            if any(p in mod for p in PROVIDER_MODULES) or mod.startswith("importlib") or mod == "triton" or \
-                    mod.startswith("triton."):
-                bad.append(f"{path.name}:{line} imports {mod}")
+    for path in files:
+        for mod, line in _kernel_imports(path):
+            if not mod.startswith("vllm_xpu_attn.kernels.api"):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
+        if path.parent.name == "core":
+            for mod, line in _imports(path):
+                if mod.startswith("importlib") or mod == "triton" or mod.startswith("triton."):
+                    bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                    any(p in node.value for p in PROVIDER_MODULES):
-                bad.append(f"{path.name}:{node.lineno} names {node.value!r}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "kernels.providers" in node.value:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} names {node.value!r}")
+    assert not bad, bad
+
+
+def test_kernel_api_imports_no_provider_and_providers_import_no_other_provider():
+    """``kernels.api`` imports nothing of ``kernels.providers`` (the registry names them in strings, loaded
+    lazily); each provider imports ``kernels.api`` and its own modules, never another provider."""
+    bad = []
+    for path in sorted((PKG / "kernels" / "api").glob("*.py")):
+        bad += [f"api/{path.name}:{ln} imports {m}" for m, ln in _kernel_imports(path)
+                if not m.startswith("vllm_xpu_attn.kernels.api")]
+    providers = PKG / "kernels" / "providers"
+    for path in sorted(providers.rglob("*.py")):
+        rel = path.relative_to(providers)
+        own = "vllm_xpu_attn.kernels.providers." + (rel.parts[0] if len(rel.parts) > 1 else rel.stem)
+        bad += [f"providers/{rel}:{ln} imports {m}" for m, ln in _kernel_imports(path)
+                if not m.startswith(("vllm_xpu_attn.kernels.api", own))]
     assert not bad, bad
 
 

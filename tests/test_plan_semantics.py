@@ -15,7 +15,7 @@ from naive import naive_paged_attention
 from vllm_xpu_attn import core
 from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, plan_step
 from vllm_xpu_attn.core import local_attn, paging, spec_decode
-from vllm_xpu_attn.kernels import get_provider
+from vllm_xpu_attn.kernels.api import get_provider
 
 REF = get_provider("reference")
 I32 = torch.int32

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
-from vllm_xpu_attn.kernels import get_provider
+from vllm_xpu_attn.kernels.api import get_provider
 
 REF = get_provider("reference")
 

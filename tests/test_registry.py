@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_xpu_attn.kernels import (KernelProvider, KernelRequest, NoProviderError, explain, get_provider,
+from vllm_xpu_attn.kernels.api import (KernelProvider, KernelRequest, NoProviderError, explain, get_provider,
                                    register_provider, select_provider)
-from vllm_xpu_attn.kernels import registry as reg
+from vllm_xpu_attn.kernels.api import registry as reg
 
 
 def req(**kw):

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
-from vllm_xpu_attn.kernels import KernelRequest, Phase, get_provider, select_provider
-from vllm_xpu_attn.kernels.cpu_sdpa import bucket_decode_rows
+from vllm_xpu_attn.kernels.api import KernelRequest, Phase, get_provider, select_provider
+from vllm_xpu_attn.kernels.providers.cpu_sdpa import bucket_decode_rows
 
 SDPA = get_provider("torch_sdpa")
 
@@ -78,12 +78,12 @@ def test_torch_sdpa_varlen_matches_naive(layout):
 def test_torch_sdpa_one_plan_many_layers(layout, layers):
     """One step planned once, run for several layers (different caches) through the per-layer path: each layer
     matches the oracle (the per-step grouping is shared, never a layer's data)."""
-    from vllm_xpu_attn.kernels.contract import AttnPlan, PagedCall
+    from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts
 
     q, k_cache, v_cache, table, lens, cu, max_q = layout.args()
-    step = AttnPlan(cu, lens, table, max_q, table.shape[1] * k_cache.shape[1], k_cache.shape[1])
-    call = PagedCall.make(q.shape[1], k_cache.shape[2], q.shape[2])
-    launch = SDPA.plan_paged(step, call)
+    step = PagedStep(cu, lens, table, max_q, table.shape[1] * k_cache.shape[1], k_cache.shape[1])
+    call = LayerConsts.make(q.shape[1], k_cache.shape[2], q.shape[2])
+    launch = SDPA.arm_paged(step, call)
     for i in range(layers):
         kc, vc = k_cache * (i + 1) * 0.5, v_cache - i
         out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1])

@@ -1,4 +1,4 @@
-"""FastLaunch (vllm_xpu_attn/kernels/triton/launch.py) on the CPU.
+"""FastLaunch (vllm_xpu_attn/kernels/providers/triton/launch.py) on the CPU.
 
 Under TRITON_INTERPRET=1 (set here before triton is imported) FastLaunch must always take the normal
 ``fn[grid](...)`` path and launch correctly. The fast closure itself (guard, argument layout, hooks) is
@@ -16,8 +16,8 @@ import torch  # noqa: E402
 triton = pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
 import triton.language as tl  # noqa: E402
 
-from vllm_xpu_attn.kernels.triton import launch as L  # noqa: E402
-from vllm_xpu_attn.kernels.triton.launch import FastLaunch, fast_launch_supported  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton import launch as L  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton.launch import FastLaunch, fast_launch_supported  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEV = "cpu" if INTERPRET or not torch.cuda.is_available() else "cuda"
@@ -248,7 +248,7 @@ def test_arming_with_fake_compiled_kernel(monkeypatch):
 def test_xpu_tiles_ask_for_the_grf_mode_the_intel_lowering_job_checked():
     """The xpu tile table carries Intel's grf_mode (ci/intel_lowering.py compiles these exact tiles); the
     launch passes it as a compile option on xpu only (CUDA's backend rejects the key)."""
-    from vllm_xpu_attn.kernels.triton.tiles import tile_config
+    from vllm_xpu_attn.kernels.providers.triton.tiles import tile_config
 
     for phase in ("prefill", "decode", "mla_decode"):
         *_, opts = tile_config("xpu", phase)

@@ -14,7 +14,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from layouts import assert_close_to, assert_lse_close, layouts  # noqa: E402
-from vllm_xpu_attn.kernels import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
 TRITON = get_provider("triton")
@@ -133,26 +133,26 @@ def test_every_block_alignment_of_the_mask_edges(window, group):
 
 
 def test_steps_of_one_shape_share_a_configuration_but_not_their_tables():
-    """plan_paged keeps one LaunchConfig per step shape across steps (tiles, split count, armed launchers)
+    """arm_paged keeps one LaunchConfig per step shape across steps (tiles, split count, armed launchers)
     while each step's launch reads its own page table, lengths and cu_seqlens: two live plans of one
     shape, layers interleaved, each matches the reference; another shape gets another configuration."""
-    from vllm_xpu_attn.kernels.contract import AttnPlan, PagedCall
+    from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts
 
     g = torch.Generator().manual_seed(3)
     hq, hkv, d, ps, bs, per = 4, 2, 32, 16, 2, 4
     n_pages = bs * per + 3
     kc, vc = (torch.randn(n_pages, ps, hkv, d, generator=g) for _ in range(2))
-    call = PagedCall.make(hq, hkv, d, softmax_scale=0.3)
+    call = LayerConsts.make(hq, hkv, d, softmax_scale=0.3)
 
     def step(width=per):
         table = torch.randperm(n_pages, generator=g)[: bs * width].view(bs, width).int()
         lens = torch.randint(1, width * ps + 1, (bs,), generator=g).int()
-        return AttnPlan(torch.arange(bs + 1, dtype=torch.int32), lens, table, 1, width * ps, ps)
+        return PagedStep(torch.arange(bs + 1, dtype=torch.int32), lens, table, 1, width * ps, ps)
 
     a, b = step(), step()
-    la, lb = TRITON.plan_paged(a, call), TRITON.plan_paged(b, call)
+    la, lb = TRITON.arm_paged(a, call), TRITON.arm_paged(b, call)
     assert la.cfg is lb.cfg and la.step is a and lb.step is b
-    assert TRITON.plan_paged(step(per + 1), call).cfg is not la.cfg
+    assert TRITON.arm_paged(step(per + 1), call).cfg is not la.cfg
     for _ in range(2):  # layers alternate between the two live plans
         for st_, launch in ((a, la), (b, lb)):
             q = torch.randn(bs, hq, d, generator=g)
@@ -164,15 +164,15 @@ def test_steps_of_one_shape_share_a_configuration_but_not_their_tables():
     bad = step()
     bad.page_table = bad.page_table.t().contiguous().t()  # a column-major table: the kernel needs unit column stride
     with pytest.raises(ValueError, match="contiguous last dimension"):
-        TRITON.plan_paged(bad, call)
+        TRITON.arm_paged(bad, call)
 
 
 @pytest.mark.parametrize("page, with_rows", [(16, True), (16, False), (1, True), (12, True)])
 def test_token_pages_kernel_equals_the_torch_conversion(page, with_rows):
-    """The one-launch token->page conversion (kernels/triton/paging.py, used for CUDA/XPU tables) gives
+    """The one-launch token->page conversion (kernels/providers/triton/paging.py, used for CUDA/XPU tables) gives
     the integers core.paging's torch ops give: pool rows picked by token_rows, strided first slots, // page."""
     from vllm_xpu_attn.core import paging
-    from vllm_xpu_attn.kernels.triton.kernels import _token_pages_kernel
+    from vllm_xpu_attn.kernels.providers.triton.kernels import _token_pages_kernel
 
     g = torch.Generator().manual_seed(page)
     pool_rows, ctx = 7, 600
@@ -196,8 +196,8 @@ def test_tensor_descriptor_prefill_matches_reference(layout):
     """The prefill path that reads K/V tiles by tensor descriptor (TMA on Hopper; chosen by device there),
     forced on in the interpreter: same outputs as the reference, and the descriptor kernel is what ran
     wherever the step and the layer's cache allow it (else the pointer kernel of the same tiles)."""
-    from vllm_xpu_attn.kernels.triton import provider as tp
-    from vllm_xpu_attn.kernels.triton.descriptors import DESC_DTYPES, desc_layer_ok
+    from vllm_xpu_attn.kernels.providers.triton import provider as tp
+    from vllm_xpu_attn.kernels.providers.triton.descriptors import DESC_DTYPES, desc_layer_ok
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
@@ -221,7 +221,7 @@ def test_tensor_descriptor_prefill_ignores_unwritten_slots(table_dtype):
     """The descriptor path reads whole key blocks, so a page's unwritten tail (slots at or past the length)
     is loaded too: NaN there must not reach the output (0 x NaN). int64 page tables (the contract allows
     them) must index descriptor rows like int32 ones."""
-    from vllm_xpu_attn.kernels.triton import provider as tp
+    from vllm_xpu_attn.kernels.providers.triton import provider as tp
 
     g = torch.Generator().manual_seed(3)
     hkv, group, d, page = 2, 2, 16, 16
@@ -265,8 +265,8 @@ def test_fp8_decode_takes_its_own_key_tile(layout, splits):
     """A device family with a "decode_fp8" tile (cuda_sm90) launches FP8-cache decode layers with that key tile and
     warp count (same grid, same split count); forced here onto the interpreter's family: results equal the
     reference, and the FP8 layers' launches used the FP8 tile while 16-bit ones kept the decode tile."""
-    from vllm_xpu_attn.kernels.contract import is_fp8
-    from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
+    from vllm_xpu_attn.kernels.api import is_fp8
+    from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs)
@@ -292,7 +292,7 @@ def test_head_dim_tiles_match_reference(layout, chunks, splits):
     """The head-dim register tiles Intel ships at D 256 (tiles.PAGED_D_TILES: scores summed over head-dim slices,
     output columns split over programs), forced on the interpreter's family at every phase and head dim: decode,
     prefill, split-K and every layer feature equal the reference, LSE included (one column program writes it)."""
-    from vllm_xpu_attn.kernels.triton import tiles
+    from vllm_xpu_attn.kernels.providers.triton import tiles
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)

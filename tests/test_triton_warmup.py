@@ -1,7 +1,7 @@
 """No kernel compile while serving: what a layer kind can launch is launched once when it first runs.
 
 On the CPU through Triton's interpreter (no compile here, but the same launch decisions): a fresh provider warms
-one layer kind (vllm_xpu_attn.kernels.triton.warmup), then serves a sequence of steps like an engine's (decode
+one layer kind (vllm_xpu_attn.kernels.providers.triton.warmup), then serves a sequence of steps like an engine's (decode
 at batch 1..3 and contexts up to 4,096 keys, where split-K starts; prefill; extend; spec-decode verify) for that
 kind; every kernel specialisation those steps launch (constexprs: split count, tiles, descriptors, features) must
 already be among the warmed ones. On the H200, benchmarks/bench_compile_stalls.py counts the stalls of a cold
@@ -15,12 +15,12 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from vllm_xpu_attn.kernels import get_provider  # noqa: E402
-from vllm_xpu_attn.kernels.contract import AttnPlan, LayerArgs, PagedCall  # noqa: E402
-from vllm_xpu_attn.kernels.guard import FLAGS  # noqa: E402
+from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.api import PagedStep, LayerTensors, LayerConsts  # noqa: E402
+from vllm_xpu_attn.kernels.api import FLAGS  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
-from vllm_xpu_attn.kernels.triton import launch_config, warmup  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton import launch_config, warmup  # noqa: E402
 
 PAGE = 16
 WIDTH = 256  # page-table columns: 4,096 keys addressable (the CPU policy splits from 2,048)
@@ -65,9 +65,9 @@ def test_every_variant_a_served_step_launches_was_warmed(kind):
     k_cache = torch.randn(pages, page, hkv, d, generator=gen).to(kvdt)
     v_cache = k_cache[..., :dv] if dv != d else torch.randn(pages, page, hkv, d, generator=gen).to(kvdt)
     sinks = torch.randn(hq, generator=gen) if kw.pop("sinks", False) else None
-    call = PagedCall.make(hq, hkv, d, dv, window=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0),
+    call = LayerConsts.make(hq, hkv, d, dv, window=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0),
                           batch_invariant=kw.get("batch_invariant", False), mla=dv != d)
-    layer = LayerArgs.make(call, device=torch.device("cpu"), kv_dtype=kvdt, sinks=sinks)
+    layer = LayerTensors.make(call, device=torch.device("cpu"), kv_dtype=kvdt, sinks=sinks)
     q = torch.randn(8, hq, d, generator=gen).to(qdt)
     out = torch.empty(8, hq, dv, dtype=qdt)
     n = warmup.warm_up(provider, call, page, q, k_cache, v_cache, out, layer)
@@ -82,8 +82,8 @@ def test_every_variant_a_served_step_launches_was_warmed(kind):
         qs = torch.randn(sum(qlens), hq, d, generator=gen).to(qdt)
         seq = torch.tensor(clens, dtype=torch.int32)
         if call.mla:  # the MLA kernel through the plan / run interface (the one-call form is MHA's)
-            step = AttnPlan(cu, seq, table, max(qlens), width * page, page)
-            provider.plan_paged(step, call).run(qs, k_cache, v_cache, torch.empty(len(qs), hq, dv, dtype=qdt))
+            step = PagedStep(cu, seq, table, max(qlens), width * page, page)
+            provider.arm_paged(step, call).run(qs, k_cache, v_cache, torch.empty(len(qs), hq, dv, dtype=qdt))
         else:
             provider.flash_attn_with_kvcache(qs, k_cache, v_cache, table, seq, cu, max(qlens), sinks=sinks, **kw)
         FLAGS.check_now(torch.device("cpu"))

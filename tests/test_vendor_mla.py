@@ -16,8 +16,8 @@ import torch
 
 from naive_mla import naive_mla
 from vllm_xpu_attn.core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs, plan_step
-from vllm_xpu_attn.kernels import AttnPlan, KernelRequest, PagedCall, get_provider, reload_provider, select_provider
-from vllm_xpu_attn.kernels import registry as reg
+from vllm_xpu_attn.kernels.api import PagedStep, KernelRequest, LayerConsts, get_provider, reload_provider, select_provider
+from vllm_xpu_attn.kernels.api import registry as reg
 
 from vendor_fakes import vendor_fakes  # noqa: E402
 from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
@@ -130,12 +130,12 @@ def test_the_two_operators_keep_to_their_own_layers():
     assert mla.not_supported_reasons(mla_req()) == []
     assert any("sgl_kernel_mla serves" in x for x in fa.not_supported_reasons(mla_req()))
     with pytest.raises(ValueError, match="not an MLA layer"):
-        mla.plan_paged(_step([5], 64, 2), PagedCall.make(16, 1, 128, softmax_scale=SCALE))
+        mla.arm_paged(_step([5], 64, 2), LayerConsts.make(16, 1, 128, softmax_scale=SCALE))
 
 
 def test_declarations_are_the_limit_table():
     """The class declarations (what doctor and the tests read) and the refusals both come from one table."""
-    from vllm_xpu_attn.kernels.xpu_libs.sgl_kernel_mla import LIMITS, SglKernelMlaProvider as P
+    from vllm_xpu_attn.kernels.providers.xpu_libs.sgl_kernel_mla import LIMITS, SglKernelMlaProvider as P
 
     assert (LIMITS.kv_lora_rank, LIMITS.rope_dim, LIMITS.max_q_heads) == (512, 64, 128)  # attention.py:77-84
     assert LIMITS.page_sizes == (16, 32, 64, 128)  # mla_decode.cpp:162-166
@@ -275,11 +275,11 @@ def _step(lens, page, width, n_pages=64, int64=False):
     table = torch.arange(len(lens) * width, dtype=torch.int64 if int64 else torch.int32).reshape(len(lens), width)
     table %= n_pages
     lens_t = torch.tensor(lens, dtype=torch.int64 if int64 else torch.int32)
-    return AttnPlan(torch.arange(len(lens) + 1, dtype=torch.int32), lens_t, table, 1, width * page, page)
+    return PagedStep(torch.arange(len(lens) + 1, dtype=torch.int32), lens_t, table, 1, width * page, page)
 
 
 def _call(heads=16, **kw):
-    return PagedCall.make(heads, 1, D, DV, softmax_scale=SCALE, mla=True, **kw)
+    return LayerConsts.make(heads, 1, D, DV, softmax_scale=SCALE, mla=True, **kw)
 
 
 def test_launch_pads_the_table_on_device_without_host_sync(monkeypatch):
@@ -291,14 +291,14 @@ def test_launch_pads_the_table_on_device_without_host_sync(monkeypatch):
 
     for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, no_sync)
-    launch = prov.plan_paged(step, _call())
+    launch = prov.arm_paged(step, _call())
     monkeypatch.undo()
     t = launch.step.page_table
     assert t.dtype == torch.int32 and t.is_contiguous() and t.shape == (2, 8)  # 3 -> 8 = 128 / 16
     assert torch.equal(t[:, :3], step.page_table.int()) and not t[:, 3:].any()
     assert launch.step.cache_seqlens.dtype == torch.int32 and launch.step.cache_seqlens.is_contiguous()
     for page, width, want in ((128, 3, 3), (64, 3, 4), (32, 4, 4), (32, 5, 8), (16, 0, 8)):
-        assert prov.plan_paged(_step([1] * 2, page, width), _call()).step.page_table.shape[1] == want
+        assert prov.arm_paged(_step([1] * 2, page, width), _call()).step.page_table.shape[1] == want
 
 
 def test_workspace_is_sized_by_the_vendor_owned_and_reused(monkeypatch):
@@ -307,14 +307,14 @@ def test_workspace_is_sized_by_the_vendor_owned_and_reused(monkeypatch):
     reload_provider("sgl_kernel_mla")  # a fresh provider: no workspace grown by earlier tests
     prov = get_provider("sgl_kernel_mla")
     monkeypatch.setattr(prov, "num_kv_splits", 1)
-    assert prov.plan_paged(_step([40], 64, 2), _call()).workspace.numel() == 0  # 0 bytes with one split (cpp:202)
+    assert prov.arm_paged(_step([40], 64, 2), _call()).workspace.numel() == 0  # 0 bytes with one split (cpp:202)
     monkeypatch.setattr(prov, "num_kv_splits", -1)
-    a = prov.plan_paged(_step([700, 30], 128, 6), _call(heads=16))
+    a = prov.arm_paged(_step([700, 30], 128, 6), _call(heads=16))
     splits = common_ops.set_split_kv(2, 16, 6 * 128, 128)
     assert splits == 6 and a.workspace.numel() >= common_ops.split_kv_workspace_bytes(2, 16, splits) > 0
-    b = prov.plan_paged(_step([700, 30], 128, 6), _call(heads=16))
+    b = prov.arm_paged(_step([700, 30], 128, 6), _call(heads=16))
     assert b.workspace.data_ptr() == a.workspace.data_ptr(), "the workspace is not reused across steps"
-    small = prov.plan_paged(_step([30], 64, 2), _call(heads=16))  # needs less: the same buffer
+    small = prov.arm_paged(_step([30], 64, 2), _call(heads=16))  # needs less: the same buffer
     assert small.workspace.data_ptr() == a.workspace.data_ptr()
     reload_provider("sgl_kernel_mla")
 
@@ -323,15 +323,15 @@ def test_calls_the_declarations_exclude_raise_value_errors():
     prov = get_provider("sgl_kernel_mla")
     g = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="one query per request"):
-        prov.plan_paged(AttnPlan(torch.tensor([0, 2], dtype=torch.int32), torch.tensor([5], dtype=torch.int32),
+        prov.arm_paged(PagedStep(torch.tensor([0, 2], dtype=torch.int32), torch.tensor([5], dtype=torch.int32),
                                  torch.zeros(1, 1, dtype=torch.int32), 2, 64, 64), _call())
     with pytest.raises(ValueError, match="heads > 128"):
-        prov.plan_paged(_step([5], 64, 2), _call(heads=256))
+        prov.arm_paged(_step([5], 64, 2), _call(heads=256))
     with pytest.raises(ValueError, match="page size 8"):
-        prov.plan_paged(_step([5], 8, 16), _call())
+        prov.arm_paged(_step([5], 8, 16), _call())
     with pytest.raises(ValueError, match="LSE"):
-        prov.plan_paged(_step([5], 64, 2), _call(return_lse=True))
-    launch = prov.plan_paged(_step([5, 7], 64, 2, n_pages=4), _call())
+        prov.arm_paged(_step([5], 64, 2), _call(return_lse=True))
+    launch = prov.arm_paged(_step([5, 7], 64, 2, n_pages=4), _call())
     q = torch.randn(2, 16, D, generator=g).bfloat16()
     cache = torch.randn(4, 64, 1, D, generator=g).bfloat16()
     out = torch.empty(2, 16, DV, dtype=torch.bfloat16)

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
-from vllm_xpu_attn.kernels import KernelRequest, NoProviderError, get_provider, select_provider
-from vllm_xpu_attn.kernels import registry as reg
+from vllm_xpu_attn.kernels.api import KernelRequest, NoProviderError, get_provider, select_provider
+from vllm_xpu_attn.kernels.api import registry as reg
 
 from vendor_fakes import FAKES, VENDORS, vendor_fakes  # noqa: E402
 from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
@@ -45,7 +45,7 @@ def sgl_build(request, monkeypatch):
 
 @pytest.fixture
 def ipex_on(monkeypatch):
-    from vllm_xpu_attn.kernels.xpu_libs.ipex import IpexProvider
+    from vllm_xpu_attn.kernels.providers.xpu_libs.ipex import IpexProvider
 
     monkeypatch.setattr(IpexProvider, "_xehpc", lambda self: True)  # the fake models a BMG
     yield
@@ -178,7 +178,7 @@ def test_every_wrapper_served_layouts():
 
 # ---- the fakes model what the vendors get wrong (so a wrapper that does not avoid it fails) ----
 def _case(page=64, d=64, dtype=torch.bfloat16, q_lens=(1, 1), k_lens=(40, 70), seed=0):
-    from vllm_xpu_attn.kernels.xpu_libs.common import tiny_paged_case
+    from vllm_xpu_attn.kernels.providers.xpu_libs.common import tiny_paged_case
 
     return tiny_paged_case("cpu", page, list(q_lens), list(k_lens), head_dim=d, dtype=dtype, seed=seed)
 
@@ -261,7 +261,7 @@ def test_not_compiled_configuration_is_refused_not_fallen_back():
 
 
 def test_unknown_vllm_xpu_kernels_version_is_refused(monkeypatch):
-    from vllm_xpu_attn.kernels.xpu_libs import vllm_xpu_kernels as w
+    from vllm_xpu_attn.kernels.providers.xpu_libs import vllm_xpu_kernels as w
 
     monkeypatch.setattr(w, "dist_version", lambda dist: "0.2.0")
     why = get_provider("vllm_xpu_kernels").unavailable_reason()

@@ -80,8 +80,7 @@ def _table(title: str, headers: list[str], rows: list[list[str]]) -> None:
 def doctor(a: argparse.Namespace) -> int:
     from . import __version__
     from .core.run import kernel_request
-    from .kernels import NoProviderError, PRIORITY, Phase, get_provider, provider_names
-    from .kernels.registry import explain
+    from .kernels.api import PRIORITY, NoProviderError, Phase, explain, get_provider, provider_names
 
     dev = a.device or env.host_device()
     here = env.host_device()
@@ -143,8 +142,7 @@ def _doctor_mla(a: argparse.Namespace, dev: str) -> int:
     """Which providers serve an MLA layer (DeepSeek-V2/V3, Kimi-K2): absorbed decode / extend over the
     latent cache, and the un-absorbed prefill."""
     from .core.run import kernel_request, mha_request
-    from .kernels import Phase
-    from .kernels.registry import explain
+    from .kernels.api import Phase, explain
 
     spec = a.mla_spec
     dims = spec.mla
@@ -179,7 +177,7 @@ def _refuse_what_the_kernels_refuse(ap: argparse.ArgumentParser, a: argparse.Nam
     (``a.spec``, ``a.mla_spec``), so a value the kernels refuse never reaches a verdict."""
     from .core import LayerSpec, MLADims
     from .core.paging import check_page_size
-    from .kernels.contract import check_count, check_dims, check_softcap, check_window
+    from .kernels.api import check_count, check_dims, check_softcap, check_window
 
     def refuse(flag, check, *args):
         try:

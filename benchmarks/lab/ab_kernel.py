@@ -18,8 +18,8 @@ _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [_BENCH, os.path.dirname(_BENCH)]  # benchmarks/ (bench_attention, timing); the package's repository
 from bench_attention import paged_inputs  # noqa: E402
 from timing import throughput  # noqa: E402
-from vllm_xpu_attn.kernels import get_provider  # noqa: E402
-from vllm_xpu_attn.kernels.triton import kernels as K  # noqa: E402
+from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton import kernels as K  # noqa: E402
 
 
 def main():

@@ -34,7 +34,7 @@ def main():
     tag = sys.argv[1]
     lat = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
     if lat:
-        from vllm_xpu_attn.kernels.triton import tiles
+        from vllm_xpu_attn.kernels.providers.triton import tiles
 
         fam = tiles.device_family(torch.device("cuda"))
         tiles.MLA_LATENT_TILES[fam] = {"mla_decode": tuple(lat), "mla_wide": tuple(lat)}

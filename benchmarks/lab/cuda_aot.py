@@ -1,6 +1,6 @@
 """AOT-compile the paged attention kernel for sm_90a on a machine without a GPU (dev tool).
 
-    python benchmarks/lab/cuda_aot.py vllm_xpu_attn/kernels/triton/kernels.py '{"GROUP": 8, "USE_DESC": false}'
+    python benchmarks/lab/cuda_aot.py vllm_xpu_attn/kernels/providers/triton/kernels.py '{"GROUP": 8, "USE_DESC": false}'
 
 Compiles one specialisation (the 1 x 8192 prefill's by default: bf16, D=128, GQA 4, page 64, the
 sm90 descriptor tiles 128 x 64, 4 warps, 2 stages; the JSON overrides constexprs, "q"/"kv" dtypes,

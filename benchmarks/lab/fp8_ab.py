@@ -32,9 +32,9 @@ def one_tree(tree: str, label: str, tiles: bool) -> None:
     from timing import throughput
 
     assert vllm_xpu_attn.__file__.startswith(os.path.abspath(tree)), vllm_xpu_attn.__file__
-    from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
-    from vllm_xpu_attn.kernels.contract import LayerArgs
-    from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
+    from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, get_provider
+    from vllm_xpu_attn.kernels.api import LayerTensors
+    from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
 
     tri = get_provider("triton")
     fam = device_family(torch.device("cuda"))
@@ -53,13 +53,13 @@ def one_tree(tree: str, label: str, tiles: bool) -> None:
             q = torch.randn(batch, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
             seq = torch.full((batch,), ctx, device="cuda", dtype=torch.int32)
             cu = torch.arange(batch + 1, device="cuda", dtype=torch.int32)
-            call = PagedCall.make(hq, hkv, d)
+            call = LayerConsts.make(hq, hkv, d)
             kw = {}
             if name != "bf16":
                 kw = dict(k_descale=torch.rand(batch, hkv, device="cuda", generator=gen) + 0.5,
                           v_descale=torch.rand(batch, hkv, device="cuda", generator=gen) + 0.5)
-            layer = LayerArgs.make(call, device=q.device, kv_dtype=dts[name], batch=batch, **kw)
-            step = AttnPlan(cu, seq, pt, 1, pt.shape[1] * page, page)
+            layer = LayerTensors.make(call, device=q.device, kv_dtype=dts[name], batch=batch, **kw)
+            step = PagedStep(cu, seq, pt, 1, pt.shape[1] * page, page)
             out = torch.empty(batch, hq, d, device="cuda", dtype=torch.bfloat16)
             byts = 2 * batch * ctx * hkv * d * kc.element_size()
             # fp32 oracle over the gathered, dequantised rows
@@ -77,7 +77,7 @@ def one_tree(tree: str, label: str, tiles: bool) -> None:
                 if cfg is not None:
                     TUNING[fam]["decode_fp8"] = cfg
                 tri.clear_caches()
-                launch = tri.plan_paged(step, call)
+                launch = tri.arm_paged(step, call)
                 run = lambda: launch.run(q, kc, vc, out, layer=layer)  # noqa: E731
                 run()
                 err = (out.float() - want).abs().max().item()
@@ -102,14 +102,14 @@ def one_tree(tree: str, label: str, tiles: bool) -> None:
             seq = torch.full((batch,), ctx, device="cuda", dtype=torch.int32)
             cu = torch.arange(batch + 1, device="cuda", dtype=torch.int32)
             scale = 192 ** -0.5
-            call = PagedCall.make(h, 1, d_c + d_r, d_c, softmax_scale=scale, mla=True)
+            call = LayerConsts.make(h, 1, d_c + d_r, d_c, softmax_scale=scale, mla=True)
             kw = {} if name == "bf16" else dict(k_descale=torch.tensor([0.375], device="cuda"),
                                                 v_descale=torch.tensor([0.375], device="cuda"))
-            layer = LayerArgs.make(call, device=q.device, kv_dtype=dts[name], **kw)
-            step = AttnPlan(cu, seq, pt, 1, pt.shape[1] * page, page)
+            layer = LayerTensors.make(call, device=q.device, kv_dtype=dts[name], **kw)
+            step = PagedStep(cu, seq, pt, 1, pt.shape[1] * page, page)
             out = torch.empty(batch, h, d_c, device="cuda", dtype=torch.bfloat16)
             tri.clear_caches()
-            launch = tri.plan_paged(step, call)
+            launch = tri.arm_paged(step, call)
             run = lambda: launch.run(q, cache, cache[..., :d_c], out, layer=layer)  # noqa: E731
             run()
             ds = 0.375 if kw else 1.0

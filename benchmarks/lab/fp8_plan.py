@@ -7,9 +7,9 @@ import itertools, json
 import torch
 from fp8_probe import SHAPES, HQ, HKV, D, PAGE, inputs
 from timing import throughput
-from vllm_xpu_attn.kernels import get_provider
-from vllm_xpu_attn.kernels.contract import AttnPlan, PagedCall, LayerArgs
-from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family
+from vllm_xpu_attn.kernels.api import get_provider
+from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, LayerTensors
+from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
 
 tri = get_provider("triton")
 fam = device_family(torch.device("cuda"))
@@ -18,21 +18,21 @@ x = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like
 bw = 2 * x.numel() / throughput(lambda: y.copy_(x), 20) / 1e12
 del x, y
 gen = torch.Generator(device="cuda").manual_seed(0)
-call = PagedCall.make(HQ, HKV, D)
+call = LayerConsts.make(HQ, HKV, D)
 tiles = [default] + [c for c in itertools.product([16], [32, 64], [2, 4], [2, 3])]
 for batch, ctx in SHAPES:
     for name, dt in (("bf16", torch.bfloat16), ("e4m3", torch.float8_e4m3fn), ("e5m2", torch.float8_e5m2)):
         q, kc, vc, pt, seq, cu = inputs(batch, ctx, dt, gen)
-        step = AttnPlan(cu, seq, pt, 1, pt.shape[1] * PAGE, PAGE)
+        step = PagedStep(cu, seq, pt, 1, pt.shape[1] * PAGE, PAGE)
         kw = {} if name == "bf16" else dict(k_descale=torch.full((batch, HKV), 0.5, device="cuda"),
                                             v_descale=torch.full((batch, HKV), 0.25, device="cuda"))
-        layer = LayerArgs.make(call, device=q.device, kv_dtype=dt, batch=batch, **kw)
+        layer = LayerTensors.make(call, device=q.device, kv_dtype=dt, batch=batch, **kw)
         out = torch.empty(batch, HQ, D, device="cuda", dtype=torch.bfloat16)
         byts = 2 * batch * ctx * HKV * D * kc.element_size()
         for cfg in (tiles if name != "bf16" else [default]):
             TUNING[fam]["decode"] = cfg
             tri.clear_caches()
-            launch = tri.plan_paged(step, call)
+            launch = tri.arm_paged(step, call)
             try:
                 t = min(throughput(lambda: launch.run(q, kc, vc, out, layer=layer), 100) for _ in range(3))
             except Exception as e:

@@ -7,7 +7,7 @@ import torch
 _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(_BENCH)); sys.path.insert(0, _BENCH)  # the package's repository; timing.py
 from timing import throughput  # noqa: E402
-from vllm_xpu_attn.kernels import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
 
 HQ, HKV, D, PAGE = 32, 8, 128, 64
 SHAPES = [(64, 4096), (256, 1024), (8, 32768)]

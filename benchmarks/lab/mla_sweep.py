@@ -30,9 +30,9 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # timing.py
 
-from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider  # noqa: E402
-from vllm_xpu_attn.kernels.contract import LayerArgs  # noqa: E402
-from vllm_xpu_attn.kernels.triton import tiles  # noqa: E402
+from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.api import LayerTensors  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton import tiles  # noqa: E402
 
 D_C, D_R, PAGE = 512, 64, 64
 SCALE = 192 ** -0.5
@@ -61,14 +61,14 @@ def case(h: int, b: int, ctx: int, kv: str, device: str, g: torch.Generator):
 
 
 def run_one(c: dict, h: int, b: int, ctx: int, device: str, timed: bool, n: int) -> dict:
-    step = AttnPlan(torch.arange(b + 1, dtype=torch.int32, device=device), c["lens"], c["table"], 1, ctx, PAGE)
-    call = PagedCall.make(h, 1, D_C + D_R, D_C, softmax_scale=SCALE, mla=True)
-    launch = get_provider("triton").plan_paged(step, call)
+    step = PagedStep(torch.arange(b + 1, dtype=torch.int32, device=device), c["lens"], c["table"], 1, ctx, PAGE)
+    call = LayerConsts.make(h, 1, D_C + D_R, D_C, softmax_scale=SCALE, mla=True)
+    launch = get_provider("triton").arm_paged(step, call)
     out = torch.empty(b, h, D_C, dtype=torch.bfloat16, device=device)
     kw = {}
     if c["cache"].dtype == torch.float8_e4m3fn:
         one = torch.ones(1, device=device)
-        kw["layer"] = LayerArgs.make(call, device=device, kv_dtype=c["cache"].dtype, k_descale=one, v_descale=one)
+        kw["layer"] = LayerTensors.make(call, device=device, kv_dtype=c["cache"].dtype, k_descale=one, v_descale=one)
 
     def fn():
         return launch.run(c["q"], c["cache"], c["cache"][..., :D_C], out, **kw)

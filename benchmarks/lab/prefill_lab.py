@@ -20,10 +20,10 @@ _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [_BENCH, os.path.dirname(_BENCH)]  # benchmarks/ (bench_attention, timing); the package's repository
 from bench_attention import D, HKV, HQ, PAGE, dense_from_paged, paged_inputs, sdpa  # noqa: E402
 from timing import throughput  # noqa: E402
-from vllm_xpu_attn.kernels import get_provider  # noqa: E402
-from vllm_xpu_attn.kernels.triton.descriptors import ensure_scratch_allocator  # noqa: E402
-from vllm_xpu_attn.kernels.triton.provider import TritonProvider  # noqa: E402
-from vllm_xpu_attn.kernels.triton.tiles import TUNING, device_family  # noqa: E402
+from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton.descriptors import ensure_scratch_allocator  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton.provider import TritonProvider  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family  # noqa: E402
 
 LOG2E = 1.4426950408889634
 

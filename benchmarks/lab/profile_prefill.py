@@ -15,7 +15,7 @@ import torch
 _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [_BENCH, os.path.dirname(_BENCH)]  # benchmarks/ (bench_attention, timing); the package's repository
 from bench_attention import dense_from_paged, paged_inputs, sdpa  # noqa: E402
-from vllm_xpu_attn.kernels import get_provider  # noqa: E402
+from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
 
 
 def main():

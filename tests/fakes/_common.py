@@ -44,6 +44,6 @@ def sinks_as_read(sinks, dtype: torch.dtype):
 
 
 def reference():
-    from vllm_xpu_attn.kernels import get_provider
+    from vllm_xpu_attn.kernels.api import get_provider
 
     return get_provider("reference")

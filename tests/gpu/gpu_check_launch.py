@@ -1,4 +1,4 @@
-"""GPU check of FastLaunch (vllm_xpu_attn/kernels/triton/launch.py): correctness and host launch cost.
+"""GPU check of FastLaunch (vllm_xpu_attn/kernels/providers/triton/launch.py): correctness and host launch cost.
 
     python tests/gpu/gpu_check_launch.py            # prints one JSON object; exit status 1 on a mismatch
 
@@ -34,7 +34,7 @@ else:
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from vllm_xpu_attn.kernels.triton.launch import FastLaunch, fast_launch_supported  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton.launch import FastLaunch, fast_launch_supported  # noqa: E402
 
 sync = torch.cuda.synchronize if DEV == "cuda" else torch.xpu.synchronize
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from layouts import assert_close_to, assert_lse_close, layouts
 from vllm_xpu_attn import core
-from vllm_xpu_attn.kernels import AttnPlan, PagedCall, get_provider
+from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, get_provider
 
 if not torch.cuda.is_available():
     raise RuntimeError("gpu_check_triton needs a CUDA device")
@@ -59,7 +59,7 @@ def test_head_dim_tiles_on_device(layout, want_lse, chunks, splits):
     """Intel's head-dim register tiles (tiles.PAGED_D_TILES; xpu ships (0, 128) at D 256: output columns split over
     two programs) forced on this device for decode and pointer-load prefill at real sizes: equal to the reference
     (descriptor prefill keeps whole rows and is left as shipped)."""
-    from vllm_xpu_attn.kernels.triton import tiles
+    from vllm_xpu_attn.kernels.providers.triton import tiles
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
@@ -152,7 +152,7 @@ def test_alibi_bias_exact_at_long_range_on_device(dtype, q_len, as_dot, monkeypa
     """The causal ALiBi bias at 100,000 keys, slopes small enough that far keys weigh, decode and extend against the
     reference: as the bf16 matrix product Intel ships (tiles.ALIBI_AS_DOT; kernels._alibi_rows/_alibi_keys, all
     three distance digits in use), forced on this device, and as this device's elementwise bias."""
-    from vllm_xpu_attn.kernels.triton import tiles
+    from vllm_xpu_attn.kernels.providers.triton import tiles
 
     monkeypatch.setitem(tiles.ALIBI_AS_DOT, tiles.device_family(torch.device(DEV)), as_dot)
     TRITON.clear_caches()
@@ -386,7 +386,7 @@ def test_cuda_graph_capture_of_descriptor_prefill():
         step()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    cfg = TRITON.plan_paged(AttnPlan(cu, lens, table, nq, per * ps, ps), PagedCall.make(hq, hkv, d)).cfg
+    cfg = TRITON.arm_paged(PagedStep(cu, lens, table, nq, per * ps, ps), LayerConsts.make(hq, hkv, d)).cfg
     if torch.cuda.get_device_capability()[0] >= 9:
         assert cfg.desc, "sm90 prefill at page 64 should take the tensor-descriptor kernel"
     graph = torch.cuda.CUDAGraph()
@@ -403,10 +403,10 @@ def test_cuda_graph_capture_of_descriptor_prefill():
 
 @pytest.mark.parametrize("page", [1, 16, 64])
 def test_token_rows_plan_on_device_equals_the_cpu_plan(page):
-    """SGLang's step plan on the device (the one-launch token->page conversion, kernels/triton/paging.py)
+    """SGLang's step plan on the device (the one-launch token->page conversion, kernels/providers/triton/paging.py)
     vs the same plan built on the CPU (core.paging's torch ops): identical page tables, across batch
     sizes and widths (one launcher per batch size and int class)."""
-    from vllm_xpu_attn.kernels.triton import paging as tp
+    from vllm_xpu_attn.kernels.providers.triton import paging as tp
 
     g = torch.Generator().manual_seed(page)
     pool_rows, ctx = 40, 1024
@@ -464,7 +464,7 @@ def test_warm_up_then_serve_matches_reference(kind, monkeypatch):
     """The first call of a layer kind launches every variant it can reach on dummy steps over the layer's own
     caches (warmup.py; the rest of this suite runs with it off): nothing but the output may change (memcheck runs
     this too), and the served steps after it match the reference, split-K decode included."""
-    from vllm_xpu_attn.kernels.triton import warmup
+    from vllm_xpu_attn.kernels.providers.triton import warmup
 
     monkeypatch.setenv("VLLM_XPU_ATTN_WARMUP", "1")
     prov = type(TRITON)()
@@ -489,17 +489,17 @@ def test_warm_up_then_serve_matches_reference(kind, monkeypatch):
         cu = torch.tensor([0] + torch.tensor(qlens).cumsum(0).tolist(), device=DEV, dtype=torch.int32)
         q = torch.randn(sum(qlens), hq, d, device=DEV, generator=g).to(torch.bfloat16)
         if kind == "mla":
-            call = PagedCall.make(hq, 1, d, dv, mla=True)
-            step = AttnPlan(cu, seq, table, max(qlens), 100 * page, page)
+            call = LayerConsts.make(hq, 1, d, dv, mla=True)
+            step = PagedStep(cu, seq, table, max(qlens), 100 * page, page)
             out = torch.empty(sum(qlens), hq, dv, device=DEV, dtype=torch.bfloat16)
-            prov.plan_paged(step, call).run(q, k, v, out)
-            ref = REF.plan_paged(step, call).run(q, k, v, torch.empty_like(out))
+            prov.arm_paged(step, call).run(q, k, v, out)
+            ref = REF.arm_paged(step, call).run(q, k, v, torch.empty_like(out))
         else:
             out = prov.flash_attn_with_kvcache(q, k, v, table, seq, cu, max(qlens), **kw)
             ref = REF.flash_attn_with_kvcache(q, k, v, table, seq, cu, max(qlens), **kw)
         torch.cuda.synchronize()
         assert_close_to(out.float().cpu(), ref.double().cpu(), torch.bfloat16)
     assert len(prov.launched_variants()) - before >= len(warmup.layer_steps(
-        PagedCall.make(hq, hkv, d, dv, mla=kind == "mla", batch_invariant=kind == "batch-invariant"),
+        LayerConsts.make(hq, hkv, d, dv, mla=kind == "mla", batch_invariant=kind == "batch-invariant"),
         torch.device(DEV), page))  # the warm-up's variants were launched
     assert torch.equal(k.float(), kept[0].float()) and torch.equal(v.float(), kept[1].float())  # caches only read

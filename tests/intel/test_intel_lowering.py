@@ -137,7 +137,7 @@ def test_shipped_tiles_are_the_sweeps_choice(job):
 
 def test_rules_catch_fp64_and_signature_drift(tmp_path):
     """The job fails on what it must catch: fp64 on dg2, and a kernel argument it has no type for."""
-    src = (ROOT / "vllm_xpu_attn" / "kernels" / "triton" / "kernels.py").read_text()
+    src = (ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "kernels.py").read_text()
     store = "        tl.store(dst, x.to(C.dtype.element_ty), mask=msk)"
     assert store in src
     bad = tmp_path / "kernels_fp64.py"

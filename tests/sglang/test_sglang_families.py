@@ -133,8 +133,8 @@ class _GptOssLikeAttention(torch.nn.Module):
 
 
 def test_sinks_are_found_at_start_up(monkeypatch):
-    from vllm_xpu_attn.kernels import NoProviderError, register_provider, unregister_provider
-    from vllm_xpu_attn.kernels.reference import ReferenceProvider
+    from vllm_xpu_attn.kernels.api import NoProviderError, register_provider, unregister_provider
+    from vllm_xpu_attn.kernels.providers.reference import ReferenceProvider
 
     req_pool, kv_pool = _pools()
     runner = _runner(req_pool, kv_pool)

@@ -223,9 +223,9 @@ def test_mla_graph_mode_decode_with_padded_rows(monkeypatch):
     CPU provider is then declared graph-safe for the test; the MHA-prefill provider, which never runs in a
     graph, must not block capture even when it is not graph-safe."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    from vllm_xpu_attn.kernels import get_provider
-    from vllm_xpu_attn.kernels.cpu_sdpa import TorchSdpaProvider
-    from vllm_xpu_attn.kernels.reference import ReferenceProvider
+    from vllm_xpu_attn.kernels.api import get_provider
+    from vllm_xpu_attn.kernels.providers.cpu_sdpa import TorchSdpaProvider
+    from vllm_xpu_attn.kernels.providers.reference import ReferenceProvider
 
     mqa, mha = _layers()
     backend, req_pool, kv_pool = _setup(layers=[mqa, mha], width=64)

@@ -93,7 +93,7 @@ def test_page_size_is_chosen_for_the_device_when_the_user_gave_none(tmp_path):
     runs with the CPU entry of that table patched to 64, against a user-given page size and another backend."""
     model = _families_dir(tmp_path, "qwen3")
     code = f"""
-from vllm_xpu_attn.kernels import registry
+from vllm_xpu_attn.kernels.api import registry
 assert registry.default_page_size("xpu") == 64 and registry.default_page_size("cpu") is None
 registry.DEFAULT_PAGE_SIZE["cpu"] = 64
 from sglang.srt.plugins import load_plugins

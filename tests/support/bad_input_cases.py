@@ -9,7 +9,7 @@ Outcomes:
                                                            host; the Triton kernels never touch memory
                                                            outside their tensors, write the bad
                                                            sequences' rows as NaN and raise naming the
-                                                           argument (kernels/guard.py).
+                                                           argument (kernels/api/guard.py).
 
 Every case is a function returning the call's keyword arguments (fresh tensors, so cases cannot leak
 into each other). Shapes stay tiny: the Triton cases run in its CPU interpreter.

@@ -169,7 +169,7 @@ def main() -> int:
     def save(runs: dict) -> None:
         providers = None
         try:
-            from vllm_xpu_attn.kernels import chosen_providers
+            from vllm_xpu_attn.kernels.api import chosen_providers
 
             providers = chosen_providers() or None
         except Exception:  # noqa: BLE001

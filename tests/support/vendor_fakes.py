@@ -11,7 +11,7 @@ import os
 import sys
 
 from vllm_xpu_attn.core import run
-from vllm_xpu_attn.kernels import get_provider, reload_provider
+from vllm_xpu_attn.kernels.api import get_provider, reload_provider
 
 FAKES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes")
 VENDORS = ("sgl_kernel", "sgl_kernel_mla", "vllm_xpu_kernels", "ipex")  # sgl_kernel_mla: the same library's MLA op

@@ -120,7 +120,7 @@ def run(a: argparse.Namespace) -> None:
 
     backend = None
     try:  # which providers this backend picked (in-process engine core)
-        from vllm_xpu_attn.kernels import chosen_providers
+        from vllm_xpu_attn.kernels.api import chosen_providers
         backend = chosen_providers() or None
     except Exception:
         pass

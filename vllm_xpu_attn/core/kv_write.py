@@ -6,8 +6,8 @@ from typing import Optional
 
 import torch
 
-from ..kernels.base import KernelProvider
-from ..kernels.contract import is_fp8
+from ..kernels.api import KernelProvider
+from ..kernels.api import is_fp8
 
 
 def _check_caches(k_cache: torch.Tensor, v_cache: Optional[torch.Tensor], kv_dtype: Optional[torch.dtype]) -> None:

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 from .paging import cdiv, check_page_size, cu_seqlens
-from .types import AttnPlan
+from .types import PagedStep
 
 
 def virtual_rows_per_seq(chunk_size: int, max_seqlen_q: int) -> int:
@@ -34,11 +34,11 @@ def local_attention_plans(
     page_size: int,
     max_seqlen_q: int,
     swa_page_table: Optional[torch.Tensor] = None,
-) -> tuple[AttnPlan, Optional[torch.Tensor]]:
+) -> tuple[PagedStep, Optional[torch.Tensor]]:
     """Virtual-batch plan for local attention.
 
     query_lens, seq_lens [B] int (device); page_table int [B, max_pages]; host ints otherwise.
-    Returns an AttnPlan over B * R virtual rows (R = virtual_rows_per_seq), row b*R + r
+    Returns an PagedStep over B * R virtual rows (R = virtual_rows_per_seq), row b*R + r
     holding sequence b's queries that fall in its r-th touched chunk; unused rows are
     empty. Query order is preserved, so the original q/out tensors are used as they are.
 
@@ -79,7 +79,7 @@ def local_attention_plans(
         raise ValueError(f"swa_page_table {list(swa_page_table.shape)} must cover page_table {list(page_table.shape)}")
 
     v_q, v_k = v_q.reshape(-1), v_k.reshape(-1)
-    plan = AttnPlan(
+    plan = PagedStep(
         cu_seqlens_q=cu_seqlens(v_q),
         cache_seqlens=v_k.to(torch.int32),
         page_table=gather(page_table),

@@ -11,8 +11,8 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from ..kernels.guard import flag_torch
-from ..kernels.ops import device_op
+from ..kernels.api import flag_torch
+from ..kernels.api import device_op
 
 
 def cdiv(a: int, b: int) -> int:

@@ -15,10 +15,10 @@ from typing import Optional
 import torch
 
 from .. import env
-from ..kernels import KernelProvider, KernelRequest, Phase, select_provider
-from ..kernels.base import PagedLaunch
-from ..kernels.contract import LayerArgs, PagedCall, call_id
-from .types import AttnPlan, AttentionKind, LayerSpec, StepPlan
+from ..kernels.api import KernelProvider, KernelRequest, Phase, select_provider
+from ..kernels.api import PagedLaunch
+from ..kernels.api import LayerTensors, LayerConsts, call_id
+from .types import PagedStep, AttentionKind, LayerSpec, StepPlan
 
 logger = logging.getLogger("vllm_xpu_attn")
 
@@ -114,7 +114,7 @@ class LayerRunner:
             torch.tensor(spec.alibi_slopes, dtype=torch.float32, device=self.device) if spec.alibi_slopes else None
         )
         # the non-tensor part of every call this layer makes, fixed once (one name/type to the kernel)
-        self._call = PagedCall.make(spec.num_q_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim,
+        self._call = LayerConsts.make(spec.num_q_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim,
                                     softmax_scale=spec.scale, causal=spec.causal, window=spec.window,
                                     softcap=spec.softcap, batch_invariant=spec.batch_invariant,
                                     mla=spec.mla is not None)
@@ -141,7 +141,7 @@ class LayerRunner:
         self._unbound_sinks = False
 
     def _bind(self, *, sinks, k_descale, v_descale) -> None:
-        self._args = LayerArgs.make(self._call, device=self.device, kv_dtype=self.spec.kv_dtype, sinks=sinks,
+        self._args = LayerTensors.make(self._call, device=self.device, kv_dtype=self.spec.kv_dtype, sinks=sinks,
                                     alibi_slopes=self._alibi, k_descale=k_descale, v_descale=v_descale)
         self._cascade_args = self._args.without_sinks()  # the merge adds the sinks once
 
@@ -220,13 +220,13 @@ class LayerRunner:
         )
         return out
 
-    def _launch(self, plan: StepPlan, which: str, provider: KernelProvider, call: PagedCall) -> PagedLaunch:
+    def _launch(self, plan: StepPlan, which: str, provider: KernelProvider, call: LayerConsts) -> PagedLaunch:
         """The step's launch for sub-plan ``which`` and this layer's call, planned by the first layer asking."""
         # keyed by the call's interned id: hashing the dataclass per layer costs more than the lookup
         key = (which, provider.name, call_id(call))
         launch = plan.launches.get(key)
         if launch is None:
-            launch = plan.launches[key] = provider.plan_paged(self._sub_plan(plan, which), call)
+            launch = plan.launches[key] = provider.arm_paged(self._sub_plan(plan, which), call)
         return launch
 
     def _which(self, plan: StepPlan) -> str:
@@ -256,7 +256,7 @@ class LayerRunner:
         return plan.spec_expand.page_size if which == "spec" else plan.main.page_size
 
     @staticmethod
-    def _sub_plan(plan: StepPlan, which: str) -> AttnPlan:
+    def _sub_plan(plan: StepPlan, which: str) -> PagedStep:
         if which == "encoder":
             return plan.encoder
         if which == "local":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .types import AttnPlan
+from .types import PagedStep
 
 
 def verify_expand_plan(
@@ -20,14 +20,14 @@ def verify_expand_plan(
     token_table: torch.Tensor,
     num_draft: int,
     custom_mask: torch.Tensor,
-) -> AttnPlan:
+) -> PagedStep:
     """The per-draft-token part of a top-k > 1 target-verify step.
 
     seq_lens [B] int: committed tokens per request (prefix, without drafts).
     token_table [B, >= max(seq_lens) + num_draft] int: slot of each token (drafts follow the prefix).
     custom_mask bool [sum_b num_draft * (seq_lens[b] + num_draft)]: SGLang's flattened tree mask,
       per request a row-major [num_draft, seq_len + num_draft] block.
-    Returns a page-size-1 AttnPlan with B * num_draft rows of one query each; row i's keys are
+    Returns a page-size-1 PagedStep with B * num_draft rows of one query each; row i's keys are
     the draft slots it may see, valid ones first (sorted by mask, stable), count = mask row sum.
     """
     device = seq_lens.device
@@ -45,7 +45,7 @@ def verify_expand_plan(
     order = torch.sort(keys, dim=1, stable=True).indices
     draft_slots = token_table.gather(1, cols.to(token_table.dtype).long()).repeat_interleave(n, dim=0)  # [B*N, N]
     lens = mask.sum(dim=1).to(torch.int32)
-    return AttnPlan(
+    return PagedStep(
         cu_seqlens_q=torch.arange(batch * n + 1, dtype=torch.int32, device=device),
         cache_seqlens=lens,
         page_table=draft_slots.gather(1, order).to(torch.int32),
@@ -57,13 +57,13 @@ def verify_expand_plan(
 
 def verify_main_plan_topk(
     seq_lens: torch.Tensor, page_table: torch.Tensor, page_size: int, num_draft: int, max_seqlen_k: int
-) -> AttnPlan:
+) -> PagedStep:
     """Prefix part of a top-k > 1 verify: each request's num_draft queries over its committed prefix.
 
     The caller runs it with causal=False (drafts follow the whole prefix).
     """
     batch = seq_lens.shape[0]
-    return AttnPlan(
+    return PagedStep(
         cu_seqlens_q=torch.arange(0, batch * num_draft + 1, num_draft, dtype=torch.int32, device=seq_lens.device),
         cache_seqlens=seq_lens.to(torch.int32),
         page_table=page_table.to(torch.int32),
@@ -75,10 +75,10 @@ def verify_main_plan_topk(
 
 def verify_plan_topk1(
     seq_lens: torch.Tensor, page_table: torch.Tensor, page_size: int, num_draft: int, max_seqlen_k: int
-) -> AttnPlan:
+) -> PagedStep:
     """Top-k = 1 verify: a chain, so plain causal attention with num_draft queries per request."""
     batch = seq_lens.shape[0]
-    return AttnPlan(
+    return PagedStep(
         cu_seqlens_q=torch.arange(0, batch * num_draft + 1, num_draft, dtype=torch.int32, device=seq_lens.device),
         cache_seqlens=(seq_lens + num_draft).to(torch.int32),
         page_table=page_table.to(torch.int32),
@@ -88,7 +88,7 @@ def verify_plan_topk1(
     )
 
 
-def draft_decode_expand_plan(out_cache_loc: torch.Tensor, batch: int, topk: int, num_steps: int, step_id: int) -> AttnPlan:
+def draft_decode_expand_plan(out_cache_loc: torch.Tensor, batch: int, topk: int, num_steps: int, step_id: int) -> PagedStep:
     """Draft decode with top-k > 1: each of the B*topk branches over its own step_id+1 draft tokens.
 
     out_cache_loc [B * topk * num_steps] int: slots of the draft tokens, laid out [B, topk, num_steps]
@@ -97,7 +97,7 @@ def draft_decode_expand_plan(out_cache_loc: torch.Tensor, batch: int, topk: int,
     decode_len = step_id + 1
     rows = batch * topk
     loc = out_cache_loc.reshape(rows, num_steps)
-    return AttnPlan(
+    return PagedStep(
         cu_seqlens_q=torch.arange(rows + 1, dtype=torch.int32, device=out_cache_loc.device),
         cache_seqlens=torch.full((rows,), decode_len, dtype=torch.int32, device=out_cache_loc.device),
         page_table=loc[:, :decode_len].to(torch.int32),

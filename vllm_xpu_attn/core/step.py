@@ -15,8 +15,8 @@ from typing import Callable, Optional, Union
 import torch
 
 from . import cross, local_attn, paging, spec_decode
-from ..kernels.guard import FLAGS
-from .types import AttnPlan, Mode, StepPlan
+from ..kernels.api import FLAGS
+from .types import PagedStep, Mode, StepPlan
 
 SwaMapping = Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
 
@@ -180,7 +180,7 @@ def _queries(inp: StepInputs, bs: int) -> torch.Tensor:
 def plan_step(inp: StepInputs) -> StepPlan:
     """StepInputs -> StepPlan with every sub-plan the step's layers need. Sync-free.
 
-    Raises for bad index values the kernels found on the device in an earlier step (kernels/guard.py)."""
+    Raises for bad index values the kernels found on the device in an earlier step (kernels/api/guard.py)."""
     try:
         FLAGS.poll(inp.seq_lens.device)
     except ValueError as e:  # the kernels name their arguments; say which of the caller's they came from
@@ -209,7 +209,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
         # planned token by token (page size 1: the rows are slots), for any encoder length, with no host read.
         rows = cross.shift_token_table(rows, inp.encoder_lens, max_k + spec.num_draft + spec.num_steps)
         page = 1
-    spec_expand: Optional[AttnPlan] = None
+    spec_expand: Optional[PagedStep] = None
     q_lens: Optional[torch.Tensor] = None
     if seq_lens.dim() != 1:
         raise ValueError(f"seq_lens must be [batch], got shape {list(seq_lens.shape)}")
@@ -220,7 +220,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
             raise ValueError("plan_step needs a page_table or a token_table (or, for a cross-attention-only group, "
                              "encoder_lens and encoder_page_table)")
         cu = _queries(inp, bs)
-        enc = AttnPlan(cu_seqlens_q=cu, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(inp.encoder_page_table),
+        enc = PagedStep(cu_seqlens_q=cu, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(inp.encoder_page_table),
                        max_seqlen_q=1 if mode.is_decode else int(inp.max_seqlen_q),
                        max_seqlen_k=int(inp.max_encoder_len), page_size=page)
         return StepPlan(mode, enc, int(inp.num_tokens), encoder=enc)
@@ -237,7 +237,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
         extra = spec.step_id + 1 if mode is Mode.DRAFT_DECODE else 0  # drafts written so far follow the prefix
         k_lens = _i32(seq_lens + extra if extra else seq_lens)
         table = _pages(inp, rows, max_k + extra, row_index, page=page)
-        main = AttnPlan(cu_seqlens_q=_queries(inp, bs), cache_seqlens=k_lens,
+        main = PagedStep(cu_seqlens_q=_queries(inp, bs), cache_seqlens=k_lens,
                         page_table=_i32(table), max_seqlen_q=1 if bs else 0, max_seqlen_k=max_k + extra,
                         page_size=page)
         num_tokens, max_q = bs, 1
@@ -259,7 +259,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
         cu = _queries(inp, bs)
         q_lens = inp.query_lens
         table = _pages(inp, rows, max_k, row_index, page=page)
-        main = AttnPlan(cu_seqlens_q=cu, cache_seqlens=_i32(seq_lens), page_table=_i32(table), max_seqlen_q=max_q,
+        main = PagedStep(cu_seqlens_q=cu, cache_seqlens=_i32(seq_lens), page_table=_i32(table), max_seqlen_q=max_q,
                         max_seqlen_k=max_k, page_size=page)
         num_tokens = int(inp.num_tokens)
 
@@ -274,7 +274,7 @@ def plan_step(inp: StepInputs) -> StepPlan:
             enc_table = inp.encoder_page_table
         else:
             raise ValueError("an encoder-decoder step needs a token_table or an encoder_page_table")
-        plan.encoder = AttnPlan(cu_seqlens_q=cu_q, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(enc_table),
+        plan.encoder = PagedStep(cu_seqlens_q=cu_q, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(enc_table),
                                 max_seqlen_q=main.max_seqlen_q, max_seqlen_k=int(inp.max_encoder_len),
                                 page_size=inp.page_size)  # encoder tokens open each row: whole pages
 

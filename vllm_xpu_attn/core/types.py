@@ -8,8 +8,8 @@ from typing import Optional
 
 import torch
 
-from ..kernels.contract import (  # AttnPlan: the step tensors of one call, one type from core to kernel
-    FLOAT_DTYPES, KV_DTYPES, AttnPlan, check_dims, check_heads, check_scale, check_softcap)
+from ..kernels.api import (  # PagedStep: the step tensors of one call, one type from core to kernel
+    FLOAT_DTYPES, KV_DTYPES, PagedStep, check_dims, check_heads, check_scale, check_softcap)
 
 
 class AttentionKind(str, enum.Enum):
@@ -100,7 +100,7 @@ class LayerSpec:
                          v_head_dim=dims.kv_lora_rank, mla=dims, **kw)
 
     def __post_init__(self) -> None:
-        check_heads(self.num_q_heads, self.num_kv_heads)  # the kernels' check (PagedCall.make), the same words
+        check_heads(self.num_q_heads, self.num_kv_heads)  # the kernels' check (LayerConsts.make), the same words
         check_dims(self.head_dim, self.v_head_dim)
         check_scale(self.scale)
         check_softcap(self.softcap)
@@ -153,13 +153,13 @@ class StepPlan:
     """
 
     mode: Mode
-    main: AttnPlan
+    main: PagedStep
     num_tokens: int
-    local: Optional[AttnPlan] = None
-    encoder: Optional[AttnPlan] = None
+    local: Optional[PagedStep] = None
+    encoder: Optional[PagedStep] = None
     swa_page_table: Optional[torch.Tensor] = None
     local_swa_page_table: Optional[torch.Tensor] = None
-    spec_expand: Optional[AttnPlan] = None
+    spec_expand: Optional[PagedStep] = None
     # per-step kernel launches, built by the first layer that needs one and shared by the rest
     # (FlashInfer's plan(): every later layer of the step only runs)
     launches: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)

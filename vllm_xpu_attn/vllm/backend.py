@@ -14,7 +14,7 @@ import torch
 
 from ..core import graphs
 from ..core import AttentionKind, LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, plan_step
-from ..kernels import batch_invariant_requested, fp8_descale
+from ..kernels.api import batch_invariant_requested, fp8_descale
 from . import compat
 from .compat import (
     AttentionBackend,

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..guard import FLAGS
+from ...api import FLAGS
 from .launch import FastLaunch, fast_launch_supported
 
 _BLOCK = 256

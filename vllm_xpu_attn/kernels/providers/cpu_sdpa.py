@@ -35,10 +35,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from .base import Feature, KernelProvider, KernelRequest, PagedLaunch
-from .contract import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, check_varlen,
+from ..api import Feature, KernelProvider, KernelRequest, PagedLaunch
+from ..api import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_TENSORS, PagedStep, LayerTensors, LayerConsts, check_varlen,
                        is_fp8)
-from .torch_ops import merge_state_torch, write_kv_torch
+from ..api import merge_state_torch, write_kv_torch
 
 NEG_INF = float("-inf")
 # A decode bucket, padded to its longest row, holds at most DECODE_PAD_RATIO x its real keys, or at most
@@ -162,7 +162,7 @@ class TorchSdpaLaunch(PagedLaunch):
 
     __slots__ = ("_groups", "_zero_rows", "_real", "_bufs")
 
-    def __init__(self, provider, step: AttnPlan, call: PagedCall):
+    def __init__(self, provider, step: PagedStep, call: LayerConsts):
         super().__init__(provider, step, call)
         self._groups: Optional[list[_Group]] = None
         self._zero_rows: Optional[torch.Tensor] = None  # rows of sequences with queries but no keys
@@ -257,7 +257,7 @@ class TorchSdpaLaunch(PagedLaunch):
         self._groups = groups
         self._zero_rows = torch.tensor(zero_rows, dtype=torch.long) if zero_rows else None
 
-    def run(self, q, k_cache, v_cache, out, *, layer: LayerArgs = NO_LAYER_ARGS):
+    def run(self, q, k_cache, v_cache, out, *, layer: LayerTensors = NO_LAYER_TENSORS):
         self.check(q, k_cache, v_cache, out, layer)
         if self._groups is None:
             self._build(k_cache.shape[0], q.shape[0])
@@ -325,7 +325,7 @@ class TorchSdpaProvider(KernelProvider):
             out.append(f"{r}: {self.WHY[feat]}" if feat in self.WHY else r)
         return out
 
-    def _launch(self, step: AttnPlan, call: PagedCall, **options) -> TorchSdpaLaunch:
+    def _launch(self, step: PagedStep, call: LayerConsts, **options) -> TorchSdpaLaunch:
         if options:
             raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
         return TorchSdpaLaunch(self, step, call)
@@ -335,7 +335,7 @@ class TorchSdpaProvider(KernelProvider):
 
     # ---- the per-layer work --------------------------------------------------------------
     def _run_groups(self, launch: TorchSdpaLaunch, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    out: torch.Tensor, layer: LayerArgs):
+                    out: torch.Tensor, layer: LayerTensors):
         """q [T, Hq, D] -> out [T, Hq, Dv] (rows past cu_seqlens_q[-1] left alone) (, lse [Hq, T] fp32)."""
         call = launch.call
         op = _flash_op()

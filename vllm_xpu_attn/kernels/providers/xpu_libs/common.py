@@ -8,8 +8,8 @@ from typing import Callable, Optional
 
 import torch
 
-from ..base import KernelProvider, PagedLaunch
-from ..contract import FP8_DTYPES, AttnPlan
+from ...api import KernelProvider, PagedLaunch
+from ...api import FP8_DTYPES, PagedStep
 
 
 def try_import(module: str) -> tuple[Optional[object], Optional[str]]:
@@ -155,19 +155,19 @@ def empty_result(q: torch.Tensor, out: torch.Tensor, lse: bool):
     return (out, torch.empty(q.shape[1], 0, dtype=torch.float32, device=q.device)) if lse else out
 
 
-def int32_contiguous(step: AttnPlan) -> AttnPlan:
+def int32_contiguous(step: PagedStep) -> PagedStep:
     """The step's index tensors as int32 and contiguous, as the vendor kernels read them (row index x
     width; sgl-kernel-xpu mainloop.hpp:278, vllm-xpu-kernels flash_attn_interface). No-ops when they are."""
     def fix(t):
         return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
-    return AttnPlan(fix(step.cu_seqlens_q), fix(step.cache_seqlens), fix(step.page_table), step.max_seqlen_q,
+    return PagedStep(fix(step.cu_seqlens_q), fix(step.cache_seqlens), fix(step.page_table), step.max_seqlen_q,
                     step.max_seqlen_k, step.page_size)
 
 
 class XpuLibProvider(KernelProvider):
     """The per-step part every vendor wrapper shares: index tensors made int32 and contiguous once per step."""
 
-    def _launch(self, step: AttnPlan, call, **options) -> PagedLaunch:
+    def _launch(self, step: PagedStep, call, **options) -> PagedLaunch:
         if options:
             raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
         return PagedLaunch(self, int32_contiguous(step), call)

@@ -10,7 +10,7 @@ import importlib
 import logging
 from typing import Callable, Optional
 
-from .. import env
+from ... import env
 from .base import KernelProvider, KernelRequest
 
 logger = logging.getLogger("vllm_xpu_attn")
@@ -19,13 +19,13 @@ ENV_OVERRIDE = env.KERNEL
 
 # name -> "module:Class", imported lazily so that optional libraries stay optional.
 _PROVIDER_PATHS: dict[str, str] = {
-    "sgl_kernel": "vllm_xpu_attn.kernels.xpu_libs.sgl_kernel:SglKernelProvider",
-    "sgl_kernel_mla": "vllm_xpu_attn.kernels.xpu_libs.sgl_kernel_mla:SglKernelMlaProvider",
-    "vllm_xpu_kernels": "vllm_xpu_attn.kernels.xpu_libs.vllm_xpu_kernels:VllmXpuKernelsProvider",
-    "ipex": "vllm_xpu_attn.kernels.xpu_libs.ipex:IpexProvider",
-    "triton": "vllm_xpu_attn.kernels.triton.provider:TritonProvider",
-    "torch_sdpa": "vllm_xpu_attn.kernels.cpu_sdpa:TorchSdpaProvider",
-    "reference": "vllm_xpu_attn.kernels.reference:ReferenceProvider",
+    "sgl_kernel": "vllm_xpu_attn.kernels.providers.xpu_libs.sgl_kernel:SglKernelProvider",
+    "sgl_kernel_mla": "vllm_xpu_attn.kernels.providers.xpu_libs.sgl_kernel_mla:SglKernelMlaProvider",
+    "vllm_xpu_kernels": "vllm_xpu_attn.kernels.providers.xpu_libs.vllm_xpu_kernels:VllmXpuKernelsProvider",
+    "ipex": "vllm_xpu_attn.kernels.providers.xpu_libs.ipex:IpexProvider",
+    "triton": "vllm_xpu_attn.kernels.providers.triton.provider:TritonProvider",
+    "torch_sdpa": "vllm_xpu_attn.kernels.providers.cpu_sdpa:TorchSdpaProvider",
+    "reference": "vllm_xpu_attn.kernels.providers.reference:ReferenceProvider",
 }
 
 # The order each device prefers: vendor libraries first where present. CPU: torch's fused flash-attention CPU

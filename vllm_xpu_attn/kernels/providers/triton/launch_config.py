@@ -10,13 +10,13 @@ from typing import Optional
 
 import torch
 
-from ..contract import AttnPlan, PagedCall
+from ...api import PagedStep, LayerConsts
 from .descriptors import step_takes_descriptors
 from .tiles import (ALIBI_AS_DOT, TUNING, cdiv, compute_units, device_family, head_dim_phase, mla_latent_tiles,
                     paged_d_tiles, pow2, tile_config)
 
 
-def mla_kernel_fits(call: PagedCall) -> bool:
+def mla_kernel_fits(call: LayerConsts) -> bool:
     """Absorbed MLA the dedicated kernel serves: one latent cache (Hkv 1), power-of-two latent and RoPE
     widths (512 + 64 for DeepSeek), causal, no window or softcap."""
     d_rope = call.head_dim - call.v_head_dim
@@ -52,7 +52,7 @@ class LaunchConfig:
     __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
                  "group", "invariant", "fast", "mla_decode", "options", "hot", "desc")
 
-    def __init__(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None, *,
+    def __init__(self, step: PagedStep, call: LayerConsts, num_splits: Optional[int] = None, *,
                  tensor_descriptors: Optional[bool] = None):
         # the per-layer hot path: layer signature -> closures over every argument but q/k/v/out and the
         # step's addresses

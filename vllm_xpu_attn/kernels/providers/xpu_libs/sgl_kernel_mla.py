@@ -16,9 +16,9 @@ from typing import ClassVar, Optional
 
 import torch
 
-from ..base import Feature, KernelRequest, PagedLaunch, Phase, dtype_name
-from ..contract import NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall
-from ..torch_ops import write_kv_torch
+from ...api import Feature, KernelRequest, PagedLaunch, Phase, dtype_name
+from ...api import NO_LAYER_TENSORS, PagedStep, LayerTensors, LayerConsts
+from ...api import write_kv_torch
 from .common import XpuLibProvider, int32_contiguous, module_version, require, try_import
 from .sgl_kernel import PACKAGE
 
@@ -57,13 +57,13 @@ class SglMlaLaunch(PagedLaunch):
 
     __slots__ = ("workspace", "num_kv_splits")
 
-    def __init__(self, provider: SglKernelMlaProvider, step: AttnPlan, call: PagedCall,
+    def __init__(self, provider: SglKernelMlaProvider, step: PagedStep, call: LayerConsts,
                  workspace: Optional[torch.Tensor], num_kv_splits: int):
         super().__init__(provider, step, call)
         self.workspace = workspace
         self.num_kv_splits = num_kv_splits
 
-    def run(self, q, k_cache, v_cache, out, *, layer=NO_LAYER_ARGS):
+    def run(self, q, k_cache, v_cache, out, *, layer=NO_LAYER_TENSORS):
         self.check(q, k_cache, v_cache, out, layer)
         return self.provider._run_mla(self, q, k_cache, v_cache, out, layer)
 
@@ -127,7 +127,7 @@ class SglKernelMlaProvider(XpuLibProvider):
                      "(attention.py:107)")
         return r
 
-    def call_reasons(self, call: PagedCall, page_size: int, phase: Phase) -> list[str]:
+    def call_reasons(self, call: LayerConsts, page_size: int, phase: Phase) -> list[str]:
         """Why a layer's call (shapes, options) at ``page_size`` in ``phase`` cannot run; dtypes and the layer's
         tensors aside."""
         if not call.mla:
@@ -168,7 +168,7 @@ class SglKernelMlaProvider(XpuLibProvider):
             r.append(f"device {req.device_type!r} not in {sorted(self.devices)}")
         if not req.mla:
             return r + [NOT_MLA]
-        call = PagedCall(num_q_heads=req.num_q_heads, num_kv_heads=req.num_kv_heads, head_dim=req.head_dim,
+        call = LayerConsts(num_q_heads=req.num_q_heads, num_kv_heads=req.num_kv_heads, head_dim=req.head_dim,
                          v_head_dim=req.v_head_dim or req.head_dim, softmax_scale=1.0, causal=req.causal,
                          window=req.window, softcap=req.softcap, return_lse=req.return_lse,
                          batch_invariant=req.batch_invariant, mla=True)
@@ -187,7 +187,7 @@ class SglKernelMlaProvider(XpuLibProvider):
             buf = self._ws[device] = torch.empty(size, dtype=torch.uint8, device=device)
         return buf
 
-    def _launch(self, step: AttnPlan, call: PagedCall, **options) -> PagedLaunch:
+    def _launch(self, step: PagedStep, call: LayerConsts, **options) -> PagedLaunch:
         if options:
             raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
         phase = Phase.DECODE if int(step.max_seqlen_q) <= self.limits.max_seqlen_q else Phase.PREFILL
@@ -205,7 +205,7 @@ class SglKernelMlaProvider(XpuLibProvider):
             wide = table.new_zeros(batch, padded)
             wide[:, :width] = table
             table = wide
-        step = AttnPlan(step.cu_seqlens_q, step.cache_seqlens, table, step.max_seqlen_q, padded * page, page)
+        step = PagedStep(step.cu_seqlens_q, step.cache_seqlens, table, step.max_seqlen_q, padded * page, page)
         workspace = None
         if batch:
             # host ints only; the same (B, H, page * width, page) the kernel derives its split count from
@@ -217,7 +217,7 @@ class SglKernelMlaProvider(XpuLibProvider):
 
     # ---- per layer -------------------------------------------------------------------------------
     def _run_mla(self, launch: SglMlaLaunch, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 out: torch.Tensor, layer: LayerArgs) -> torch.Tensor:
+                 out: torch.Tensor, layer: LayerTensors) -> torch.Tensor:
         step, call, lim = launch.step, launch.call, self.limits
         bad = self.layer_reasons(layer.sinks is not None, layer.alibi_slopes is not None)
         bad += self.dtype_reasons(q.dtype, k_cache.dtype)
@@ -247,7 +247,7 @@ class SglKernelMlaProvider(XpuLibProvider):
         return out
 
     def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):
-        raise ValueError("sgl_kernel_mla runs through the launch plan_paged() returns")
+        raise ValueError("sgl_kernel_mla runs through the launch arm_paged() returns")
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
         # sgl-kernel has no cache-write op: SGLang's pools write with torch indexing; so do we

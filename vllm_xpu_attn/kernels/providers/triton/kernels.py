@@ -205,7 +205,7 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
         qdt = q.dtype.element_ty
     # (pairs: Triton 3.3, Intel's build, refuses a chain of three or more boolean operands)
     if ((not MASKED) and (not HAS_SOFTCAP)) and (((not HAS_ALIBI) and (not FP32_DOT)) and (not HAS_DESCALE)):
-        # the plain unmasked block: the max is taken before scaling (softmax_scale > 0: PagedCall.make),
+        # the plain unmasked block: the max is taken before scaling (softmax_scale > 0: LayerConsts.make),
         # so one FMA per score forms the exponent
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale_log2)
         p = tl.exp2(s * qk_scale_log2 - m_new[:, None])

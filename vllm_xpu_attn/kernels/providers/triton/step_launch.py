@@ -11,10 +11,10 @@ from typing import Any, Optional, Protocol
 
 import torch
 
-from ... import env
-from ..base import PagedLaunch
-from ..contract import NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall, is_fp8
-from ..guard import FLAGS
+from .... import env
+from ...api import PagedLaunch
+from ...api import NO_LAYER_TENSORS, PagedStep, LayerTensors, LayerConsts, is_fp8
+from ...api import FLAGS
 from .descriptors import DESC_DTYPES, desc_layer_ok, ensure_scratch_allocator
 from .launch import FastLaunch
 from .launch_config import LaunchConfig
@@ -36,8 +36,8 @@ class LaunchHost(Protocol):
                  options: Optional[dict] = None) -> FastLaunch:
         """The kept FastLaunch of one compiled specialisation."""
 
-    def warm_once(self, step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor,
-                  v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs) -> None:
+    def warm_once(self, step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors) -> None:
         """The first call of a layer kind compiles every variant it can launch (warmup.py)."""
 
 
@@ -47,7 +47,7 @@ class TritonLaunch(PagedLaunch):
 
     __slots__ = ("cfg", "addrs")
 
-    def __init__(self, provider: LaunchHost, step: AttnPlan, call: PagedCall, cfg: LaunchConfig,
+    def __init__(self, provider: LaunchHost, step: PagedStep, call: LayerConsts, cfg: LaunchConfig,
                  addrs: Optional[tuple[int, int, int]]):
         PagedLaunch.__init__(self, provider, step, call)
         self.cfg = cfg
@@ -59,7 +59,7 @@ class TritonLaunch(PagedLaunch):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, *,
-            layer: LayerArgs = NO_LAYER_ARGS):
+            layer: LayerTensors = NO_LAYER_TENSORS):
         """PagedLaunch.run with a per-layer hot path: the layers of a step repeat one signature (shapes,
         strides, dtypes, devices, 16-byte alignment, the bound layer tensors' specialisation), and so do the
         steps of one configuration, so a signature that passed the checks and armed the compiled launchers
@@ -102,7 +102,7 @@ class TritonLaunch(PagedLaunch):
         return res
 
     def _execute(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-                 layer: LayerArgs) -> tuple[Any, Optional[tuple]]:
+                 layer: LayerTensors) -> tuple[Any, Optional[tuple]]:
         """The checked launch: -> (result, (attn, merge, attention args, merge args) by name, or None when
         nothing was launched or the launch is not one the hot path replays)."""
         step, call, cfg = self.step, self.call, self.cfg
@@ -166,7 +166,7 @@ class TritonLaunch(PagedLaunch):
                 launched = (attn, merge, launched[2], margs)
         return done, launched
 
-    def _launchers(self, sig: tuple, q: torch.Tensor, total_q: int, layer: LayerArgs,
+    def _launchers(self, sig: tuple, q: torch.Tensor, total_q: int, layer: LayerTensors,
                    per_head: bool) -> tuple[FastLaunch, Optional[FastLaunch]]:
         """(attention, split-K merge or None) launchers of one signature ``sig`` (_execute's), from the
         provider's kept ones: the configuration's constexprs plus this layer's flags and tiles."""

@@ -24,8 +24,8 @@ from typing import Optional
 
 import torch
 
-from ..base import Feature, KernelRequest, Phase
-from ..torch_ops import write_kv_torch
+from ...api import Feature, KernelRequest, Phase
+from ...api import write_kv_torch
 from .common import XpuLibProvider, empty_result, try_import
 
 MODULE = "intel_extension_for_pytorch"

@@ -14,11 +14,11 @@ from typing import Optional
 
 import torch
 
-from ... import env
-from ..base import Feature, KernelProvider, KernelRequest
-from ..contract import (FLOAT_DTYPES, FP8_DTYPES, AttnPlan, LayerArgs, PagedCall, call_id, check_paged_step,
+from .... import env
+from ...api import Feature, KernelProvider, KernelRequest
+from ...api import (FLOAT_DTYPES, FP8_DTYPES, PagedStep, LayerTensors, LayerConsts, call_id, check_paged_step,
                         check_per_head, check_write_kv_all, check_write_kv_slots, is_fp8)
-from ..guard import FLAGS, capturing
+from ...api import FLAGS, capturing
 from .launch import FastLaunch
 from .launch_config import LaunchConfig, mla_kernel_fits
 from .step_launch import TritonLaunch
@@ -59,7 +59,7 @@ class TritonProvider(KernelProvider):
         r = []
         if req.device_type == "cpu" and not env.triton_interpreting():
             r.append("on the CPU Triton runs only through its interpreter (TRITON_INTERPRET=1; tests only)")
-        mla_ok = req.mla and mla_kernel_fits(PagedCall(req.num_q_heads, req.num_kv_heads, req.head_dim,
+        mla_ok = req.mla and mla_kernel_fits(LayerConsts(req.num_q_heads, req.num_kv_heads, req.head_dim,
                                                         req.v_head_dim or req.head_dim, 1.0, req.causal, req.window,
                                                         req.softcap, mla=True))
         if req.head_dim > 256 and not (mla_ok and not req.batch_invariant):
@@ -68,15 +68,15 @@ class TritonProvider(KernelProvider):
         return r
 
     # ---- paged attention: plan per step, run per layer ------------------------------------
-    def plan_paged(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None) -> TritonLaunch:
+    def arm_paged(self, step: PagedStep, call: LayerConsts, num_splits: Optional[int] = None) -> TritonLaunch:
         """Per-step part: the step's tensors checked once, the launch configuration fixed (kept across steps)."""
         return self._planned(step, call, num_splits, checked=False)
 
-    def _launch(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int] = None) -> TritonLaunch:
+    def _launch(self, step: PagedStep, call: LayerConsts, num_splits: Optional[int] = None) -> TritonLaunch:
         """``num_splits`` forces the split-K count (tests, benchmarks); default: chosen per step."""
         return self._planned(step, call, num_splits, checked=True)
 
-    def _planned(self, step: AttnPlan, call: PagedCall, num_splits: Optional[int], checked: bool) -> TritonLaunch:
+    def _planned(self, step: PagedStep, call: LayerConsts, num_splits: Optional[int], checked: bool) -> TritonLaunch:
         """The step's launch over a LaunchConfig kept across steps.
 
         Everything a configuration decides (tiles, split count, grid, constexprs, the armed launchers and the
@@ -104,8 +104,8 @@ class TritonProvider(KernelProvider):
                 self._configs[key] = cfg
         return TritonLaunch(self, step, call, cfg, addrs)
 
-    def _run_paged(self, step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor,
-                   v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs):
+    def _run_paged(self, step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors):
         return self._launch(step, call)._execute(q, k_cache, v_cache, out, layer)[0]
 
     def workspace(self, device: torch.device, numel: int) -> torch.Tensor:
@@ -129,8 +129,8 @@ class TritonProvider(KernelProvider):
         self._configs: dict[tuple, LaunchConfig] = {}
         self._warmed: set[tuple] = set()  # layer kinds whose variants are compiled (warm_once)
 
-    def warm_once(self, step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor,
-                  v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs) -> None:
+    def warm_once(self, step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors) -> None:
         """On a GPU, the first call of a layer kind (the call, page size, dtypes, strides, per-layer tensors)
         compiles every kernel variant that kind can launch (warmup.py), so that no step shape met later while
         serving compiles one. Not while a graph is being captured (nothing may be added to it), nor with

@@ -17,8 +17,8 @@ from typing import Callable, Optional
 # op name -> device type -> "module:function"
 _OPS: dict[str, dict[str, str]] = {
     "token_pages": {
-        "cuda": "vllm_xpu_attn.kernels.triton.paging:token_pages",
-        "xpu": "vllm_xpu_attn.kernels.triton.paging:token_pages",
+        "cuda": "vllm_xpu_attn.kernels.providers.triton.paging:token_pages",
+        "xpu": "vllm_xpu_attn.kernels.providers.triton.paging:token_pages",
     },
 }
 _resolved: dict[tuple[str, str], Optional[Callable]] = {}

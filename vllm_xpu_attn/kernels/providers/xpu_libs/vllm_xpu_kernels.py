@@ -20,10 +20,10 @@ from typing import Optional
 
 import torch
 
-from ... import env
-from ..base import Feature, KernelRequest, Phase
-from ..contract import FP8_DTYPES
-from ..torch_ops import write_kv_torch
+from .... import env
+from ...api import Feature, KernelRequest, Phase
+from ...api import FP8_DTYPES
+from ...api import write_kv_torch
 from .common import XpuLibProvider, empty_result, dist_version, fa3_window, is_fp8, own_storage, per_tensor_scale, try_import
 
 MODULE = "vllm_xpu_kernels.flash_attn_interface"

@@ -7,46 +7,15 @@ with no reasons and explains every refusal when none fits.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 from typing import ClassVar, Optional
 
 import torch
 
-from .. import env
+from ... import env
+from .checks import check_paged_layer, check_paged_step
+from .dtypes import FLOAT_DTYPES, dtype_name, is_fp8
 from .guard import FLAGS
-from .contract import (FP8_DTYPES, FLOAT_DTYPES, NO_LAYER_ARGS, AttnPlan, LayerArgs, PagedCall,
-                       check_paged_layer, check_paged_step, is_fp8)
-
-_DTYPE_NAMES = {
-    torch.float32: "float32",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    **{d: str(d).replace("torch.", "") for d in FP8_DTYPES},
-}
-
-
-class Phase(str, enum.Enum):
-    """Which calls of a layer a provider is chosen for (a str enum: compares equal to its value)."""
-
-    PREFILL = "prefill"  # rows with several queries: prefill, extend, mixed, verify
-    DECODE = "decode"  # one query per row
-    ANY = "any"
-
-
-class Feature(str, enum.Enum):
-    """Optional capabilities a provider declares in ``features`` (str enum: "window" == Feature.WINDOW)."""
-
-    WINDOW = "window"
-    SOFTCAP = "softcap"
-    SINKS = "sinks"
-    ALIBI = "alibi"
-    LSE = "lse"
-    NON_CAUSAL = "non_causal"
-    DV = "dv"  # v head dim != qk head dim
-    BATCH_INVARIANT = "batch_invariant"
-    MLA = "mla"  # latent attention: V is the first Dv columns of K, one cache (DeepSeek MLA, absorbed)
-
+from .types import NO_LAYER_TENSORS, Feature, KernelRequest, LayerTensors, LayerConsts, PagedStep, Phase
 
 ENV_BATCH_INVARIANT = env.BATCH_INVARIANT
 
@@ -54,59 +23,6 @@ ENV_BATCH_INVARIANT = env.BATCH_INVARIANT
 def batch_invariant_requested() -> bool:
     """``VLLM_XPU_ATTN_BATCH_INVARIANT=1``: every sequence's output bitwise independent of the batch."""
     return env.on(env.BATCH_INVARIANT)
-
-
-def dtype_name(d: torch.dtype) -> str:
-    return _DTYPE_NAMES.get(d, str(d).replace("torch.", ""))
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelRequest:
-    """A layer configuration plus the phase, i.e. what a provider must be able to run.
-
-    Built once per layer (and phase) by the core; providers only read it.
-    """
-
-    device_type: str  # "cpu" | "cuda" | "xpu"
-    dtype: torch.dtype  # q / output dtype
-    kv_dtype: torch.dtype  # cache dtype (== dtype, or fp8)
-    head_dim: int
-    num_q_heads: int
-    num_kv_heads: int
-    page_size: int
-    v_head_dim: Optional[int] = None
-    causal: bool = True
-    window: tuple[int, int] = (-1, -1)
-    softcap: float = 0.0  # the layer's logit softcap (0 = off), the same value the kernel gets
-    has_sinks: bool = False
-    has_alibi: bool = False
-    return_lse: bool = False
-    phase: Phase = Phase.ANY
-    batch_invariant: bool = False  # bitwise the same output whatever else is in the batch / however chunked
-    mla: bool = False  # MLA latent attention: one cache, V = K[..., :v_head_dim] (see core.MLADims)
-
-    @property
-    def gqa_group(self) -> int:
-        return self.num_q_heads // max(self.num_kv_heads, 1)
-
-    @property
-    def has_window(self) -> bool:
-        return self.window[0] >= 0 or self.window[1] >= 0
-
-    def describe(self) -> str:
-        parts = [
-            f"{self.device_type}", f"q={dtype_name(self.dtype)}", f"kv={dtype_name(self.kv_dtype)}",
-            f"D={self.head_dim}", f"Hq/Hkv={self.num_q_heads}/{self.num_kv_heads}", f"page={self.page_size}",
-            f"phase={Phase(self.phase).value}",
-        ]
-        if self.v_head_dim not in (None, self.head_dim):
-            parts.append(f"Dv={self.v_head_dim}")
-        if self.has_window:
-            parts.append(f"window={self.window}")
-        parts += [n for n, on in (("softcap", self.softcap > 0), ("sinks", self.has_sinks), ("alibi", self.has_alibi),
-                                  ("lse", self.return_lse), ("non-causal", not self.causal),
-                                  ("batch-invariant", self.batch_invariant), ("mla", self.mla)) if on]
-        return " ".join(parts)
 
 
 class KernelProvider:
@@ -188,7 +104,7 @@ class KernelProvider:
         return reasons
 
     # ---- the contract: plan once per step, bind once per layer, run per layer --------------
-    def plan_paged(self, step: AttnPlan, call: PagedCall, **options) -> "PagedLaunch":
+    def arm_paged(self, step: PagedStep, call: LayerConsts, **options) -> "PagedLaunch":
         """Per-step part of a paged call: validate the step's tensors once and fix the launch.
 
         The result's ``run(q, k_cache, v_cache, out, layer=...)`` is the per-layer part (O(1) checks, then
@@ -197,20 +113,20 @@ class KernelProvider:
         check_paged_step(step)
         return self._launch(step, call, **options)
 
-    def _launch(self, step: AttnPlan, call: PagedCall, **options) -> "PagedLaunch":
+    def _launch(self, step: PagedStep, call: LayerConsts, **options) -> "PagedLaunch":
         """Build the per-step launch. ``options``: provider-specific launch choices (Triton: num_splits)."""
         if options:
             raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
         return PagedLaunch(self, step, call)
 
-    def _run_paged(self, step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor,
-                   v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs):  # pragma: no cover - abstract
+    def _run_paged(self, step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors):  # pragma: no cover - abstract
         """The launch, on validated inputs. Writes out [total_q, Hq, Dv] (rows past cu_seqlens_q[-1] left
         alone) and returns it (, lse [Hq, total_q] fp32 when the call asks for it)."""
         raise NotImplementedError
 
-    def call_request(self, q: torch.Tensor, k_cache: torch.Tensor, call: PagedCall, step: AttnPlan,
-                     layer: LayerArgs) -> KernelRequest:
+    def call_request(self, q: torch.Tensor, k_cache: torch.Tensor, call: LayerConsts, step: PagedStep,
+                     layer: LayerTensors) -> KernelRequest:
         """The KernelRequest one direct call amounts to (what ``not_supported_reasons`` judges)."""
         return KernelRequest(
             device_type=q.device.type, dtype=q.dtype, kv_dtype=k_cache.dtype, head_dim=call.head_dim,
@@ -252,14 +168,14 @@ class KernelProvider:
                              f"pages), got {list(q.shape)}, {list(k_cache.shape)} and {list(v_cache.shape)}")
         page = k_cache.shape[1]
         width = page_table.shape[1] if isinstance(page_table, torch.Tensor) and page_table.dim() == 2 else 0
-        step = AttnPlan(cu_seqlens_q, cache_seqlens, page_table, int(max_seqlen_q), width * page, page)
+        step = PagedStep(cu_seqlens_q, cache_seqlens, page_table, int(max_seqlen_q), width * page, page)
         check_paged_step(step)
-        call = PagedCall.make(q.shape[1], k_cache.shape[2], q.shape[2], v_cache.shape[3], softmax_scale=softmax_scale,
+        call = LayerConsts.make(q.shape[1], k_cache.shape[2], q.shape[2], v_cache.shape[3], softmax_scale=softmax_scale,
                               causal=causal, window=window_size, softcap=softcap, return_lse=return_softmax_lse,
                               batch_invariant=batch_invariant_requested() if batch_invariant is None
                               else bool(batch_invariant))
         check_paged_layer(step, call, q, k_cache, v_cache, out)
-        layer = LayerArgs.make(call, device=q.device, kv_dtype=k_cache.dtype, sinks=sinks, alibi_slopes=alibi_slopes,
+        layer = LayerTensors.make(call, device=q.device, kv_dtype=k_cache.dtype, sinks=sinks, alibi_slopes=alibi_slopes,
                                k_descale=k_descale, v_descale=v_descale, batch=step.batch_size)
         reasons = self.not_supported_reasons(self.call_request(q, k_cache, call, step, layer)) if gate else []
         if reasons:
@@ -288,20 +204,20 @@ class KernelProvider:
 class PagedLaunch:
     """One step's sub-plan for one layer configuration: ``run()`` per layer is checks in O(1) + a launch.
 
-    Built by ``KernelProvider.plan_paged`` once per step (the core caches it on the StepPlan, so
+    Built by ``KernelProvider.arm_paged`` once per step (the core caches it on the StepPlan, so
     every layer of the same configuration shares it).
     """
 
     __slots__ = ("provider", "step", "call", "_seen")
 
-    def __init__(self, provider: KernelProvider, step: AttnPlan, call: PagedCall):
+    def __init__(self, provider: KernelProvider, step: PagedStep, call: LayerConsts):
         self.provider = provider
         self.step = step
         self.call = call
         self._seen: Optional[tuple] = None  # the last layer signature that passed the checks
 
     def check(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-              layer: LayerArgs) -> None:
+              layer: LayerTensors) -> None:
         """The per-layer checks: in full once per signature (layers of a step mostly repeat one), else one
         tuple compare; a [batch, Hkv] descale against this step's batch."""
         if not isinstance(out, torch.Tensor):
@@ -319,7 +235,7 @@ class PagedLaunch:
                              f"but this step has {self.step.page_table.shape[0]} sequences")
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, *,
-            layer: LayerArgs = NO_LAYER_ARGS):
+            layer: LayerTensors = NO_LAYER_TENSORS):
         """q [total_q, Hq, D], caches [P, page, Hkv, D|Dv] -> writes and returns out [total_q, Hq, Dv]
         (, lse [Hq, total_q] fp32 when the call asks for it). ``layer``: the layer's bound tensors."""
         self.check(q, k_cache, v_cache, out, layer)

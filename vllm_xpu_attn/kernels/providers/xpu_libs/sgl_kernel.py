@@ -26,10 +26,10 @@ from typing import Optional
 
 import torch
 
-from ... import env
-from ..base import Feature, KernelRequest, Phase
-from ..contract import FP8_DTYPES
-from ..torch_ops import write_kv_torch
+from .... import env
+from ...api import Feature, KernelRequest, Phase
+from ...api import FP8_DTYPES
+from ...api import write_kv_torch
 from .common import (XpuLibProvider, empty_result, Probes, compare, fa3_window, is_fp8, module_version, next_pow2,
                      per_tensor_scale, require, tiny_paged_case, try_import)
 
@@ -67,7 +67,7 @@ class SglKernelProvider(XpuLibProvider):
         return torch.device(self.probe_device or env.text(env.PROBE_DEVICE))
 
     def _vs_reference(self, page: int, q_lens, k_lens, lse: bool, **kw) -> Optional[str]:
-        from ..reference import paged_attention  # the oracle (a function, not a provider) judges the answer
+        from ...api import paged_attention  # the oracle (a function, not a provider) judges the answer
 
         case = tiny_paged_case(self._device(), page, q_lens, k_lens)
         got = self.probe_call(*case, return_softmax_lse=lse, **kw)

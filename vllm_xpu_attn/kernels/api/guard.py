@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from .. import env
+from ... import env
 
 # code -> (argument, what the kernel found: index = the sequence / token, value = the bad value)
 CODES = {

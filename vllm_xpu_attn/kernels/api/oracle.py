@@ -1,20 +1,19 @@
-"""The reference provider: pure torch, any device, every feature. The oracle.
+"""The oracle: pure torch attention over a paged KV cache, written for obviousness, not speed.
 
-Written for obviousness, not speed: one sequence at a time, fp32 math, explicit masks.
-Every value check of the contract runs here (it synchronises; that is fine for an oracle).
+One sequence at a time, fp32 math, explicit masks; every value check of the contract runs here (it
+synchronises; that is fine for an oracle). The reference provider serves layers with it, and the vendor
+wrappers' start-up probes judge a library's answer by ``paged_attention``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
-from .base import Feature, KernelProvider, batch_invariant_requested
-from .torch_ops import merge_state_torch, write_kv_torch
-from .contract import FLOAT_DTYPES, FP8_DTYPES, check_paged_values, check_varlen
-
+from .base import KernelProvider
+from .checks import check_paged_values
 
 def _descale_for(descale: Optional[torch.Tensor], b: int) -> Optional[torch.Tensor]:
     """Descale for sequence b, shaped to broadcast over [keys, Hkv, D]."""
@@ -148,70 +147,16 @@ def run_paged(step, call, q, k_cache, v_cache, out, layer):
     return (out, lse) if return_softmax_lse else out
 
 
-def paged_attention(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, **kw):
-    """The oracle as a function (vendor probes judge a library by it): the reference's one-call contract."""
-    return ReferenceProvider().flash_attn_with_kvcache(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q,
-                                                       max_seqlen_q, **kw)
+class _Oracle(KernelProvider):
+    """The oracle behind the one-call contract (every input check of ``probe_call``, no capability gate)."""
 
-
-class ReferenceProvider(KernelProvider):
-    name = "reference"
-    description = "pure torch, one sequence at a time; the oracle for every other provider"
-    devices = frozenset({"cpu", "cuda", "xpu"})
-    dtypes = frozenset(FLOAT_DTYPES)
-    kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
-    features = frozenset(Feature)  # every one
-    graph_capture_reason = "the reference reads lengths on the host (.tolist()) every call"
+    name = "oracle"
 
     def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):
         return run_paged(step, call, q, k_cache, v_cache, out, layer)
 
-    def flash_attn_varlen_func(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        cu_seqlens_q: torch.Tensor,
-        cu_seqlens_k: torch.Tensor,
-        max_seqlen_q: int,
-        max_seqlen_k: int,
-        softmax_scale: Optional[float] = None,
-        causal: bool = False,
-        window_size: Sequence[int] = (-1, -1),
-        softcap: float = 0.0,
-        sinks: Optional[torch.Tensor] = None,
-        alibi_slopes: Optional[torch.Tensor] = None,
-        return_softmax_lse: bool = False,
-        out: Optional[torch.Tensor] = None,
-    ):
-        """Non-paged varlen attention: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]."""
-        cq, ck = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, window_size=window_size, causal=causal,
-                              sinks=sinks, alibi_slopes=alibi_slopes)
-        scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-        hq = q.shape[1]
-        o = torch.zeros(q.shape[0], hq, v.shape[-1], dtype=torch.float32, device=q.device)
-        lse = torch.full((hq, q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
-        attend = attend_rows_exactly if batch_invariant_requested() else attend_one_sequence
-        for b in range(len(cq) - 1):
-            q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
-            if q1 == q0:
-                continue
-            o_b, lse_b = attend(
-                q[q0:q1].float(), k[k0:k1].float(), v[k0:k1].float(), scale=scale, causal=causal,
-                window=(int(window_size[0]), int(window_size[1])), softcap=softcap, sinks=sinks,
-                alibi_slopes=alibi_slopes,
-            )
-            o[q0:q1], lse[:, q0:q1] = o_b, lse_b
-        result = o.to(q.dtype)
-        if out is not None:
-            out.copy_(result)
-            result = out
-        return (result, lse) if return_softmax_lse else result
 
-    def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
-        """o_* [T, H, D], lse_* [H, T] fp32 (natural log), sinks [H] -> (o [T, H, D] o_a.dtype, lse [H, T] fp32)."""
-        return merge_state_torch(o_a, lse_a, o_b, lse_b, sinks)
-
-    def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
-        """Scatter k/v [T, Hkv, D] into the paged caches (see torch_ops.write_kv_torch)."""
-        write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+def paged_attention(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, **kw):
+    """The oracle as a function, with ``flash_attn_with_kvcache``'s arguments (vendor probes judge a library
+    by it): q [total_q, Hq, D], caches [pages, page, Hkv, D|Dv] -> out [total_q, Hq, Dv] (, lse)."""
+    return _Oracle().probe_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, **kw)

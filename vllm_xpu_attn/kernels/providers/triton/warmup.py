@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from ..contract import AttnPlan, LayerArgs, PagedCall
+from ...api import PagedStep, LayerTensors, LayerConsts
 from .launch_config import LaunchConfig, mla_kernel_fits, split_count
 from .tiles import TUNING, cdiv, device_family, tile_config
 
@@ -47,7 +47,7 @@ def reachable_splits(dev_type: str, index: Optional[int], units: int) -> tuple[i
     return tuple(sorted(seen))
 
 
-def layer_steps(call: PagedCall, device: torch.device, page_size: int) -> list[tuple[AttnPlan, Optional[int], Optional[bool]]]:
+def layer_steps(call: LayerConsts, device: torch.device, page_size: int) -> list[tuple[PagedStep, Optional[int], Optional[bool]]]:
     """(dummy step, forced split count, forced descriptors) per variant a layer configuration can launch:
     decode at every reachable split count, prefill (one row tile; a spec-decode verify or extend step is the
     same kernel) with descriptors as the device decides and, where the family has it, with pointer loads (big
@@ -69,17 +69,17 @@ def layer_steps(call: PagedCall, device: torch.device, page_size: int) -> list[t
     return out
 
 
-def _step(device: torch.device, page_size: int, q_len: int) -> AttnPlan:
+def _step(device: torch.device, page_size: int, q_len: int) -> PagedStep:
     """One sequence of q_len new keys, every table entry page 0 (wide enough for q_len keys at any page size:
     a narrower table is bad input the kernels flag)."""
     i32 = dict(dtype=torch.int32, device=device)
-    return AttnPlan(cu_seqlens_q=torch.tensor([0, q_len], **i32), cache_seqlens=torch.tensor([q_len], **i32),
+    return PagedStep(cu_seqlens_q=torch.tensor([0, q_len], **i32), cache_seqlens=torch.tensor([q_len], **i32),
                     page_table=torch.zeros(1, cdiv(q_len, page_size), **i32), max_seqlen_q=q_len, max_seqlen_k=q_len,
                     page_size=page_size)
 
 
-def warm_up(provider: "TritonProvider", call: PagedCall, page_size: int, q: torch.Tensor, k_cache: torch.Tensor,
-            v_cache: torch.Tensor, out: torch.Tensor, layer: LayerArgs) -> int:
+def warm_up(provider: "TritonProvider", call: LayerConsts, page_size: int, q: torch.Tensor, k_cache: torch.Tensor,
+            v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors) -> int:
     """Launch every variant of ``layer_steps`` once: q [*, Hq, D] / out [*, Hq, Dv] give the dtypes and strides
     (dummies of 2 rows are made with them), the caches are the layer's own (page 0 read, nothing written).
     Returns how many variants ran (one that fails is logged, not raised: a step that reaches it raises then)."""

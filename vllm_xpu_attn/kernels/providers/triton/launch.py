@@ -11,7 +11,7 @@ import inspect
 import re
 from typing import Any, Callable, Optional, Sequence
 
-from ... import env
+from .... import env
 
 __all__ = ["FastLaunch", "fast_launch_supported", "VERIFIED_TRITON"]
 

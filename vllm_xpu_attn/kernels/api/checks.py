@@ -2,7 +2,7 @@
 
 The contract is FlashAttention-3's ``flash_attn_with_kvcache`` with a paged KV cache. One check path,
 in three parts, each run once where its inputs are fixed: ``check_paged_step`` per step (the step's
-index tensors), ``LayerArgs.make`` per layer (sinks, ALiBi slopes, FP8 descales: bound once), and
+index tensors), ``LayerTensors.make`` per layer (sinks, ALiBi slopes, FP8 descales: bound once), and
 ``check_paged_layer`` per distinct layer signature (q, caches, out). Checks come in two tiers:
 
 * structural checks (shapes, dtypes, devices): free, run by every provider;
@@ -14,99 +14,16 @@ index tensors), ``LayerArgs.make`` per layer (sinks, ALiBi slopes, FP8 descales:
 
 from __future__ import annotations
 
-import dataclasses
+from typing import TYPE_CHECKING, Optional, Sequence
+
 import math
-from typing import Optional, Sequence
 
 import torch
 
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-FP8_DTYPES = tuple(
-    d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d is not None
-)
-KV_DTYPES = FLOAT_DTYPES + FP8_DTYPES
-INDEX_DTYPES = (torch.int32, torch.int64)
+from .dtypes import FLOAT_DTYPES, INDEX_DTYPES, KV_DTYPES, is_fp8
 
-
-@dataclasses.dataclass
-class AttnPlan:
-    """The step tensors of one paged call, shared by every layer of the step (one name from core to kernel).
-
-    cu_seqlens_q int32 [B+1], cache_seqlens int32 [B] (prefix + new keys), page_table int32
-    [B, max_pages] of page ids; max_seqlen_q/k are host ints (upper bounds are fine).
-    """
-
-    cu_seqlens_q: torch.Tensor
-    cache_seqlens: torch.Tensor
-    page_table: torch.Tensor
-    max_seqlen_q: int
-    max_seqlen_k: int
-    page_size: int
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.cache_seqlens.shape[0])
-
-
-@dataclasses.dataclass(frozen=True)
-class PagedCall:
-    """The non-tensor part of a paged call that is the same for every step of a layer.
-
-    Shapes: q [*, num_q_heads, head_dim], caches [*, page, num_kv_heads, head_dim / v_head_dim].
-    ``window`` is FlashAttention's (left, right), validated; ``softcap`` 0 = off.
-    """
-
-    num_q_heads: int
-    num_kv_heads: int
-    head_dim: int
-    v_head_dim: int
-    softmax_scale: float
-    causal: bool = True
-    window: tuple[int, int] = (-1, -1)
-    softcap: float = 0.0
-    return_lse: bool = False
-    batch_invariant: bool = False
-    mla: bool = False  # latent attention: V is the first v_head_dim columns of K (one cache)
-
-    @staticmethod
-    def make(num_q_heads: int, num_kv_heads: int, head_dim: int, v_head_dim: Optional[int] = None, *,
-             softmax_scale: Optional[float] = None, causal: bool = True, window: Sequence[int] = (-1, -1),
-             softcap: float = 0.0, return_lse: bool = False, batch_invariant: bool = False,
-             mla: bool = False) -> "PagedCall":
-        """Validated constructor (defaults resolved: scale 1/sqrt(D), Dv = D)."""
-        check_heads(num_q_heads, num_kv_heads)
-        check_dims(head_dim, v_head_dim)
-        softcap = check_softcap(softcap)
-        scale = check_scale(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim))
-        return PagedCall(num_q_heads, num_kv_heads, head_dim, v_head_dim or head_dim,
-                         scale, bool(causal), check_window(window, causal), softcap, bool(return_lse),
-                         bool(batch_invariant), bool(mla))
-
-
-_CALL_IDS: dict[PagedCall, int] = {}
-
-
-def call_id(call: PagedCall) -> int:
-    """A small int per distinct PagedCall, memoised on the instance (a frozen dataclass rehashes its
-    eleven fields on every hash; per-step and per-layer lookups key by this instead)."""
-    cid = call.__dict__.get("_vxa_id")
-    if cid is None:
-        cid = _CALL_IDS.setdefault(call, len(_CALL_IDS))
-        object.__setattr__(call, "_vxa_id", cid)
-    return cid
-
-
-def is_fp8(dtype: torch.dtype) -> bool:
-    return dtype in FP8_DTYPES
-
-
-def fp8_descale(kv_dtype: torch.dtype, scale: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The kernels' descale [1] fp32 for an engine's per-tensor KV scale: the scale itself for an FP8 cache
-    (the stored value times it is the real one), None for a 16/32-bit cache or no scale (= 1)."""
-    if not is_fp8(kv_dtype) or scale is None:
-        return None
-    return scale.reshape(1).float()
-
+if TYPE_CHECKING:
+    from .types import LayerConsts, PagedStep
 
 def _fail(cls: type, msg: str) -> None:
     raise cls(msg)
@@ -293,7 +210,7 @@ def check_write_kv_slots(slot_mapping: torch.Tensor, num_slots: int) -> None:
                           "(num_pages x page_size)")
 
 
-def check_paged_step(step: AttnPlan) -> None:
+def check_paged_step(step: PagedStep) -> None:
     """The step tensors, once per step: index dtypes, shapes, one device. No host sync."""
     for name in ("page_table", "cache_seqlens", "cu_seqlens_q"):
         t = getattr(step, name)
@@ -318,7 +235,7 @@ def check_paged_step(step: AttnPlan) -> None:
         _fail(ValueError, f"page size must be >= 1, got {step.page_size}")
 
 
-def check_paged_layer(step: AttnPlan, call: PagedCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+def check_paged_layer(step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       out: Optional[torch.Tensor]) -> None:
     """One layer's tensors against its step and call (O(1); callers run it once per distinct signature).
     ``out`` None: the caller allocates it after this check."""
@@ -406,71 +323,3 @@ def check_paged_values(
             if lo < 0 or hi >= num_pages:
                 _fail(ValueError, f"page_table row {b} references page {lo if lo < 0 else hi}, outside [0, {num_pages})")
 
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class LayerArgs:
-    """A layer's per-layer tensors, validated once when bound and passed to every ``run`` by reference.
-
-    sinks [Hq] float (one extra logit per head), alibi_slopes [Hq] float, k_descale / v_descale float32
-    scalar, [1] or FA3's [batch, Hkv] (FP8 caches only). ``key`` is what a compiled launch specialises on
-    (presence, dtype, 16-byte alignment, per-head descale stride); ``tensors`` the present ones in the
-    kernels' parameter order (sinks, alibi, k_descale, v_descale). Build with ``LayerArgs.make``.
-    """
-
-    sinks: Optional[torch.Tensor] = None
-    alibi_slopes: Optional[torch.Tensor] = None
-    k_descale: Optional[torch.Tensor] = None
-    v_descale: Optional[torch.Tensor] = None
-    key: tuple = (None, None, None, None)
-    tensors: tuple = ()
-    descale_batch: int = 0  # > 0: the batch a [batch, Hkv] descale was made for (checked against each step)
-
-    @property
-    def has_descale(self) -> bool:
-        return self.k_descale is not None or self.v_descale is not None
-
-    @staticmethod
-    def make(call: "PagedCall", *, device: torch.device, kv_dtype: torch.dtype, sinks: Optional[torch.Tensor] = None,
-             alibi_slopes: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
-             v_descale: Optional[torch.Tensor] = None, batch: Optional[int] = None) -> "LayerArgs":
-        """Validate a layer's tensors against its call, device and cache dtype once (ValueError/TypeError
-        naming the argument), and fix what the kernels specialise on. ``batch``: the one step a direct
-        call runs (its [batch, Hkv] descales are checked against it here)."""
-        device = torch.device(device)
-        check_per_head("sinks", sinks, call.num_q_heads, device)
-        check_per_head("alibi_slopes", alibi_slopes, call.num_q_heads, device)
-        if (k_descale is not None or v_descale is not None) and not is_fp8(kv_dtype):
-            _fail(ValueError, f"k_descale/v_descale given but the KV cache is {kv_dtype}, not FP8")
-        rows = 0
-        for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
-            if t is None:
-                continue
-            check_descale(name, t, batch if batch is not None else (t.shape[0] if t.dim() == 2 else 1),
-                          call.num_kv_heads)
-            if not same_device(t.device, device):
-                _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
-            if t.numel() != 1:
-                if rows and t.shape[0] != rows:
-                    _fail(ValueError, f"k_descale and v_descale must have the same shape, got {list(k_descale.shape)} "
-                                      f"and {list(v_descale.shape)}")
-                rows = t.shape[0]
-        if (k_descale is None) != (v_descale is None) and rows:
-            _fail(ValueError, "per-head descales ([batch, num_kv_heads]) need both k_descale and v_descale")
-
-        def spec(t):
-            if t is None:
-                return None
-            return (t.dtype, (t.data_ptr() & 15) == 0, t.numel() != 1, t.stride(0) if t.numel() != 1 else 0)
-
-        four = (sinks, alibi_slopes, k_descale, v_descale)
-        return LayerArgs(sinks, alibi_slopes, k_descale, v_descale, tuple(spec(t) for t in four),
-                         tuple(t for t in four if t is not None), rows)
-
-    def without_sinks(self) -> "LayerArgs":
-        """The same layer's arguments with the sinks left out (the parts of a cascade: the merge adds them)."""
-        if self.sinks is None:
-            return self
-        return dataclasses.replace(self, sinks=None, key=(None,) + self.key[1:], tensors=self.tensors[1:])
-
-
-NO_LAYER_ARGS = LayerArgs()

@@ -10,7 +10,8 @@ from typing import Optional
 
 import torch
 
-from .contract import check_write_kv_all, check_write_kv_slots, is_fp8
+from .checks import check_write_kv_all, check_write_kv_slots
+from .dtypes import is_fp8
 from .guard import flag_torch
 
 
