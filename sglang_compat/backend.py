@@ -19,7 +19,7 @@ import torch
 from vllm_xpu_attn import core
 from vllm_xpu_attn.core import graphs
 from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan
-from vllm_xpu_attn.kernels.api import batch_invariant_requested, fp8_descale
+from vllm_xpu_attn.kernels.api import batch_invariant_requested
 from vllm_xpu_attn.log import setup_logging
 
 from .compat import (BIDIRECTIONAL_TYPES, AttentionBackend, ForwardBatch, KVWriteLoc, layer_in_swa_pool,
@@ -75,8 +75,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
         # RadixAttentions share its layer id
         self._runners: dict[tuple, LayerRunner] = {}
         self._graph_max_k: Optional[int] = None  # set by init_cuda_graph_state
-        self._layer_sinks: dict[int, bool] = {}  # layer id -> has sinks, found at start-up
-        self._bound_src: dict[int, tuple] = {}  # layer id -> (layer, sinks) its runner's tensors were bound from
+        self._declared_sinks: dict[int, bool] = {}  # layer id -> has sinks, found at start-up
         self._validate_layers(model_runner)
 
     # ---- configuration ------------------------------------------------------------
@@ -95,7 +94,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
         for mod in model.modules():
             if isinstance(mod, RadixAttention):
                 has_sinks = id(mod) in with_sinks or isinstance(getattr(mod, "sinks", None), torch.Tensor)
-                self._layer_sinks[mod.layer_id] = has_sinks
+                self._declared_sinks[mod.layer_id] = has_sinks
                 if self.mla is not None:
                     self.mla.check_kv_scale(mod)
                 self._runner(mod, has_sinks=has_sinks)
@@ -232,7 +231,7 @@ class XpuAttnSGLangBackend(AttentionBackend):
             loc = fb.encoder_out_cache_loc if layer.is_cross_attention else fb.out_cache_loc
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, self.swa_out_cache_loc), k, v,
                                                 layer.k_scale, layer.v_scale)
-        declared = self._layer_sinks.get(layer.layer_id)
+        declared = self._declared_sinks.get(layer.layer_id)
         if declared is not None and declared != (sinks is not None):
             raise ValueError(f"xpu_attn: layer {layer.layer_id} was configured at start-up "
                              f"{'with' if declared else 'without'} attention sinks but runs "
@@ -242,12 +241,8 @@ class XpuAttnSGLangBackend(AttentionBackend):
         k_cache, v_cache = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         k_cache = k_cache.view(-1, self.page_size, layer.tp_k_head_num, d)
         v_cache = v_cache.view(-1, self.page_size, layer.tp_v_head_num, dv)
-        bound = self._bound_src.get(layer.layer_id)
-        # once per layer: SGLang passes the same tensors every call
-        if bound is None or bound[0] is not layer or bound[1] is not sinks:
-            runner.bind(sinks=sinks, k_descale=fp8_descale(self.kv_dtype, layer.k_scale),
-                        v_descale=fp8_descale(self.kv_dtype, layer.v_scale))
-            self._bound_src[layer.layer_id] = (layer, sinks)
+        # SGLang passes the same tensors every call: bound once
+        runner.ensure_bound(layer, sinks=sinks, k_scale=layer.k_scale, v_scale=layer.v_scale)
         q3 = q.reshape(-1, hq, d)
         if q3.dtype != self.dtype:
             q3 = q3.to(self.dtype)  # e.g. SGLang's Llama-4 casts q/k to bf16 off CUDA; the layer runs in the model dtype

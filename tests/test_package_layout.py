@@ -98,6 +98,14 @@ assert not bad, bad
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_one_capture_check():
+    """"Inside a graph capture?" is asked in one place (kernels/api/guard.capturing knows CUDA and XPU): no other
+    module asks a device runtime directly."""
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in PACKAGE_FILES if p != PKG / "kernels" / "api" / "guard.py"
+           for i, line in enumerate(p.read_text().splitlines(), 1) if "is_current_stream_capturing" in line]
+    assert not bad, bad
+
+
 ENV_READ = re.compile(r"os\.(environ|getenv)")
 
 

@@ -204,6 +204,37 @@ def test_draft_decode_expand_plan():
     assert plan.cache_seqlens.tolist() == [2, 2, 2, 2] and plan.page_size == 1
 
 
+def test_ensure_bound_binds_once_per_source_and_follows_in_place_updates():
+    """Every adapter binds through LayerRunner.ensure_bound: a source's tensors are used by reference (an in-place
+    update, as weight loading does, is seen), another tensor object binds again; FP8 scales become descales."""
+    gen = torch.Generator().manual_seed(5)
+    page, lens = 4, [6, 3]
+    kc = torch.randn(4, page, 1, 8, generator=gen)
+    vc = torch.randn_like(kc)
+    q = torch.randn(2, 2, 8, generator=gen)
+    table, seq, cu = t(0, 1, 2, 3).reshape(2, 2), t(*lens), t(0, 1, 2)
+    plan = plan_step(StepInputs(mode=Mode.DECODE, cu_seqlens_q=cu, seq_lens=seq, page_table=table, page_size=page,
+                                max_seqlen_q=1, max_seqlen_k=8, num_tokens=2))
+    runner = LayerRunner(LayerSpec(2, 1, 8, 8 ** -0.5, dtype=torch.float32, kv_dtype=torch.float32, has_sinks=True),
+                         "cpu", page)
+
+    def check(sinks):
+        want, _ = naive_paged_attention(q, kc, vc, table, seq, cu, sinks=sinks)
+        assert_close_to(runner.forward(plan, q, kc, vc), want, torch.float32)
+
+    layer, sinks = object(), torch.tensor([0.5, -1.0])
+    runner.ensure_bound(layer, sinks=sinks)
+    check(sinks)
+    sinks.copy_(torch.tensor([3.0, 2.0]))  # weight loading: in place, the same object
+    runner.ensure_bound(layer, sinks=sinks)
+    check(sinks)
+    other = torch.tensor([-4.0, 1.0])
+    runner.ensure_bound(layer, sinks=other)  # another tensor object: bound again
+    check(other)
+    with pytest.raises(ValueError, match="has_sinks"):
+        runner.ensure_bound(object())  # a sinks layer bound without its sinks
+
+
 # ---- the per-layer run picks the right sub-plan -------------------------------------
 
 def _runner(**kw):

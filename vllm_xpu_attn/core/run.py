@@ -15,9 +15,8 @@ from typing import Optional
 import torch
 
 from .. import env
-from ..kernels.api import KernelProvider, KernelRequest, Phase, select_provider
-from ..kernels.api import PagedLaunch
-from ..kernels.api import LayerTensors, LayerConsts, call_id
+from ..kernels.api import (KernelProvider, KernelRequest, LayerConsts, LayerTensors, PagedLaunch, Phase, call_id,
+                           fp8_descale, select_provider)
 from .types import PagedStep, AttentionKind, LayerSpec, StepPlan
 
 logger = logging.getLogger("vllm_xpu_attn")
@@ -124,6 +123,7 @@ class LayerRunner:
         self.mha_provider = select_provider(mha_request(spec, dev), override) if spec.mla is not None else None
         # the layer's tensors (ALiBi from the spec; sinks and FP8 descales from bind()), bound once
         self._unbound_sinks = spec.has_sinks
+        self._bound_from: Optional[tuple] = None  # (source, sinks, k_scale, v_scale) of ensure_bound's last bind
         self._bind(sinks=None, k_descale=None, v_descale=None)
 
     def bind(self, *, sinks: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
@@ -139,6 +139,22 @@ class LayerRunner:
                              "tensor: LayerRunner.bind(sinks=...)")
         self._bind(sinks=sinks, k_descale=k_descale, v_descale=v_descale)
         self._unbound_sinks = False
+
+    def ensure_bound(self, source: object, *, sinks: Optional[torch.Tensor] = None,
+                     k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None) -> None:
+        """Bind the layer's tensors from the engine's layer object ``source``, unless bound from it already.
+
+        sinks [Hq] float; k_scale / v_scale: the engine's per-tensor KV scales (fp32 scalar or [1]), used as
+        the descales of an FP8 cache and ignored otherwise. Engines update these tensors in place (weight
+        loading), so one bind per source is enough; another source object, or other tensor objects, bind
+        again. Per call: four identity compares. Every adapter binds through this one method."""
+        bound = self._bound_from
+        if bound is not None and bound[0] is source and bound[1] is sinks and bound[2] is k_scale \
+                and bound[3] is v_scale:
+            return
+        kv = self.spec.kv_dtype
+        self.bind(sinks=sinks, k_descale=fp8_descale(kv, k_scale), v_descale=fp8_descale(kv, v_scale))
+        self._bound_from = (source, sinks, k_scale, v_scale)
 
     def _bind(self, *, sinks, k_descale, v_descale) -> None:
         self._args = LayerTensors.make(self._call, device=self.device, kv_dtype=self.spec.kv_dtype, sinks=sinks,

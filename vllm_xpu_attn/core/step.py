@@ -15,7 +15,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from . import cross, local_attn, paging, spec_decode
-from ..kernels.api import FLAGS
+from ..kernels.api import FLAGS, capturing
 from .types import PagedStep, Mode, StepPlan
 
 SwaMapping = Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
@@ -128,7 +128,7 @@ def _arange_i32(n: int, device: torch.device) -> torch.Tensor:
     buf = _ARANGE.get(device)
     if buf is not None and buf.shape[0] >= n:
         return buf[:n]
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    if capturing(device):
         return torch.arange(n, dtype=torch.int32, device=device)
     size = max(n, 4097, 2 * (buf.shape[0] if buf is not None else 0))
     old = buf

@@ -90,8 +90,8 @@ def configure(manager) -> None:
     for mod in mods:
         spec = layer_spec(mod, param.dtype)
         runner = LayerRunner(spec, param.device, page)
-        if spec.has_sinks:
-            runner.bind(sinks=mod.sinks)  # the module's parameter, bound once (GPT-OSS passes it as s_aux too)
+        if spec.has_sinks:  # the module's parameter, bound once (GPT-OSS passes it as s_aux too)
+            runner.ensure_bound(mod, sinks=mod.sinks)
         setattr(mod, _RUNNER, runner)
     logger.info("vllm-xpu-attn: transformers %s continuous batching, %d layers, page %d, providers %s",
                 compat.version(), len(mods), page, runner.providers_used())

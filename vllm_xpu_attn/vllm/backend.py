@@ -302,7 +302,6 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         page_size = compat.get_current_vllm_config().cache_config.block_size
         # Providers are chosen now, so an unservable layer fails at start-up with every reason.
         self.runner = LayerRunner(self.spec, current_platform.device_type, page_size)
-        self._bound_to = None  # the vLLM layer whose sinks / FP8 scales the runner holds (bound at its first run)
         graphs.record(GRAPH_GROUP, self.runner)  # the builders (made after the layers) then may declare NEVER
         tp_rank, tp_size = compat.tp_rank_and_size()  # per-rank head shards are visible in the log (TP tests)
         logger.info("vllm-xpu-attn: layer Hq=%d Hkv=%d D=%d window=%s kind=%s tp_rank=%d/%d -> providers %s",
@@ -322,10 +321,8 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
             raise NotImplementedError("vllm-xpu-attn: fused output quantization is not supported")
         if attn_metadata is None:  # profiling / warm-up run
             return output
-        if self._bound_to is not layer:  # once: after weight loading, which updates these tensors in place
-            k_descale, v_descale = self._descales(layer)
-            self.runner.bind(sinks=self.sinks, k_descale=k_descale, v_descale=v_descale)
-            self._bound_to = layer
+        # bound at the layer's first run: after weight loading, which updates these tensors in place
+        self.runner.ensure_bound(layer, sinks=self.sinks, k_scale=layer._k_scale, v_scale=layer._v_scale)
         out = output.view(-1, self.num_heads, self.head_size)
         plan = attn_metadata.plan
         n = plan.num_tokens

@@ -191,7 +191,6 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
                                       batch_invariant=compat.vllm_batch_invariant() or batch_invariant_requested())
         self.page_size = cfg.cache_config.block_size
         self.runner = LayerRunner(self.spec, current_platform.device_type, self.page_size)
-        self._bound_to = None  # the vLLM layer whose FP8 scale the runner holds (bound at its first decode)
         graphs.record(GRAPH_GROUP, self.runner)
         logger.info("vllm-xpu-attn: MLA layer H=%d kv_lora_rank=%d rope=%d nope=%d v=%d kv=%s page=%d -> providers %s",
                     num_heads, self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim,
@@ -236,10 +235,9 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
         q = torch.cat(q, dim=-1)
         cache = compat.mla_cache_view(kv_c_and_k_pe_cache, self.kv_cache_dtype)
         out = torch.empty(q.shape[0], self.num_heads, self.kv_lora_rank, dtype=q.dtype, device=q.device)
-        if self._bound_to is not layer:  # once: after weight loading, which updates _k_scale in place
-            scale = self._kv_scale(layer._k_scale)
-            self.runner.bind(k_descale=scale, v_descale=scale)
-            self._bound_to = layer
+        # bound at the layer's first decode, after weight loading (which updates _k_scale in place); one latent
+        # cache, one scale for keys and values
+        self.runner.ensure_bound(layer, k_scale=layer._k_scale, v_scale=layer._k_scale)
         self.runner.forward_mla(dec.plan, q, cache, out)
         return out, None
 
