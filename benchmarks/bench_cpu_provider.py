@@ -31,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-BACKENDS = ("own", "ours", "reference")  # reference = ours with VLLM_XPU_ATTN_KERNEL=reference
+BACKENDS = ("own", "ours", "reference")  # reference = ours with XPU_ATTN_KERNEL=reference
 
 
 # ---- worker: one engine process ---------------------------------------------------------------
@@ -107,9 +107,9 @@ def worker_sglang(a) -> dict:
 
 def worker(a) -> int:
     if a.backend == "reference":
-        os.environ["VLLM_XPU_ATTN_KERNEL"] = "reference"
+        os.environ["XPU_ATTN_KERNEL"] = "reference"
     else:
-        os.environ.pop("VLLM_XPU_ATTN_KERNEL", None)
+        os.environ.pop("XPU_ATTN_KERNEL", None)
     res = (worker_vllm if a.engine == "vllm" else worker_sglang)(a)
     if a.engine == "vllm" and a.backend != "own":
         from vllm_xpu_attn.kernels.api import chosen_providers
@@ -134,7 +134,7 @@ def summarise(raw: dict, batch: int, max_tokens: int) -> dict:
 def run_one(py: str, engine: str, model: str, backend: str, a, tmp: Path, chat: bool) -> dict:
     out = tmp / f"{engine}-{Path(model).name}-{backend}.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
-    env.pop("VLLM_XPU_ATTN_KERNEL", None)
+    env.pop("XPU_ATTN_KERNEL", None)
     path = [str(ROOT), str(ROOT / "tests" / "support")]
     if engine == "sglang":
         path.insert(0, str(ROOT / "sglang_compat" / "cpu_shims"))

@@ -50,11 +50,11 @@ class XpuAttnSGLangBackend(AttentionBackend):
         sa = model_runner.server_args
         # as SGLang resolved them (NGRAM's tree breadth, default draft counts), not only what the user passed
         self.topk, self.num_draft = spec_params(model_runner)
-        # SGLang's --enable-deterministic-inference (or VLLM_XPU_ATTN_BATCH_INVARIANT=1): batch-invariant kernels
+        # SGLang's --enable-deterministic-inference (or XPU_ATTN_BATCH_INVARIANT=1): batch-invariant kernels
         self.batch_invariant = bool(getattr(sa, "enable_deterministic_inference", False)) or batch_invariant_requested()
         self.speculative_step_id = speculative_step_id
         self.speculative_num_steps = speculative_num_steps
-        # VLLM_XPU_ATTN_LOG_LEVEL=DEBUG: one line per planned step (which model runner, SGLang's mode, our plan)
+        # XPU_ATTN_LOG_LEVEL=DEBUG: one line per planned step (which model runner, SGLang's mode, our plan)
         self._trace = logger.isEnabledFor(logging.DEBUG)
         self._role = "draft" if getattr(model_runner, "is_draft_worker", False) else "target"
         self.spec_shape = core.SpecDecodeShape(topk=max(self.topk, 1), num_draft=self.num_draft,

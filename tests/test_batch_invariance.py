@@ -1,4 +1,4 @@
-"""Batch-invariant mode (VLLM_XPU_ATTN_BATCH_INVARIANT=1, SGLang's --enable-deterministic-inference,
+"""Batch-invariant mode (XPU_ATTN_BATCH_INVARIANT=1, SGLang's --enable-deterministic-inference,
 vLLM's VLLM_BATCH_INVARIANT=1): a sequence's output is bitwise the same whatever else is in the
 batch (alone, in 3, in 17 with a long context and prefill rows) and however its prefill is chunked
 (1, 2 or 5 chunks). Triton runs through its interpreter here (and at real sizes on the GPU:

@@ -114,7 +114,7 @@ def test_doctor_reports_vendor_versions_and_probed_capabilities():
     import re
 
     here = os.path.dirname(__file__)
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "VLLM_XPU_ATTN_PROBE_DEVICE": "cpu",
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "XPU_ATTN_PROBE_DEVICE": "cpu",
            "PYTHONPATH": os.pathsep.join([os.path.join(here, "fakes"), here])}
     p = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor", "--device", "xpu", "--softcap", "30",
                         "--head-dim", "64", "--mla"], capture_output=True, text=True, timeout=120, env=env)

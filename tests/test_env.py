@@ -43,3 +43,22 @@ def test_all_bad_values_in_one_error(monkeypatch):
     with pytest.raises(ValueError) as e:
         env.validate()
     assert env.SYNC_CHECKS in str(e.value) and env.AS_INTEL_XPU in str(e.value)
+
+
+def test_old_vllm_prefixed_names_still_read_with_one_deprecation_line(monkeypatch, caplog):
+    """One prefix (XPU_ATTN_); the first spellings (VLLM_XPU_ATTN_*) are read when the new name is unset, logged
+    once as deprecated; the new name wins when both are set; a bad old value is named by configuration."""
+    monkeypatch.delenv(env.KERNEL, raising=False)
+    monkeypatch.setenv("VLLM_" + env.KERNEL, "reference")
+    with caplog.at_level("WARNING", logger="vllm_xpu_attn"):
+        assert env.text(env.KERNEL) == "reference"
+        assert env.text(env.KERNEL) == "reference"
+    lines = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert lines == [f"VLLM_{env.KERNEL} is deprecated: set {env.KERNEL} instead (read for now)"], lines
+    monkeypatch.setenv(env.KERNEL, "torch_sdpa")
+    assert env.text(env.KERNEL) == "torch_sdpa"
+    monkeypatch.delenv(env.BATCH_INVARIANT, raising=False)
+    monkeypatch.setenv("VLLM_" + env.BATCH_INVARIANT, "maybe")
+    with pytest.raises(ValueError, match=env.BATCH_INVARIANT):
+        env.validate()
+    assert all(v.name.startswith("XPU_ATTN_") for v in env.VARIABLES)

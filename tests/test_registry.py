@@ -55,10 +55,10 @@ def test_priority_reasons_and_fallback(monkeypatch):
         assert rows["torch_sdpa"] == [] and rows["reference"] == []
         assert select_provider(req(head_dim=64)).name == "torch_sdpa"
         assert select_provider(req(head_dim=128)).name == "narrow"
-        monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "narrow")
+        monkeypatch.setenv("XPU_ATTN_KERNEL", "narrow")
         with pytest.raises(NoProviderError, match="forced .* head dim 64 not in"):
             select_provider(req(head_dim=64))
-        monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "reference")
+        monkeypatch.setenv("XPU_ATTN_KERNEL", "reference")
         assert select_provider(req(head_dim=128)).name == "reference"
     finally:
         reg.unregister_provider("narrow")

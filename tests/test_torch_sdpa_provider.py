@@ -138,15 +138,15 @@ def test_declared_refusals_name_the_reason():
 
 def test_cpu_priority_torch_sdpa_then_reference(monkeypatch):
     """The CPU picks torch_sdpa; what it refuses goes to the reference (logged with its reasons), never silently;
-    forcing the reference still works (VLLM_XPU_ATTN_KERNEL)."""
-    monkeypatch.delenv("VLLM_XPU_ATTN_KERNEL", raising=False)
+    forcing the reference still works (XPU_ATTN_KERNEL)."""
+    monkeypatch.delenv("XPU_ATTN_KERNEL", raising=False)
     assert select_provider(_req(phase=Phase.DECODE)).name == "torch_sdpa"
     assert select_provider(_req(phase=Phase.PREFILL, has_sinks=True, window=(8, 0))).name == "torch_sdpa"
     assert select_provider(_req(softcap=30.0)).name == "torch_sdpa"
     assert select_provider(_req(batch_invariant=True)).name == "reference"
-    monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "reference")
+    monkeypatch.setenv("XPU_ATTN_KERNEL", "reference")
     assert select_provider(_req()).name == "reference"
-    monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "torch_sdpa")
+    monkeypatch.setenv("XPU_ATTN_KERNEL", "torch_sdpa")
     with pytest.raises(ValueError, match="forced .* no batch-invariant support"):
         select_provider(_req(batch_invariant=True))
 

@@ -1,5 +1,9 @@
 """Every environment variable this package reads, in one table, and the one parser of each kind.
 
+One prefix, ``XPU_ATTN_`` (not ``VLLM_``: vLLM warns about ``VLLM_`` variables it does not know, and the
+variables serve SGLang and transformers too). The first spellings, ``VLLM_XPU_ATTN_*``, are
+still read when the new name is unset, with one deprecation line in the log per old name.
+
 docs/usage.md's variable table is this table (tests/test_docs.py checks they agree). Read the
 variables through these functions only: one truth for what counts as "on", and a new variable is one
 row here plus its docs line. Values are read when asked (not at import), so a test or a launcher that
@@ -18,14 +22,14 @@ class Var(NamedTuple):
 
 ENABLE = "XPU_ATTN_ENABLE"  # not VLLM_*: vLLM warns about VLLM_ variables it does not know
 AS_INTEL_XPU = "XPU_ATTN_AS_INTEL_XPU"
-KERNEL = "VLLM_XPU_ATTN_KERNEL"
-BATCH_INVARIANT = "VLLM_XPU_ATTN_BATCH_INVARIANT"
-SYNC_CHECKS = "VLLM_XPU_ATTN_SYNC_CHECKS"
-FAST_LAUNCH = "VLLM_XPU_ATTN_FAST_LAUNCH"
-WARMUP = "VLLM_XPU_ATTN_WARMUP"
-LOG_LEVEL = "VLLM_XPU_ATTN_LOG_LEVEL"
-TRUST_VLLM_XPU_KERNELS = "VLLM_XPU_ATTN_TRUST_VLLM_XPU_KERNELS"
-PROBE_DEVICE = "VLLM_XPU_ATTN_PROBE_DEVICE"
+KERNEL = "XPU_ATTN_KERNEL"
+BATCH_INVARIANT = "XPU_ATTN_BATCH_INVARIANT"
+SYNC_CHECKS = "XPU_ATTN_SYNC_CHECKS"
+FAST_LAUNCH = "XPU_ATTN_FAST_LAUNCH"
+WARMUP = "XPU_ATTN_WARMUP"
+LOG_LEVEL = "XPU_ATTN_LOG_LEVEL"
+TRUST_VLLM_XPU_KERNELS = "XPU_ATTN_TRUST_VLLM_XPU_KERNELS"
+PROBE_DEVICE = "XPU_ATTN_PROBE_DEVICE"
 ALLOW_UNTESTED = "XPU_ATTN_ALLOW_UNTESTED"  # every engine's gate, like XPU_ATTN_ENABLE: not VLLM_*
 
 VARIABLES: tuple[Var, ...] = (
@@ -44,6 +48,23 @@ VARIABLES: tuple[Var, ...] = (
     Var(PROBE_DEVICE, "xpu", "device the sgl-kernel wrappers probe their build on (the tests' fakes use `cpu`)"),
 )
 _KNOWN = {v.name: v for v in VARIABLES}
+OLD_PREFIX = "VLLM_"  # VLLM_XPU_ATTN_KERNEL etc.: the first spellings, read as deprecated aliases
+_warned: set[str] = set()
+
+
+def _raw(name: str) -> str:
+    """The variable's value as set (stripped; "" when unset), from its old ``VLLM_``-prefixed spelling when only
+    that is set (logged once per name as deprecated)."""
+    value = os.environ.get(name, "").strip()
+    old = OLD_PREFIX + name
+    if not value and old in os.environ and name not in (ENABLE, AS_INTEL_XPU, ALLOW_UNTESTED):
+        value = os.environ[old].strip()
+        if old not in _warned:
+            _warned.add(old)
+            import logging
+
+            logging.getLogger("vllm_xpu_attn").warning("%s is deprecated: set %s instead (read for now)", old, name)
+    return value
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -57,14 +78,14 @@ def _known(name: str) -> Var:
 def flag(name: str) -> Optional[bool]:
     """True / False for a set variable ("1/true/yes/on" vs "0/false/no/off", any case), its documented default
     when unset or empty (None when that default is unset too). Anything else is an error naming the variable."""
-    raw = os.environ.get(name, "").strip().lower() or _known(name).default
+    raw = _raw(name).lower() or _known(name).default
     if not raw:
         return None
     if raw in _TRUE:
         return True
     if raw in _FALSE:
         return False
-    raise ValueError(f"{name}={os.environ.get(name)!r}: expected one of {'/'.join(_TRUE + _FALSE)}")
+    raise ValueError(f"{name}={raw!r}: expected one of {'/'.join(_TRUE + _FALSE)}")
 
 
 def validate() -> None:
@@ -72,7 +93,7 @@ def validate() -> None:
     package is configured: plugin load, layer set-up), so a typo fails start-up instead of a later launch."""
     bad = []
     for v in VARIABLES:
-        raw = os.environ.get(v.name, "").strip()
+        raw = _raw(v.name)
         if not raw:
             continue
         if v.default in ("0", "1") or v.name == ENABLE:  # on/off switches
@@ -91,7 +112,7 @@ def on(name: str) -> bool:
 
 def text(name: str) -> Optional[str]:
     """The variable's value (stripped), or its documented default; None when both are unset."""
-    return os.environ.get(name, "").strip() or _known(name).default or None
+    return _raw(name) or _known(name).default or None
 
 
 def triton_interpreting() -> bool:

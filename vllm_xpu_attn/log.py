@@ -1,5 +1,5 @@
 """The package logger ("vllm_xpu_attn"). Engines configure only their own loggers, so the
-adapters attach a stderr handler once; VLLM_XPU_ATTN_LOG_LEVEL sets the level (default INFO)."""
+adapters attach a stderr handler once; XPU_ATTN_LOG_LEVEL sets the level (default INFO)."""
 
 import logging
 

@@ -466,7 +466,7 @@ def test_warm_up_then_serve_matches_reference(kind, monkeypatch):
     this too), and the served steps after it match the reference, split-K decode included."""
     from vllm_xpu_attn.kernels.providers.triton import warmup
 
-    monkeypatch.setenv("VLLM_XPU_ATTN_WARMUP", "1")
+    monkeypatch.setenv("XPU_ATTN_WARMUP", "1")
     prov = type(TRITON)()
     g = torch.Generator(device=DEV).manual_seed(7)
     hq, hkv, d, dv, kvdt, kw = {

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.." || exit 2
 export PYTHONPATH=..:.:support
 # every random layout is a new layer kind: compiling all the variants it could launch (warm-up) would multiply the
 # suite's compile time; it checks what each layout launches. benchmarks/bench_compile_stalls.py covers warm-up.
-export VLLM_XPU_ATTN_WARMUP=0
+export XPU_ATTN_WARMUP=0
 pids=()
 for s in $(seq "$seed0" $((seed0 + procs - 1))); do
   VXA_GPU_PROGRESS="$out/progress-$s.txt" VXA_GPU_EXAMPLES=$n python -m pytest -q gpu/gpu_check_triton.py \

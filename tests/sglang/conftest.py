@@ -35,12 +35,12 @@ def models(tmp_path_factory):
 
 
 def run_sglang(model: str, tmp_path: Path, backend: str, args=(), tag="run", kernel: str | None = None) -> dict:
-    """One SGLang process; ``kernel`` forces this backend's kernel provider (VLLM_XPU_ATTN_KERNEL)."""
+    """One SGLang process; ``kernel`` forces this backend's kernel provider (XPU_ATTN_KERNEL)."""
     out = tmp_path / f"{tag}-{backend}{'-' + kernel if kernel else ''}.json"
     env = sglang_env()
-    env.pop("VLLM_XPU_ATTN_KERNEL", None)
+    env.pop("XPU_ATTN_KERNEL", None)
     if kernel:
-        env["VLLM_XPU_ATTN_KERNEL"] = kernel
+        env["XPU_ATTN_KERNEL"] = kernel
     proc = subprocess.run([sys.executable, str(HERE / "run_sglang.py"), model, str(out), "--backend", backend,
                            *map(str, args)], env=env, capture_output=True, text=True, timeout=1200)
     log = proc.stdout + proc.stderr
@@ -62,12 +62,12 @@ def run_sglang_batch(jobs: dict[str, tuple], tmp_path: Path, name: str = "batch"
     plan = []
     for tag, (model, backend, args, *extra) in jobs.items():
         kernel, env = (list(extra) + [None, None])[:2]
-        env = dict(env or {}, **({"VLLM_XPU_ATTN_KERNEL": kernel} if kernel else {}))
+        env = dict(env or {}, **({"XPU_ATTN_KERNEL": kernel} if kernel else {}))
         plan.append({"model": str(model), "out": str(outs[tag]), "args": ["--backend", backend, *map(str, args)],
                      "env": env})
     spec.write_text(json.dumps(plan))
     env = sglang_env()
-    env.pop("VLLM_XPU_ATTN_KERNEL", None)
+    env.pop("XPU_ATTN_KERNEL", None)
     proc = subprocess.run([sys.executable, str(HERE / "run_sglang.py"), "--batch", str(spec)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600 + 400 * len(jobs))
     log = proc.stdout

@@ -147,7 +147,7 @@ def test_sinks_are_found_at_start_up(monkeypatch):
         features = ReferenceProvider.features - {"sinks"}
 
     register_provider("no_sinks", NoSinks, devices={"cpu": 0})
-    monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "no_sinks")
+    monkeypatch.setenv("XPU_ATTN_KERNEL", "no_sinks")
     try:
         with pytest.raises(NoProviderError, match="sinks"):  # at construction, not at the first request
             _backend(runner)

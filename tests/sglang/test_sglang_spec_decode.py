@@ -3,7 +3,7 @@
 Greedy output with speculation must equal SGLang + this backend without it and SGLang's torch_native
 without it, token for token (top-5 logprobs within the parity tolerance); SGLang's per-request
 ``spec_*`` meta_info must report accepted drafts; and this backend must have planned the target's
-verify steps (and EAGLE's draft extend / draft decode steps): with ``VLLM_XPU_ATTN_LOG_LEVEL=DEBUG``
+verify steps (and EAGLE's draft extend / draft decode steps): with ``XPU_ATTN_LOG_LEVEL=DEBUG``
 the adapter logs one line per planned step, counted here.
 
 SGLang has no EAGLE draft backend for torch_native (speculative/draft_utils.py's backend maps have no
@@ -57,7 +57,7 @@ def spec(tmp_path_factory):
     prompts.write_text(json.dumps(PROMPTS))
     args = ["--max-tokens", "32", "--prompts-json", prompts]
     jobs = {"base": (target, "torch_native", args), "ours": (target, "xpu_attn", args)}
-    spec_env = {"PYTHONPATH": STUBS + os.pathsep + SHIMS, "TRITON_INTERPRET": "1", "VLLM_XPU_ATTN_LOG_LEVEL": "DEBUG"}
+    spec_env = {"PYTHONPATH": STUBS + os.pathsep + SHIMS, "TRITON_INTERPRET": "1", "XPU_ATTN_LOG_LEVEL": "DEBUG"}
     for name, (cfg, _) in CONFIGS.items():
         cfg = dict(cfg)
         if cfg["speculative_algorithm"] == "EAGLE":

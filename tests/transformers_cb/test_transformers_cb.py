@@ -196,7 +196,7 @@ def test_unservable_layer_refused_at_start_up(monkeypatch, case):
     """Refused when CB starts (the manager's construction), with the reason; nothing generated."""
     model = _model(_family("qwen2"))
     if case == "forced_provider":  # Triton has no CPU kernels (its interpreter is for tests only)
-        monkeypatch.setenv("VLLM_XPU_ATTN_KERNEL", "triton")
+        monkeypatch.setenv("XPU_ATTN_KERNEL", "triton")
         match = "triton.*cannot serve"
     else:
         model.model.layers[1].self_attn.is_causal = False

@@ -28,12 +28,12 @@ def models(tmp_path_factory):
 def run_vllm(model: str, tmp_path: Path, *, ours: bool, multiprocess: bool = False, args=(), tag="run",
              kernel: str | None = None) -> dict:
     """One vLLM process; returns the JSON it wrote plus its combined log under 'log'. ``kernel`` forces this
-    backend's kernel provider (VLLM_XPU_ATTN_KERNEL), e.g. "reference" to cover the oracle end to end."""
+    backend's kernel provider (XPU_ATTN_KERNEL), e.g. "reference" to cover the oracle end to end."""
     out = tmp_path / f"{tag}-{'ours' if ours else 'vllm'}{'-' + kernel if kernel else ''}.json"
     env = dict(os.environ, **BASE_ENV)
-    env.pop("VLLM_XPU_ATTN_KERNEL", None)
+    env.pop("XPU_ATTN_KERNEL", None)
     if kernel:
-        env["VLLM_XPU_ATTN_KERNEL"] = kernel
+        env["XPU_ATTN_KERNEL"] = kernel
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
     env["XPU_ATTN_ENABLE"] = "1" if ours else "0"
     proc = subprocess.run([sys.executable, str(HERE / "run_vllm.py"), model, str(out), *map(str, args)],
@@ -58,9 +58,9 @@ def run_vllm_batch(jobs: dict[str, tuple[str, list]], tmp_path: Path, *, ours: b
     spec.write_text(json.dumps([{"model": str(m), "out": str(outs[t]), "args": [str(x) for x in args]}
                                 for t, (m, args) in jobs.items()]))
     env = dict(os.environ, **BASE_ENV)
-    env.pop("VLLM_XPU_ATTN_KERNEL", None)
+    env.pop("XPU_ATTN_KERNEL", None)
     if kernel:
-        env["VLLM_XPU_ATTN_KERNEL"] = kernel
+        env["XPU_ATTN_KERNEL"] = kernel
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     env["XPU_ATTN_ENABLE"] = "1" if ours else "0"
     proc = subprocess.run([sys.executable, str(HERE / "run_vllm.py"), "--batch", str(spec)], env=env,

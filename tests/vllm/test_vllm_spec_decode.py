@@ -3,7 +3,7 @@
 Greedy output with speculation must equal the same engine + this backend without it and vLLM's own
 CPU_ATTN without it, token for token (top-5 logprobs within the parity tolerance); vLLM's spec-decode
 metrics must report accepted drafts; and this backend's builder must have planned the steps: with
-``VLLM_XPU_ATTN_LOG_LEVEL=DEBUG`` it logs one line per step, and the target's verify rows
+``XPU_ATTN_LOG_LEVEL=DEBUG`` it logs one line per step, and the target's verify rows
 (not prefilling, 2..1+k queries) and the EAGLE drafter's steps (its own layers, role=draft) are
 counted from them. vLLM 0.32 has no tree speculation (chains only), so top-k > 1 is SGLang's.
 
@@ -56,7 +56,7 @@ def spec(tmp_path_factory):
     groups = [("nospec", "ngram"), ("llama4-nospec", "llama4-ngram"), ("eagle",)]
     runs = Runs("vLLM")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_XPU_ATTN_LOG_LEVEL", "DEBUG")  # the builder's per-step lines
+        mp.setenv("XPU_ATTN_LOG_LEVEL", "DEBUG")  # the builder's per-step lines
         for i, group in enumerate(groups):
             dict.update(runs, dict.items(run_vllm_batch({t: ours[t] for t in group}, root, ours=True, name=f"spec{i}")))
     return {"runs": runs, "base": run_vllm_batch({"nospec": ours["nospec"]}, root, ours=False, name="spec")["nospec"],

@@ -144,7 +144,7 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         # persistent int32 buffers for what needs converting (the runner's are int32 already: then unused)
         self._buffers = {"seq_lens": torch.zeros(max_reqs, **i32), "cu_seqlens_q": torch.zeros(max_reqs + 1, **i32),
                          "encoder_lens": torch.zeros(max_reqs, **i32)}
-        # VLLM_XPU_ATTN_LOG_LEVEL=DEBUG: one line per planned step (which group, query lengths, spec rows)
+        # XPU_ATTN_LOG_LEVEL=DEBUG: one line per planned step (which group, query lengths, spec rows)
         self._trace = logger.isEnabledFor(logging.DEBUG)
         spec = getattr(vllm_config, "speculative_config", None)
         self._spec_k = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec is not None else 0

@@ -21,7 +21,7 @@ ENV_BATCH_INVARIANT = env.BATCH_INVARIANT
 
 
 def batch_invariant_requested() -> bool:
-    """``VLLM_XPU_ATTN_BATCH_INVARIANT=1``: every sequence's output bitwise independent of the batch."""
+    """``XPU_ATTN_BATCH_INVARIANT=1``: every sequence's output bitwise independent of the batch."""
     return env.on(env.BATCH_INVARIANT)
 
 
@@ -144,7 +144,7 @@ class KernelProvider:
 
         q [total_q, Hq, D], k_cache/v_cache [pages, page, Hkv, D|Dv], page_table int32 [B, max_pages],
         cache_seqlens int32 [B], cu_seqlens_q int32 [B+1] -> out [total_q, Hq, Dv] (written into ``out``
-        when given) (, lse [Hq, total_q] fp32). ``batch_invariant`` (default: $VLLM_XPU_ATTN_BATCH_INVARIANT)
+        when given) (, lse [Hq, total_q] fp32). ``batch_invariant`` (default: $XPU_ATTN_BATCH_INVARIANT)
         asks for outputs bitwise independent of the rest of the batch.
         """
         return self._one_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,

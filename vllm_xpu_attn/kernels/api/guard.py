@@ -9,7 +9,7 @@ numbers), and record what they found in a small per-device int32 buffer.
 The buffer is read at step boundaries: every ``poll`` (called by ``plan_step`` and the providers'
 per-step planning) raises for what an earlier step recorded and enqueues an asynchronous copy of
 the buffer to pinned host memory for a later poll, so a bad step is reported one or two steps later
-with no extra synchronisation. ``VLLM_XPU_ATTN_SYNC_CHECKS=1`` checks synchronously after every
+with no extra synchronisation. ``XPU_ATTN_SYNC_CHECKS=1`` checks synchronously after every
 launch instead (debugging: it costs a device sync per layer).
 """
 
@@ -34,7 +34,7 @@ SLOTS = 2 * len(CODES)  # per code: (max index + 1, one bad value)
 
 
 def sync_checks() -> bool:
-    """``VLLM_XPU_ATTN_SYNC_CHECKS=1``: check after every launch, synchronously."""
+    """``XPU_ATTN_SYNC_CHECKS=1``: check after every launch, synchronously."""
     return env.on(env.SYNC_CHECKS)
 
 
@@ -48,7 +48,7 @@ class DeviceErrorFlags:
 
     @property
     def sync(self) -> bool:
-        """``VLLM_XPU_ATTN_SYNC_CHECKS``, read once at first use (not at import: a bad value is reported where
+        """``XPU_ATTN_SYNC_CHECKS``, read once at first use (not at import: a bad value is reported where
         the package is configured, env.validate)."""
         if self._sync is None:
             self._sync = sync_checks()
@@ -80,7 +80,7 @@ class DeviceErrorFlags:
             host.copy_(buf, non_blocking=True)
 
     def check_now(self, device: torch.device) -> None:
-        """Synchronous check (``VLLM_XPU_ATTN_SYNC_CHECKS=1``, tests)."""
+        """Synchronous check (``XPU_ATTN_SYNC_CHECKS=1``, tests)."""
         buf = self._dev.get(device)
         if buf is not None:
             self._raise_if_set(buf.cpu(), device)

@@ -134,7 +134,7 @@ def explain(req: KernelRequest) -> list[tuple[str, list[str]]]:
 def select_provider(req: KernelRequest, override: Optional[str] = None) -> KernelProvider:
     """The first provider that can serve ``req`` (or the forced one), logged once.
 
-    ``override`` (or $VLLM_XPU_ATTN_KERNEL) forces a provider; if it cannot serve the
+    ``override`` (or $XPU_ATTN_KERNEL) forces a provider; if it cannot serve the
     request that is an error, not a silent fallback.
     """
     forced = override or env.text(env.KERNEL)

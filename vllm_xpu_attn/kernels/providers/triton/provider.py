@@ -134,7 +134,7 @@ class TritonProvider(KernelProvider):
         """On a GPU, the first call of a layer kind (the call, page size, dtypes, strides, per-layer tensors)
         compiles every kernel variant that kind can launch (warmup.py), so that no step shape met later while
         serving compiles one. Not while a graph is being captured (nothing may be added to it), nor with
-        VLLM_XPU_ATTN_WARMUP=0."""
+        XPU_ATTN_WARMUP=0."""
         if q.device.type not in ("cuda", "xpu") or capturing(q.device) or not env.flag(env.WARMUP):
             return
         key = (call_id(call), step.page_size, q.dtype, k_cache.dtype, v_cache.dtype, out.dtype, q.stride(),

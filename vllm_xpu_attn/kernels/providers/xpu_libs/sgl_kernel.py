@@ -47,7 +47,7 @@ class SglKernelProvider(XpuLibProvider):
     head_dims = frozenset({64, 96, 128, 192, 256, 512})
     # softcap, lse and page size 1 are further gated by probes of the installed build (extra_reasons)
     features = frozenset({Feature.WINDOW, Feature.SOFTCAP, Feature.SINKS, Feature.LSE, Feature.NON_CAUSAL})
-    probe_device: Optional[str] = None  # where probes run; None = VLLM_XPU_ATTN_PROBE_DEVICE (tests: the fake's CPU)
+    probe_device: Optional[str] = None  # where probes run; None = XPU_ATTN_PROBE_DEVICE (tests: the fake's CPU)
 
     def __init__(self) -> None:
         self.probes = Probes()
