@@ -94,3 +94,14 @@ def test_mla_layers_without_vendor_libraries_go_to_triton_with_reasons():
     assert any("not importable" in x for x in rows["sgl_kernel_mla"]), rows["sgl_kernel_mla"]
     assert any("sgl_kernel_mla serves" in x for x in rows["sgl_kernel"]), rows["sgl_kernel"]
     assert select_provider(r).name == "triton"
+
+
+def test_a_provider_defining_a_renamed_method_is_refused_at_class_creation():
+    """plan_paged became arm_paged: a third-party provider still overriding the old name is refused when its class
+    is made (it would otherwise be silently skipped and the base launch used)."""
+    from vllm_xpu_attn.kernels.api import KernelProvider
+
+    with pytest.raises(TypeError, match="arm_paged"):
+        class _Old(KernelProvider):  # noqa: F841
+            def plan_paged(self, step, call, **options):
+                return None

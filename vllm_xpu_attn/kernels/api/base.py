@@ -38,6 +38,16 @@ class KernelProvider:
       write_kv(k/v [T, Hkv, D], k_cache/v_cache, slot_mapping [T], k_scale, v_scale)
     """
 
+    # methods of the first development versions, renamed: a subclass defining one would never be called
+    _RENAMED: ClassVar[dict[str, str]] = {"plan_paged": "arm_paged"}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for old, new in KernelProvider._RENAMED.items():
+            if old in cls.__dict__:
+                raise TypeError(f"{cls.__name__}.{old}: the provider method is now {new!r} (same arguments); "
+                                f"rename it, or it would never be called")
+
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
     devices: ClassVar[frozenset[str]] = frozenset()
