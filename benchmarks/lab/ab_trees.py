@@ -42,7 +42,10 @@ def one_tree(tree: str, label: str) -> None:
     from timing import throughput
 
     assert vllm_xpu_attn.__file__.startswith(os.path.abspath(tree)), vllm_xpu_attn.__file__
-    from vllm_xpu_attn.kernels.api import get_provider
+    try:
+        from vllm_xpu_attn.kernels.api import get_provider
+    except ImportError:  # a tree from before kernels/api (up to 6d00e72)
+        from vllm_xpu_attn.kernels import get_provider
 
     tri = get_provider("triton")
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -74,27 +74,44 @@ def kernel_times(fn, reps: int = 20) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="two shapes, fewer tiles")
+    ap.add_argument("--kv", default="bf16", choices=["bf16", "e4m3", "e5m2"],
+                    help="cache dtype: an FP8 cache sweeps the decode_fp8 tile (per-tensor descales), and each shape "
+                         "first times the bf16 cache with the shipped configuration (the 1.8x target's baseline)")
+    ap.add_argument("--shapes", default=None, help="indices into SHAPES, comma-separated")
     args = ap.parse_args()
+    fp8 = {"bf16": None, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[args.kv]
+    phase = "decode" if fp8 is None else "decode_fp8"
     t_start = time.time()
     tri = get_provider("triton")
     tuning, fam = _tuning()
-    shipped_tile = tuning[fam]["decode"]
+    shipped_tile = tuning[fam][phase]
     bw = copy_tbps()
     print(json.dumps({"device": torch.cuda.get_device_name(), "family": fam, "copy_tbps": round(bw, 3),
-                      "shipped_decode_tile": shipped_tile}), flush=True)
+                      "kv": args.kv, "phase": phase, "shipped_tile": shipped_tile}), flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     tiles = [(16, n, w, s) for n, w, s in itertools.product([64, 128], [4, 8], [2, 3, 4])]
+    if fp8 is not None:
+        tiles = [(16, n, w, s) for n, w, s in itertools.product([32, 64, 128], [2, 4, 8], [2, 3, 4])]
     shapes = SHAPES[:2] if args.quick else SHAPES
+    if args.shapes:
+        shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
     if args.quick:
         tiles = [t for t in tiles if t[3] != 4]
     best = {}
     for batch, ctx in shapes:
         q, kc, vc, pt, seq, cu = paged_inputs(batch, 1, ctx, gen)
+        kw = {}
+        if fp8 is not None:
+            t16 = min(throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1)) for _ in range(3))
+            print(json.dumps({"shape": [batch, ctx], "what": "bf16 shipped (baseline)", "us": round(t16 * 1e6, 2)}))
+            scale = torch.ones(1, device="cuda", dtype=torch.float32)
+            kc, vc = kc.to(fp8), vc.to(fp8)
+            kw = dict(k_descale=scale, v_descale=scale)
         kv_bytes = 2 * batch * ctx * HKV * kc.shape[-1] * kc.element_size()
-        tuning[fam]["decode"] = shipped_tile
+        tuning[fam][phase] = shipped_tile
         tri.clear_caches()
         launch = tri.arm_paged if hasattr(tri, "arm_paged") else tri.plan_paged
-        ref = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1).float()
+        ref = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, **kw).float()
         shipped_splits = None
         try:
             from vllm_xpu_attn.kernels.api import LayerConsts, PagedStep
@@ -104,22 +121,23 @@ def main() -> None:
             shipped_splits = launch(step, call).num_splits
         except Exception as e:  # noqa: BLE001 - older trees name these differently
             shipped_splits = f"? {type(e).__name__}"
-        prof = kernel_times(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1))
-        t = min(throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1)) for _ in range(3))
+        prof = kernel_times(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, **kw))
+        t = min(throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, **kw)) for _ in range(3))
         rec = {"shape": [batch, ctx], "what": "shipped", "tile": shipped_tile, "splits": shipped_splits,
                "us": round(t * 1e6, 2), "pct_copy": round(kv_bytes / t / 1e12 / bw * 100, 1), "kernels_us": prof}
         print(json.dumps(rec), flush=True)
         best[f"{batch}x{ctx}"] = rec
         for tile in tiles:
-            tuning[fam]["decode"] = tile
+            tuning[fam][phase] = tile
             tri.clear_caches()
-            for ns in (4, 8, 16, 32, 64):
-                if ctx // ns < 512 or batch * HKV * ns > 8192:
+            for ns in (1, 2, 4, 8, 16, 32, 64):
+                if ctx // ns < 512 or batch * HKV * ns > 8192 or (ns == 1 and batch * HKV < 128):
                     continue
                 try:
-                    out = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, num_splits=ns)
+                    out = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, num_splits=ns, **kw)
                     err = float((out.float() - ref).abs().max())
-                    t = min(throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, num_splits=ns))
+                    t = min(throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, num_splits=ns,
+                                                                           **kw))
                             for _ in range(3))
                 except Exception as e:  # noqa: BLE001 - shared memory etc.
                     print(json.dumps({"shape": [batch, ctx], "tile": tile, "splits": ns, "error": str(e)[:100]}))
@@ -137,7 +155,7 @@ def main() -> None:
         if time.time() - t_start > 400:
             print(json.dumps({"stopped": "time", "after_shape": [batch, ctx]}))
             break
-    tuning[fam]["decode"] = shipped_tile
+    tuning[fam][phase] = shipped_tile
     print(json.dumps({"copy_tbps": round(bw, 3), "best": best, "wall_s": round(time.time() - t_start, 1)}))
 
 
