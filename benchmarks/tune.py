@@ -14,7 +14,8 @@ import torch
 from bench_attention import paged_inputs
 from timing import event_latency
 from vllm_xpu_attn.kernels.api import get_provider
-from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
+from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING
 
 
 def main():

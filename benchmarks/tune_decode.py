@@ -15,7 +15,8 @@ import torch
 from bench_attention import DECODE, HKV, paged_inputs
 from timing import copy_tbps, throughput
 from vllm_xpu_attn.kernels.api import get_provider
-from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
+from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING
 
 
 def main():
