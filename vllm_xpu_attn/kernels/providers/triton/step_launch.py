@@ -155,8 +155,8 @@ class TritonLaunch(PagedLaunch):
         armed = cfg.layers.get(key)
         if armed is None or armed.extras != extras:
             self.provider.warm_once(step, call, q, k_cache, v_cache, out, layer)  # every variant, once per layer kind
-            armed = cfg.layers[key] = Armed(*self._launchers(key, extras, q.dtype, k_cache.dtype, total_q, layer, per_head),
-                                          extras)
+            launchers = self._launchers(key, extras, q.dtype, k_cache.dtype, total_q, layer, per_head)
+            armed = cfg.layers[key] = Armed(*launchers, extras)
         attn, merge = armed.attn, armed.merge
         if cfg.mla_decode:
             if v_cache.data_ptr() != k_cache.data_ptr() or per_head:

@@ -40,7 +40,8 @@ def reachable_splits(dev_type: str, index: Optional[int], units: int) -> tuple[i
     return _reachable(launch_config.device_units(device), units)
 
 
-def layer_steps(call: LayerConsts, device: torch.device, page_size: int) -> list[tuple[PagedStep, Optional[int], Optional[bool]]]:
+def layer_steps(call: LayerConsts, device: torch.device,
+                page_size: int) -> list[tuple[PagedStep, Optional[int], Optional[bool]]]:
     """(dummy step, forced split count, forced descriptors) per variant a layer configuration can launch
     (variants.layer_points: decode at every reachable split count, prefill with descriptors as the device decides
     and, where the family has it, with pointer loads; batch-invariant mode has one variant). Each step: one
