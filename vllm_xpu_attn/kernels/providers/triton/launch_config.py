@@ -39,13 +39,14 @@ class LaunchConfig:
     tiles, splits x latent column programs) for absorbed MLA (tuning.MLA_LATENT_TILES);
     ``static``: the kernel's constexprs fixed by the step; ``bd`` / ``bdv``: head-dim tile widths;
     ``desc``: prefill K/V by tensor descriptor (``tensor_descriptors`` forces it on/off, None: by device);
-    ``variant``: the variants.StepVariant these come from; ``step_spec``: what Triton specialises on in the
+    ``variant``: the variants.StepVariant these come from; ``replay``: layers may take the per-layer hot path; ``step_spec``: what Triton specialises on in the
     step's own arguments (signature.step_specialisation); ``layers``: layer signature -> armed launch
     (step_launch.Armed), the second level of the cache whose first is the provider's configurations.
     """
 
     __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
-                 "group", "invariant", "mla_decode", "options", "desc", "variant", "step_spec", "layers", "family")
+                 "group", "invariant", "mla_decode", "options", "desc", "variant", "step_spec", "layers", "family",
+                 "replay")
 
     def __init__(self, step: PagedStep, call: LayerConsts, num_splits: Optional[int] = None, *,
                  tensor_descriptors: Optional[bool] = None):
@@ -81,4 +82,7 @@ class LaunchConfig:
                                                                               sv.stages, sv.options)
         self.num_splits, self.static, self.bd, self.bdv = sv.num_splits, sv.static, sv.bd, sv.bdv
         self.grid = (batch, sv.row_tiles, sv.grid_cols)
+        # whether a layer's launch may be replayed by the hot path (the call is part of the step signature): not
+        # with an LSE output (allocated per call) nor on the MLA kernel (checked every call)
+        self.replay = not call.return_lse and not sv.mla
         self.step_spec = step_specialisation(step)

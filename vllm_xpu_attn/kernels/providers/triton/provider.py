@@ -22,7 +22,7 @@ from ...api import (FLOAT_DTYPES, FP8_DTYPES, PagedStep, LayerTensors, LayerCons
 from ...api import FLAGS, capturing
 from .launch import FastLaunch
 from .launch_config import LaunchConfig
-from .signature import launch_signature, step_addresses, step_signature, warm_signature
+from .signature import launch_signature, step_signature, warm_signature
 from .step_launch import TritonLaunch
 from .variants import merge_state_consts, mla_kernel_fits, write_kv_consts
 from .warmup import warm_up
@@ -88,7 +88,7 @@ class TritonProvider(KernelProvider):
         with a known signature checks nothing again (check_paged_step passed for it) and builds one small object.
         """
         try:
-            addrs = step_addresses(step)
+            addrs = (step.page_table.data_ptr(), step.cache_seqlens.data_ptr(), step.cu_seqlens_q.data_ptr())
             key = step_signature(step, call, num_splits, addrs)
             cfg = self._configs.get(key)
         except (AttributeError, TypeError):  # not tensors / unhashable: the checks below say what is wrong

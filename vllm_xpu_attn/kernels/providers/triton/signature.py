@@ -31,16 +31,12 @@ from ...api import LayerConsts, LayerTensors, PagedStep, call_id
 LAYER_ALIGNED = 16
 
 
-def step_addresses(step: PagedStep) -> tuple[int, int, int]:
-    """(page_table, cache_seqlens, cu_seqlens_q) device addresses: read per step, handed to the hot closures as
-    their step slots (the closures are kept across steps; the addresses change)."""
-    return step.page_table.data_ptr(), step.cache_seqlens.data_ptr(), step.cu_seqlens_q.data_ptr()
-
-
 def step_signature(step: PagedStep, call: LayerConsts, num_splits: Optional[int],
                    addrs: tuple[int, int, int]) -> tuple:
     """The LaunchConfig key: everything a configuration (tiles, split count, grid, step constexprs, the step
-    arguments its launchers specialise on) depends on. Raises AttributeError / TypeError on non-tensors.
+    arguments its launchers specialise on) depends on. ``addrs``: (page_table, cache_seqlens, cu_seqlens_q)
+    data_ptr(), which the caller reads once per step (the hot closures take them as their step slots).
+    Raises AttributeError / TypeError on non-tensors.
 
     Fields, and why each is there:
       call_id(call)                 every LayerConsts field (heads, dims, scale, window, softcap, flags):
@@ -54,8 +50,10 @@ def step_signature(step: PagedStep, call: LayerConsts, num_splits: Optional[int]
       three 16-byte alignments      the step tensors' pointer specialisation
     """
     pt, cs, cu = step.page_table, step.cache_seqlens, step.cu_seqlens_q
-    return (call_id(call), pt.shape, pt.stride(), pt.dtype, cs.shape, cs.stride(), cs.dtype, cu.shape,
-            cu.stride(), cu.dtype, pt.get_device(), cs.get_device(), cu.get_device(), step.max_seqlen_q,
+    # call_id's memo read inline (one call frame less per step; call_id itself on the first sight of a call)
+    cid = call.__dict__.get("_vxa_id")
+    return (call_id(call) if cid is None else cid, pt.shape, pt.stride(), pt.dtype, cs.shape, cs.stride(), cs.dtype,
+            cu.shape, cu.stride(), cu.dtype, pt.get_device(), cs.get_device(), cu.get_device(), step.max_seqlen_q,
             step.page_size, num_splits, (addrs[0] & 15) == 0, (addrs[1] & 15) == 0, (addrs[2] & 15) == 0)
 
 

@@ -26,6 +26,7 @@ from .variants import attn_variant, merge_variant
 # for the configuration or read from the step's address slots)
 _LAYER_TENSORS = ("SINKS", "ALIBI", "KDS", "VDS")
 _STEP_SLOTS = {"PT": 0, "SEQ": 1, "CUQ": 2}
+_Tensor = torch.Tensor  # one global load on the hot path instead of two
 # variants' dtype names (fp32 dots, FP8 tiles)
 _DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
           **{d: "e4m3" if "e4m3" in str(d) else "e5m2" for d in FP8_DTYPES}}
@@ -92,7 +93,7 @@ class TritonLaunch(PagedLaunch):
             res = self._execute(q, k_cache, v_cache, out, layer)[0]
             FLAGS.check_now(q.device)
             return res
-        if s is None or self.call.return_lse or cfg.mla_decode or not isinstance(out, torch.Tensor):
+        if s is None or not cfg.replay or not isinstance(out, _Tensor):
             self.check(q, k_cache, v_cache, out, layer)
             return self._execute(q, k_cache, v_cache, out, layer)[0]
         qa, ka, va, oa = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
