@@ -178,9 +178,9 @@ class TritonProvider(KernelProvider):
         """A float32 [1] scale tensor, made once per (device, value) outside any graph capture."""
         t = self._scales.get((device, value))
         if t is None:
-            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            if capturing(device):  # CUDA or XPU graph capture (kernels.api.guard)
                 raise RuntimeError("vllm-xpu-attn: an FP8 KV write without a scale tensor was first seen inside a "
-                                   "CUDA graph capture; pass k_scale/v_scale tensors (the engines do) or warm up first")
+                                   "graph capture; pass k_scale/v_scale tensors (the engines do) or warm up first")
             t = self._scales[(device, value)] = torch.full((1,), value, dtype=torch.float32, device=device)
         return t
 
