@@ -3,7 +3,7 @@
     PYTHONPATH=. python benchmarks/tune.py > tune.jsonl
 
 Time per call: one call timed alone (timing.event_latency, median of 10). The chosen entries go into TUNING
-in vllm_xpu_attn/kernels/providers/triton/tiles.py.
+in vllm_xpu_attn/kernels/providers/triton/tuning.py.
 """
 
 import itertools

@@ -4,7 +4,7 @@
 
 Shapes of docs/benchmarks.md (bf16, Hq 32 / Hkv 8 / D 128, page 64, shuffled pages). One JSON line per
 (shape, tile, splits); the last line names the best per shape. Chosen entries go into TUNING
-(vllm_xpu_attn/kernels/providers/triton/tiles.py) / split_count (vllm_xpu_attn/kernels/providers/triton/launch_config.py).
+(vllm_xpu_attn/kernels/providers/triton/tuning.py) / split_count (vllm_xpu_attn/kernels/providers/triton/launch_config.py).
 """
 
 import itertools
