@@ -3,7 +3,7 @@
     PYTHONPATH=. python benchmarks/tune.py > tune.jsonl
 
 Time per call: one call timed alone (timing.event_latency, median of 10). The chosen entries go into TUNING
-in vllm_xpu_attn/kernels/providers/triton/tiles.py.
+in vllm_xpu_attn/kernels/providers/triton/tuning.py.
 """
 
 import itertools
@@ -14,7 +14,8 @@ import torch
 from bench_attention import paged_inputs
 from timing import event_latency
 from vllm_xpu_attn.kernels.api import get_provider
-from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
+from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING
 
 
 def main():

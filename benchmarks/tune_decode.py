@@ -4,7 +4,7 @@
 
 Shapes of docs/benchmarks.md (bf16, Hq 32 / Hkv 8 / D 128, page 64, shuffled pages). One JSON line per
 (shape, tile, splits); the last line names the best per shape. Chosen entries go into TUNING
-(vllm_xpu_attn/kernels/providers/triton/tiles.py) / split_count (vllm_xpu_attn/kernels/providers/triton/launch_config.py).
+(vllm_xpu_attn/kernels/providers/triton/tuning.py) / split_count (vllm_xpu_attn/kernels/providers/triton/launch_config.py).
 """
 
 import itertools
@@ -15,7 +15,8 @@ import torch
 from bench_attention import DECODE, HKV, paged_inputs
 from timing import copy_tbps, throughput
 from vllm_xpu_attn.kernels.api import get_provider
-from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
+from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING
 
 
 def main():

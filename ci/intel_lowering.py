@@ -13,13 +13,13 @@ a launched kernel without cases, or a kernel parameter without a type here; spil
 case on bmg/pvc/lnl, unless it is within a residual recorded in KNOWN_SPILL (status "spill-known";
 --strict fails it too). Spills elsewhere (fp32; dg2/mtl) are reported only.
 
-The launched specialisations are derived here the way ``TritonLaunch`` derives them (step_launch.py):
-tiles, warps, stages (and the xpu GRF mode) from ``TUNING[family][phase]`` (``<phase>_d<D>`` where a head
-dim has its own; the MLA kernel's latent tiles from ``MLA_LATENT_TILES``), BLOCK_M raised to the GQA
-group in decode, BLOCK_D/BLOCK_DV powers of two (>= 16), HAS_* flags, FP32_DOT for fp32 queries,
-ALIGN_ROWS with prefill tiles in batch-invariant mode, NUM_SPLITS > 1 for split-K decode. TUNING is
-read from tiles.py's source (tiles.py imports torch; this venv has none), the kernels are loaded
-from kernels.py's file.
+The launched specialisations are the provider's own: tiles, warps, stages, the xpu GRF mode and every constexpr
+come from variants.launch_variant (and its merge / write / paging siblings), the functions the provider's
+launch path and warm-up call, over the tables of tuning.py (TUNING, MLA_LATENT_TILES, PAGED_D_TILES,
+ALIBI_AS_DOT). Both files import no torch (this venv has none) and are loaded here by file path; this script
+keeps only the case matrix (which layer kinds and points to compile) and the argument types. The kernels are
+loaded from kernels.py's file. tests/test_triton_variants.py checks every case against what the provider's
+warm-up launches for the same layer kind.
 
 Usage: python ci/intel_lowering.py --sysroot DIR [--jobs 2] [--targets bmg,pvc,lnl,dg2,mtl]
        [--only REGEX] [--json FILE] [--md FILE] [--tile PHASE=M,N,WARPS,STAGES[,GRF]] [--timeout S]
@@ -31,7 +31,9 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures as cf
+import copy
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -46,9 +48,25 @@ ROOT = Path(__file__).resolve().parents[1]
 # VXA_INTEL_KERNELS: lower another copy of kernels.py (experiments); the job itself uses the package's
 KERNELS = Path(os.environ.get("VXA_INTEL_KERNELS") or ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "kernels.py")
 PROVIDER = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "provider.py"
-TILES = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "tiles.py"  # TUNING
-STEP_LAUNCH = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "step_launch.py"  # launches the paged/MLA kernels
-PAGING = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton" / "paging.py"  # launches the token->page kernel
+TRITON_DIR = ROOT / "vllm_xpu_attn" / "kernels" / "providers" / "triton"
+TUNING_PY = TRITON_DIR / "tuning.py"  # the tile tables and rules (torch-free)
+VARIANTS_PY = TRITON_DIR / "variants.py"  # the constexprs of a variant (torch-free)
+STEP_LAUNCH = TRITON_DIR / "step_launch.py"  # launches the paged/MLA kernels
+PAGING = TRITON_DIR / "paging.py"  # launches the token->page kernel
+
+
+def _load(name: str, path: Path):
+    """A torch-free module of the package by file path (importing the package would import torch). Registered
+    in sys.modules first: variants.py finds tuning.py there, and dataclasses need their module."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+T = _load("vxa_triton_tuning", TUNING_PY)
+V = _load("vxa_triton_variants", VARIANTS_PY)
 
 # Device properties as torch.xpu.get_device_capability() reports them (what Intel's Triton is given on a
 # real device). architecture: the SYCL enum value (architectures.def, intel-sycl-rt wheel). The DPAS /
@@ -84,30 +102,24 @@ FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
 
 
 # ---------------------------------------------------------------------------------------------------
-# the provider's tile table, read from its source
-def read_literal(name: str) -> dict:
-    tree = ast.parse(TILES.read_text())
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
-            return ast.literal_eval(node.value)
-    raise SystemExit(f"{name} not found in {TILES}")
-
-
+# the provider's tile tables (tuning.py), copied so that --tile overrides and sweeps can edit them
 def read_tuning() -> dict:
     """TUNING, with the MLA kernel's latent tiles (MLA_LATENT_TILES) under the key "mla_latent" and the paged
     kernel's head-dim tiles (PAGED_D_TILES) under "paged_d"."""
-    return dict(read_literal("TUNING"), mla_latent=read_literal("MLA_LATENT_TILES"),
-                paged_d=read_literal("PAGED_D_TILES"))
+    return dict(copy.deepcopy(T.TUNING), mla_latent=copy.deepcopy(T.MLA_LATENT_TILES),
+                paged_d=copy.deepcopy(T.PAGED_D_TILES))
 
 
-def pow2(n: int, lo: int = 16) -> int:
-    return max(lo, 1 << (max(n, 1) - 1).bit_length())
+def tables(tuning: dict):
+    """variants.Tables over a read_tuning() dict (edited or not)."""
+    return V.Tables(tuning=tuning, mla_latent=tuning["mla_latent"], paged_d=tuning["paged_d"])
 
 
-def xpu_tiles(tuning: dict, phase: str) -> tuple[int, int, int, int, str]:
-    t = tuple(tuning["xpu"][phase])
-    return (*t[:4], t[4] if len(t) > 4 else "default")
+pow2 = T.pow2
+
+
+def _grf(v) -> str:
+    return v.options.get("grf_mode", "default")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -153,27 +165,32 @@ def _case(target, kernel, name, types, consts, warps, stages, grf, *, phase, d, 
                 unaligned=sorted(UNALIGNED_INTS | set(unaligned)))
 
 
+def paged_kind_point(*, phase, d=128, q="bf16", kv=None, group=4, page=64, softcap=False, sinks=False, window=None,
+                     alibi=False, splits=1, invariant=False, lse=False, per_head=False, tag=None):
+    """(variants.LayerKind, variants.Point, page size) of a paged case: ``group`` query heads on one KV head (two
+    with per-head descales, which need more than one value), head dim ``d``, causal, softcap 30 if on."""
+    kv = kv or q
+    fp8 = kv in V.FP8_NAMES
+    kind = V.LayerKind(num_q_heads=group * (2 if per_head else 1), num_kv_heads=2 if per_head else 1, head_dim=d,
+                       v_head_dim=d, window=tuple(window) if window else (-1, -1), softcap=30.0 if softcap else 0.0,
+                       return_lse=lse, batch_invariant=invariant, q_dtype=q, kv_dtype=kv, sinks=sinks, alibi=alibi,
+                       descale=fp8, descale_per_head=fp8 and per_head)
+    # batch-invariant mode runs the prefill tiles, no split-K; xpu has no descriptor loads
+    return kind, V.Point("prefill" if invariant else phase, splits, False), page
+
+
 def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page=64, softcap=False,
                sinks=False, window=None, alibi=False, splits=1, invariant=False, lse=False, per_head=False,
                tag=None) -> dict:
-    """One TritonLaunch specialisation of _paged_attn_kernel (step_launch.py TritonLaunch._launchers)."""
+    """One TritonLaunch specialisation of _paged_attn_kernel (variants.launch_variant on the xpu family)."""
     kv = kv or q
-    fp8 = kv in ("e4m3", "e5m2")
-    phase = "prefill" if invariant else phase  # batch-invariant mode runs the prefill tiles, no split-K
-    # a head dim's own tiles where TUNING has them (tiles.head_dim_phase)
-    key = f"{phase}_d{pow2(d)}" if f"{phase}_d{pow2(d)}" in tuning["xpu"] else phase
-    bm, bn, warps, stages, grf = xpu_tiles(tuning, key)
-    bm = max(bm, pow2(group)) if phase == "decode" else bm
-    left, right = window if window else (-1, -1)
-    # as tiles.paged_d_tiles: 0 (or absent) is the whole head dim
-    chunk_d, chunk_dv = (pow2(d) if w == 0 else min(w, pow2(d))
-                         for w in tuning["paged_d"].get("xpu", {}).get(f"{phase}_d{pow2(d)}", (0, 0)))
-    consts = dict(WIN_LEFT=left, WIN_RIGHT=right, PAGE=page, GROUP=group, D=d, DV=d, BLOCK_D=pow2(d),
-                  BLOCK_DV=pow2(d), CHUNK_D=chunk_d, CHUNK_DV=chunk_dv, BLOCK_M=bm, BLOCK_N=bn, NUM_SPLITS=splits,
-                  CAUSAL=True, HAS_SOFTCAP=softcap, ALIBI_DOT=read_literal("ALIBI_AS_DOT").get("xpu", False),
-                  WRITE_LSE=lse, ALIGN_ROWS=invariant, SPLIT_MASK=phase == "prefill" and not invariant,
-                  USE_DESC=False, HAS_SINKS=sinks, HAS_ALIBI=alibi, HAS_DESCALE=fp8,
-                  DESCALE_PER_HEAD=fp8 and per_head, FP32_DOT=q == "fp32")
+    fp8 = kv in V.FP8_NAMES
+    kind, point, page = paged_kind_point(phase=phase, d=d, q=q, kv=kv, group=group, page=page, softcap=softcap,
+                                         sinks=sinks, window=window, alibi=alibi, splits=splits, invariant=invariant,
+                                         lse=lse, per_head=per_head)
+    phase = point.phase
+    attn, _ = V.launch_variant("xpu", kind, point, page_size=page, tables=tables(tuning))
+    left, right = kind.window
     feats = [f for f, on in (("softcap", softcap), ("sinks", sinks), (f"window{left}", window), ("alibi", alibi),
                              (f"kv-{kv}", kv != q), (f"splits{splits}", splits > 1), ("invariant", invariant),
                              ("lse", lse), ("per-head-descale", fp8 and per_head), (f"page{page}", page != 64))
@@ -181,8 +198,8 @@ def paged_case(tuning, target, *, phase, d=128, q="bf16", kv=None, group=4, page
     name = f"paged/{tag or phase}/d{d}/{q}" + ("/" + "+".join(feats) if feats else "")
     types = _runtime_types("_paged_attn_kernel", q=q, kv=kv, sinks=sinks, alibi=alibi, fp8=fp8, lse=lse,
                            splits=splits)
-    return _case(target, "_paged_attn_kernel", name, types, consts, warps, stages, grf, phase=phase, d=d, q=q,
-                 kv=kv, feats=feats, need_dpas=True,
+    return _case(target, "_paged_attn_kernel", name, types, attn.constexprs, attn.num_warps, attn.num_stages,
+                 _grf(attn), phase=phase, d=d, q=q, kv=kv, feats=feats, need_dpas=True,
                  unaligned=["stride_ds_b"] if fp8 and per_head else [])
 
 
@@ -190,75 +207,104 @@ def mla_kernel_name() -> str:
     return next((n for n in launched_kernels() if "mla" in n), "_mla_attn_kernel")
 
 
+def mla_kind_point(*, d_c=512, d_r=64, q="bf16", kv=None, splits=1, lse=False):
+    """(LayerKind, Point, page size) of an MLA case: 16 heads (the "mla_decode" tiles; "mla_wide" is the same
+    entry, test_shipped_tiles_are_the_sweeps_choice), one latent cache, decode."""
+    kv = kv or q
+    kind = V.LayerKind(num_q_heads=16, num_kv_heads=1, head_dim=d_c + d_r, v_head_dim=d_c, return_lse=lse, mla=True,
+                       q_dtype=q, kv_dtype=kv, descale=kv in V.FP8_NAMES)
+    return kind, V.Point("decode", splits, False), 64
+
+
 def mla_case(tuning, target, *, d_c=512, d_r=64, q="bf16", kv=None, splits=1, lse=False) -> dict:
     """The absorbed-MLA kernel (TritonLaunch when mla_kernel_fits: one latent cache; every absorbed step,
     decode/extend/verify, with the "mla_decode" tiles; split-K in decode)."""
     kv = kv or q
-    fp8 = kv in ("e4m3", "e5m2")
-    bh, bn, warps, stages, grf = xpu_tiles(tuning, "mla_decode")
-    # as tiles.mla_latent_tiles: 0 is the whole latent
-    block_dc, block_dv = (d_c if w == 0 else min(w, d_c) for w in tuning["mla_latent"]["xpu"]["mla_decode"])
-    consts = dict(PAGE=64, D_C=d_c, D_R=d_r, BLOCK_H=bh, BLOCK_N=bn, BLOCK_DC=block_dc, BLOCK_DV=block_dv,
-                  NUM_SPLITS=splits, WRITE_LSE=lse, HAS_DESCALE=fp8, FP32_DOT=q == "fp32")
+    fp8 = kv in V.FP8_NAMES
+    kind, point, page = mla_kind_point(d_c=d_c, d_r=d_r, q=q, kv=kv, splits=splits, lse=lse)
+    attn, _ = V.launch_variant("xpu", kind, point, page_size=page, tables=tables(tuning))
     feats = [f for f, on in ((f"kv-{kv}", kv != q), (f"splits{splits}", splits > 1), ("lse", lse)) if on]
     kernel = mla_kernel_name()
     types = _runtime_types(kernel, q=q, kv=kv, fp8=fp8, lse=lse, splits=splits)
-    return _case(target, kernel, f"mla/d{d_c}+{d_r}/{q}" + ("/" + "+".join(feats) if feats
-                                                                                  else ""),
-                 types, consts, warps, stages, grf, phase="mla_decode", d=d_c + d_r, q=q, kv=kv, feats=feats,
-                 need_dpas=True)
+    return _case(target, kernel, f"mla/d{d_c}+{d_r}/{q}" + ("/" + "+".join(feats) if feats else ""),
+                 types, attn.constexprs, attn.num_warps, attn.num_stages, _grf(attn), phase="mla_decode",
+                 d=d_c + d_r, q=q, kv=kv, feats=feats, need_dpas=True)
+
+
+def merge_kind_point(*, d=128, splits=4, q="bf16"):
+    """(LayerKind, Point, page size) whose split-K merge a merge case compiles: sinks and LSE on."""
+    kind, point, page = paged_kind_point(phase="decode", d=d, q=q, sinks=True, lse=True, splits=splits)
+    return kind, point, page
 
 
 def merge_splits_case(target, d=128, splits=4, q="bf16") -> dict:
-    # provider: launcher(_merge_splits, ..., 4 warps, 1 stage)
+    kind, point, page = merge_kind_point(d=d, splits=splits, q=q)
+    _, m = V.launch_variant("xpu", kind, point, page_size=page)
     return _case(target, "_merge_splits", f"merge_splits/d{d}/{q}/splits{splits}+sinks+lse",
                  _runtime_types("_merge_splits", q=q, kv=q, sinks=True, lse=True),
-                 dict(DV=d, BLOCK_DV=pow2(d), NUM_SPLITS=splits, HAS_SINKS=True, WRITE_LSE=True), 4, 1, "default",
-                 phase="merge", d=d, q=q, kv=q, feats=["sinks", "lse"])
+                 m.constexprs, m.num_warps, m.num_stages, _grf(m), phase="merge", d=d, q=q, kv=q,
+                 feats=["sinks", "lse"])
 
 
 def merge_state_case(target, d=128, q="bf16") -> dict:
     # provider: _merge_state_kernel[(t, h)](...) - Triton's defaults (4 warps; 2 stages on xpu)
     return _case(target, "_merge_state_kernel", f"merge_state/d{d}/{q}/sinks",
-                 _runtime_types("_merge_state_kernel", q=q, kv=q), dict(D=d, BLOCK_D=pow2(d), HAS_SINKS=True),
+                 _runtime_types("_merge_state_kernel", q=q, kv=q), V.merge_state_consts(d, True),
                  4, 2, "default", phase="merge", d=d, q=q, kv=q, feats=["sinks"])
 
 
 def write_kv_case(target, d=128, x="bf16", cache="bf16", page=64) -> dict:
-    quant = cache in ("e4m3", "e5m2")
+    # provider: _write_kv_kernel[(T, H)](...) - Triton's defaults; H=8 KV heads
+    quant = cache in V.FP8_NAMES
     return _case(target, "_write_kv_kernel", f"write_kv/d{d}/{x}->{cache}",
                  _runtime_types("_write_kv_kernel", q=x, kv=cache),
-                 dict(H=8, D=d, PAGE=page, BLOCK_D=pow2(d, 1), QUANT=quant, FMAX=FMAX.get(cache, 0.0)),
+                 V.write_kv_consts(8, d, page, quant, FMAX.get(cache, 0.0)),
                  4, 2, "default", phase="write_kv", d=d, q=x, kv=cache, feats=["quant"] if quant else [])
 
 
 def token_pages_case(target, page=64) -> dict:
-    # kernels/providers/triton/paging.py: FastLaunch(_token_pages_kernel, (batch,), PAGE, HAS_ROWS, BLOCK=256, 4 warps, 1 stage)
+    # paging.py: FastLaunch of variants.token_pages_variant (SGLang's rows by req_pool_indices)
+    v = V.token_pages_variant(page, True)
     return _case(target, "_token_pages_kernel", f"token_pages/page{page}", _runtime_types("_token_pages_kernel",
-                 q="bf16", kv="bf16"), dict(PAGE=page, HAS_ROWS=True, BLOCK=256), 4, 1, "default", phase="paging",
+                 q="bf16", kv="bf16"), v.constexprs, v.num_warps, v.num_stages, _grf(v), phase="paging",
                  d=0, q="bf16", kv="bf16", feats=["rows"], unaligned=("stride_tt", "n_pages"))
 
 
-def cases(tuning: dict, targets: list[str]) -> list[dict]:
+def case_specs(tuning: dict) -> list[tuple[str, dict]]:
+    """The matrix of one target: (case builder in BUILDERS, its keyword arguments), in order."""
     out = []
-    for tg in targets:
-        P = lambda **kw: paged_case(tuning, tg, **kw)  # noqa: E731
-        for phase in ("decode", "prefill"):
-            out += [P(phase=phase, d=d) for d in (64, 128, 256)]
-            out += [P(phase=phase, softcap=True, sinks=True), P(phase=phase, window=(127, 0)),
-                    P(phase=phase, kv="e4m3"), P(phase=phase, kv="e5m2"), P(phase=phase, q="fp16"),
-                    P(phase=phase, q="fp32"), P(phase=phase, alibi=True), P(phase=phase, page=16)]
-            # D 256 and D 64 with their models' features (their own tiles): D_TILE_VARIANTS
-            out += [P(phase=phase, d=d, **kw) for d, kws in D_TILE_VARIANTS.items() for kw in kws if kw]
-            out += [P(phase=phase, d=d, **kw) for d in D_TILE_VARIANTS for kw in HEAD_DIM_DTYPES]
-        out += [P(phase="decode", splits=4, lse=True), P(phase="decode", d=256, splits=4, lse=True),
-                P(phase="decode", kv="e4m3", per_head=True, splits=4),
-                P(phase="prefill", invariant=True, tag="invariant"), P(phase="prefill", page=1, tag="varlen")]
-        if "mla_decode" in tuning["xpu"]:
-            out += [mla_case(tuning, tg), mla_case(tuning, tg, kv="e4m3", splits=4, lse=True)]
-        out += [merge_splits_case(tg), merge_state_case(tg), write_kv_case(tg), write_kv_case(tg, cache="e4m3"),
-                write_kv_case(tg, cache="e5m2"), token_pages_case(tg)]
+    for phase in ("decode", "prefill"):
+        P = lambda **kw: ("paged", dict(phase=phase, **kw))  # noqa: E731
+        out += [P(d=d) for d in (64, 128, 256)]
+        out += [P(softcap=True, sinks=True), P(window=(127, 0)), P(kv="e4m3"), P(kv="e5m2"), P(q="fp16"),
+                P(q="fp32"), P(alibi=True), P(page=16)]
+        # D 256 and D 64 with their models' features (their own tiles): D_TILE_VARIANTS
+        out += [P(d=d, **kw) for d, kws in D_TILE_VARIANTS.items() for kw in kws if kw]
+        out += [P(d=d, **kw) for d in D_TILE_VARIANTS for kw in HEAD_DIM_DTYPES]
+    P = lambda **kw: ("paged", kw)  # noqa: E731
+    out += [P(phase="decode", splits=4, lse=True), P(phase="decode", d=256, splits=4, lse=True),
+            P(phase="decode", kv="e4m3", per_head=True, splits=4),
+            P(phase="prefill", invariant=True, tag="invariant"), P(phase="prefill", page=1, tag="varlen")]
+    if "mla_decode" in tuning["xpu"]:
+        out += [("mla", {}), ("mla", dict(kv="e4m3", splits=4, lse=True))]
+    out += [("merge_splits", {}), ("merge_state", {}), ("write_kv", {}), ("write_kv", dict(cache="e4m3")),
+            ("write_kv", dict(cache="e5m2")), ("token_pages", {})]
     return out
+
+
+BUILDERS = {
+    "paged": paged_case, "mla": mla_case,
+    "merge_splits": lambda tuning, tg, **kw: merge_splits_case(tg, **kw),
+    "merge_state": lambda tuning, tg, **kw: merge_state_case(tg, **kw),
+    "write_kv": lambda tuning, tg, **kw: write_kv_case(tg, **kw),
+    "token_pages": lambda tuning, tg, **kw: token_pages_case(tg, **kw),
+}
+# the builders whose cases are a layer kind's variant at one point: (LayerKind, Point, page) of their arguments
+KIND_POINTS = {"paged": paged_kind_point, "mla": mla_kind_point, "merge_splits": merge_kind_point}
+
+
+def cases(tuning: dict, targets: list[str]) -> list[dict]:
+    return [BUILDERS[b](tuning, tg, **kw) for tg in targets for b, kw in case_specs(tuning)]
 
 
 def launched_kernels() -> list[str]:
@@ -336,7 +382,7 @@ def _rank(phase: str, tiles, tuning: dict) -> tuple:
 
 
 def _shipped(phase: str, tuning: dict):
-    """What tiles.py ships for a sweep phase, in the candidates' form."""
+    """What tuning.py ships for a sweep phase, in the candidates' form."""
     if phase == "mla_decode":
         return tuning["xpu"]["mla_decode"], tuning["mla_latent"]["xpu"]["mla_decode"]
     if phase.startswith("d_tiles:"):
@@ -787,7 +833,7 @@ def main() -> int:
                   triton=triton.__version__, xpu_tuning={k: list(v) for k, v in tuning["xpu"].items()},
                   xpu_mla_latent_tiles={k: list(v) for k, v in tuning["mla_latent"]["xpu"].items()},
                   xpu_paged_d_tiles={k: list(v) for k, v in tuning["paged_d"].get("xpu", {}).items()},
-                  xpu_alibi_as_dot=read_literal("ALIBI_AS_DOT").get("xpu", False),
+                  xpu_alibi_as_dot=T.alibi_as_dot("xpu"),
                   targets=targets, jobs=a.jobs, strict=a.strict, wall_s=round(time.time() - t0, 1),
                   cases=len(results), failed=sum(r["status"] == "fail" for r in results),
                   spill_known=sum(r["status"] == "spill-known" for r in results),
@@ -795,8 +841,8 @@ def main() -> int:
                   sweep_choice=sweep_choice(sweep, tuning, targets) if a.sweep else None,
                   sweep_from_shipped=a.sweep_from_shipped if a.sweep else None,
                   kernels_not_covered=missing, kernels_sha256=hashlib.sha256(KERNELS.read_bytes()).hexdigest()[:16],
-                  provider_sha256=hashlib.sha256(b"".join(f.read_bytes() for f in (PROVIDER, TILES, STEP_LAUNCH,
-                                                  PROVIDER.parent / "launch_config.py"))).hexdigest()[:16])
+                  provider_sha256=hashlib.sha256(b"".join(f.read_bytes() for f in (PROVIDER, TUNING_PY, VARIANTS_PY,
+                                                  STEP_LAUNCH, TRITON_DIR / "launch_config.py"))).hexdigest()[:16])
     if a.json:
         # the header pretty, one line per case (diffs stay readable)
         body = {k: "@" + k for k in (("results", "sweep") if a.sweep else ("results",))}

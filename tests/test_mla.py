@@ -61,12 +61,12 @@ def test_absorbed_mla_matches_naive(provider, dtype, page, decode):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("decode", [True, False], ids=["decode", "extend"])
 def test_triton_mla_latent_tiles_through_the_runner(monkeypatch, dtype, decode):
-    """The latent register tiles Intel ships (tiles.MLA_LATENT_TILES["xpu"]: chunked scores, column programs),
+    """The latent register tiles Intel ships (tuning.MLA_LATENT_TILES["xpu"]: chunked scores, column programs),
     forced on the interpreter: decode and extend rows through LayerRunner, against the naive MLA."""
     from vllm_xpu_attn.kernels.api import get_provider
-    from vllm_xpu_attn.kernels.providers.triton import tiles
+    from vllm_xpu_attn.kernels.providers.triton import tuning
 
-    monkeypatch.setitem(tiles.MLA_LATENT_TILES, "cpu", {"mla_decode": (16, 16), "mla_wide": (16, 16)})
+    monkeypatch.setitem(tuning.MLA_LATENT_TILES, "cpu", {"mla_decode": (16, 16), "mla_wide": (16, 16)})
     get_provider("triton").clear_caches()
     try:
         _check_absorbed("triton", dtype, 16, decode)
@@ -190,12 +190,12 @@ def test_triton_mla_decode_split_k_matches_reference(splits):
 @pytest.mark.parametrize("latent_tiles", [(16, 16), (16, 32), (32, 16)], ids=lambda t: f"dc{t[0]}-dv{t[1]}")
 @pytest.mark.parametrize("splits", [1, 2])
 def test_triton_mla_latent_tiles_match_reference(monkeypatch, latent_tiles, splits):
-    """The MLA kernel's register tiles (tiles.MLA_LATENT_TILES): scores summed over latent chunks, output
+    """The MLA kernel's register tiles (tuning.MLA_LATENT_TILES): scores summed over latent chunks, output
     columns split across programs (the LSE written once), with and without split-K, against the reference."""
     from vllm_xpu_attn.kernels.api import get_provider
-    from vllm_xpu_attn.kernels.providers.triton import tiles
+    from vllm_xpu_attn.kernels.providers.triton import tuning
 
-    monkeypatch.setitem(tiles.MLA_LATENT_TILES, "cpu", {"mla_decode": latent_tiles, "mla_wide": latent_tiles})
+    monkeypatch.setitem(tuning.MLA_LATENT_TILES, "cpu", {"mla_decode": latent_tiles, "mla_wide": latent_tiles})
     step, call, cache, q = _latent_decode_case(seed=11)
     tri = get_provider("triton")
     tri.clear_caches()

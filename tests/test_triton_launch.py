@@ -248,7 +248,7 @@ def test_arming_with_fake_compiled_kernel(monkeypatch):
 def test_xpu_tiles_ask_for_the_grf_mode_the_intel_lowering_job_checked():
     """The xpu tile table carries Intel's grf_mode (ci/intel_lowering.py compiles these exact tiles); the
     launch passes it as a compile option on xpu only (CUDA's backend rejects the key)."""
-    from vllm_xpu_attn.kernels.providers.triton.tiles import tile_config
+    from vllm_xpu_attn.kernels.providers.triton.tuning import tile_config
 
     for phase in ("prefill", "decode", "mla_decode"):
         *_, opts = tile_config("xpu", phase)

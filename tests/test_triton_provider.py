@@ -266,7 +266,8 @@ def test_fp8_decode_takes_its_own_key_tile(layout, splits):
     warp count (same grid, same split count); forced here onto the interpreter's family: results equal the
     reference, and the FP8 layers' launches used the FP8 tile while 16-bit ones kept the decode tile."""
     from vllm_xpu_attn.kernels.api import is_fp8
-    from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
+    from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+    from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs)
@@ -289,17 +290,17 @@ def test_fp8_decode_takes_its_own_key_tile(layout, splits):
 @given(layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16), head_dims=(32, 64)),
        chunks=st.sampled_from([(16, 16), (0, 16), (16, 0)]), splits=st.sampled_from([None, 2]))
 def test_head_dim_tiles_match_reference(layout, chunks, splits):
-    """The head-dim register tiles Intel ships at D 256 (tiles.PAGED_D_TILES: scores summed over head-dim slices,
+    """The head-dim register tiles Intel ships at D 256 (tuning.PAGED_D_TILES: scores summed over head-dim slices,
     output columns split over programs), forced on the interpreter's family at every phase and head dim: decode,
     prefill, split-K and every layer feature equal the reference, LSE included (one column program writes it)."""
-    from vllm_xpu_attn.kernels.providers.triton import tiles
+    from vllm_xpu_attn.kernels.providers.triton import tiles, tuning
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
     fam = tiles.device_family(torch.device(DEV))
-    forced = {f"{p}_d{d}": chunks for p in tiles.TUNING[fam] for d in (16, 32, 64, 128, 256)}
-    saved = tiles.PAGED_D_TILES.get(fam)
-    tiles.PAGED_D_TILES[fam] = forced
+    forced = {f"{p}_d{d}": chunks for p in tuning.TUNING[fam] for d in (16, 32, 64, 128, 256)}
+    saved = tuning.PAGED_D_TILES.get(fam)
+    tuning.PAGED_D_TILES[fam] = forced
     TRITON.clear_caches()
     try:
         ns = splits if lay.max_seqlen_q <= 1 else None
@@ -307,9 +308,9 @@ def test_head_dim_tiles_match_reference(layout, chunks, splits):
         launched = {(v["CHUNK_D"], v["CHUNK_DV"], v["BLOCK_D"]) for v in TRITON.launched_variants("_paged_attn_kernel")}
     finally:
         if saved is None:
-            del tiles.PAGED_D_TILES[fam]
+            del tuning.PAGED_D_TILES[fam]
         else:
-            tiles.PAGED_D_TILES[fam] = saved
+            tuning.PAGED_D_TILES[fam] = saved
         TRITON.clear_caches()
     _close(out, ref[0], lay.q.dtype)
     assert_lse_close(lse.cpu(), ref[1].double().cpu(), tol=2e-3)

@@ -3,7 +3,7 @@ JSON line per shape and latent cache dtype (each checked against an fp32 MQA ove
 
     git archive OLD vllm_xpu_attn | tar -x -C /tmp/old
     for i in 1 2; do PYTHONPATH=/tmp/old python benchmarks/lab/ab_mla.py old; PYTHONPATH=. python benchmarks/lab/ab_mla.py new; done
-    PYTHONPATH=. python benchmarks/lab/ab_mla.py chunked '[64, 64]'   # force tiles.MLA_LATENT_TILES on this device
+    PYTHONPATH=. python benchmarks/lab/ab_mla.py chunked '[64, 64]'   # force tuning.MLA_LATENT_TILES on this device
 
 Run from the repository root on a CUDA machine; interleave old/new processes (shared, noisy machines).
 """
@@ -34,10 +34,10 @@ def main():
     tag = sys.argv[1]
     lat = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
     if lat:
-        from vllm_xpu_attn.kernels.providers.triton import tiles
+        from vllm_xpu_attn.kernels.providers.triton import tiles, tuning
 
         fam = tiles.device_family(torch.device("cuda"))
-        tiles.MLA_LATENT_TILES[fam] = {"mla_decode": tuple(lat), "mla_wide": tuple(lat)}
+        tuning.MLA_LATENT_TILES[fam] = {"mla_decode": tuple(lat), "mla_wide": tuple(lat)}
     g = torch.Generator(device="cuda").manual_seed(0)
     for h, b, ctx in SHAPES:
         for kv in ("bf16", "e4m3"):

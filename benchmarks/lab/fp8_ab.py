@@ -34,7 +34,8 @@ def one_tree(tree: str, label: str, tiles: bool) -> None:
     assert vllm_xpu_attn.__file__.startswith(os.path.abspath(tree)), vllm_xpu_attn.__file__
     from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, get_provider
     from vllm_xpu_attn.kernels.api import LayerTensors
-    from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
+    from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+    from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING
 
     tri = get_provider("triton")
     fam = device_family(torch.device("cuda"))

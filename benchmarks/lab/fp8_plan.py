@@ -9,7 +9,8 @@ from fp8_probe import SHAPES, HQ, HKV, D, PAGE, inputs
 from timing import throughput
 from vllm_xpu_attn.kernels.api import get_provider
 from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, LayerTensors
-from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family
+from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING
 
 tri = get_provider("triton")
 fam = device_family(torch.device("cuda"))

@@ -12,7 +12,7 @@ run, or the error a configuration ends in (shared memory, registers).
     PYTHONPATH=. python benchmarks/lab/mla_sweep.py --config '[[64, 64, 8, 2], [0, 256]]'   # one config, all shapes
     TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/lab/mla_sweep.py --cpu          # dry check, tiny sizes
 
-The provider's tile tables (tiles.TUNING, tiles.MLA_LATENT_TILES) are set per configuration and its kept launch
+The provider's tile tables (tuning.TUNING, tuning.MLA_LATENT_TILES) are set per configuration and its kept launch
 configurations cleared in between; the shipped entries are restored at the end. ``benchmarks/lab/gpu_mla.sh``
 is the device call that runs this and profiles the shipped and the fastest configuration under Nsight Compute.
 """
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, get_provider  # noqa: E402
 from vllm_xpu_attn.kernels.api import LayerTensors  # noqa: E402
-from vllm_xpu_attn.kernels.providers.triton import tiles  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton import tiles, tuning  # noqa: E402
 
 D_C, D_R, PAGE = 512, 64, 64
 SCALE = 192 ** -0.5
@@ -110,8 +110,8 @@ def main() -> None:
         wide, narrow, latent = [(32, 16, 1, 1)], [(16, 16, 1, 1)], [(0, 0), (128, 256)]
     if a.shapes is not None:
         shapes = [shapes[int(i)] for i in a.shapes.split(",")]
-    saved_t = dict(tiles.TUNING[fam])
-    saved_l = dict(tiles.MLA_LATENT_TILES[fam])
+    saved_t = dict(tuning.TUNING[fam])
+    saved_l = dict(tuning.MLA_LATENT_TILES[fam])
     g = torch.Generator(device=device).manual_seed(0)
     if not a.cpu:
         from timing import copy_tbps
@@ -137,8 +137,8 @@ def main() -> None:
                                    key=lambda r: r.get("us", 0.0))
                     cands += [("sweep", tuple(r["tiles"]), tuple(r["latent"])) for r in timed[:a.top]]
                 for tag, t, lat in cands:
-                    tiles.TUNING[fam][phase] = tuple(t) + tuple(saved_t[phase][4:])
-                    tiles.MLA_LATENT_TILES[fam][phase] = tuple(lat)
+                    tuning.TUNING[fam][phase] = tuple(t) + tuple(saved_t[phase][4:])
+                    tuning.MLA_LATENT_TILES[fam][phase] = tuple(lat)
                     get_provider("triton").clear_caches()  # kept launch configurations hold their tiles
                     row = {"tag": tag, "shape": [h, b, ctx], "kv": kv, "tiles": list(t), "latent": list(lat)}
                     t0 = time.time()
@@ -155,8 +155,8 @@ def main() -> None:
                 if device == "cuda":
                     torch.cuda.empty_cache()
     finally:
-        tiles.TUNING[fam].update(saved_t)
-        tiles.MLA_LATENT_TILES[fam].update(saved_l)
+        tuning.TUNING[fam].update(saved_t)
+        tuning.MLA_LATENT_TILES[fam].update(saved_l)
         get_provider("triton").clear_caches()
 
 

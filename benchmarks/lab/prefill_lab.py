@@ -23,7 +23,8 @@ from timing import throughput  # noqa: E402
 from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
 from vllm_xpu_attn.kernels.providers.triton.descriptors import ensure_scratch_allocator  # noqa: E402
 from vllm_xpu_attn.kernels.providers.triton.provider import TritonProvider  # noqa: E402
-from vllm_xpu_attn.kernels.providers.triton.tiles import TUNING, device_family  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton.tiles import device_family  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING  # noqa: E402
 
 LOG2E = 1.4426950408889634
 

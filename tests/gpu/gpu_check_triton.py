@@ -56,25 +56,25 @@ def test_triton_matches_reference_real_sizes(layout, want_lse, splits):
        want_lse=st.booleans(), chunks=st.sampled_from([(0, 128), (0, 64), (64, 128), (32, 64)]),
        splits=st.sampled_from([None, 4]))
 def test_head_dim_tiles_on_device(layout, want_lse, chunks, splits):
-    """Intel's head-dim register tiles (tiles.PAGED_D_TILES; xpu ships (0, 128) at D 256: output columns split over
+    """Intel's head-dim register tiles (tuning.PAGED_D_TILES; xpu ships (0, 128) at D 256: output columns split over
     two programs) forced on this device for decode and pointer-load prefill at real sizes: equal to the reference
     (descriptor prefill keeps whole rows and is left as shipped)."""
-    from vllm_xpu_attn.kernels.providers.triton import tiles
+    from vllm_xpu_attn.kernels.providers.triton import tiles, tuning
 
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
     fam = tiles.device_family(torch.device(DEV))
-    saved = tiles.PAGED_D_TILES.get(fam)
-    tiles.PAGED_D_TILES[fam] = {f"{p}_d{d}": chunks for p in ("decode", "prefill_ptr") for d in (128, 256)}
+    saved = tuning.PAGED_D_TILES.get(fam)
+    tuning.PAGED_D_TILES[fam] = {f"{p}_d{d}": chunks for p in ("decode", "prefill_ptr") for d in (128, 256)}
     TRITON.clear_caches()
     try:
         ns = splits if lay.max_seqlen_q <= 1 else None
         res = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=want_lse, num_splits=ns)
     finally:
         if saved is None:
-            del tiles.PAGED_D_TILES[fam]
+            del tuning.PAGED_D_TILES[fam]
         else:
-            tiles.PAGED_D_TILES[fam] = saved
+            tuning.PAGED_D_TILES[fam] = saved
         TRITON.clear_caches()
     out = res[0] if want_lse else res
     assert_close_to(out.float().cpu(), ref[0].double().cpu(), lay.q.dtype, logit_bound=lay.logit_bound())
@@ -150,11 +150,11 @@ def test_decode_path_has_no_host_sync():
 @pytest.mark.parametrize("q_len", [1, 5])
 def test_alibi_bias_exact_at_long_range_on_device(dtype, q_len, as_dot, monkeypatch):
     """The causal ALiBi bias at 100,000 keys, slopes small enough that far keys weigh, decode and extend against the
-    reference: as the bf16 matrix product Intel ships (tiles.ALIBI_AS_DOT; kernels._alibi_rows/_alibi_keys, all
+    reference: as the bf16 matrix product Intel ships (tuning.ALIBI_AS_DOT; kernels._alibi_rows/_alibi_keys, all
     three distance digits in use), forced on this device, and as this device's elementwise bias."""
-    from vllm_xpu_attn.kernels.providers.triton import tiles
+    from vllm_xpu_attn.kernels.providers.triton import tiles, tuning
 
-    monkeypatch.setitem(tiles.ALIBI_AS_DOT, tiles.device_family(torch.device(DEV)), as_dot)
+    monkeypatch.setitem(tuning.ALIBI_AS_DOT, tiles.device_family(torch.device(DEV)), as_dot)
     TRITON.clear_caches()
     gen = torch.Generator(device=DEV).manual_seed(5)
     k_len, page, hq, hkv, d = 100_000, 64, 8, 2, 128
@@ -346,9 +346,9 @@ def test_layer_hot_path_many_layers_and_steps(case):
             if case in ("decode_split", "sinks_split"):
                 assert launch.num_splits > 1
         if step_i == 0:
-            armed = len(launch.cfg.hot)
+            armed = sum(a.hot_attn is not None for a in launch.cfg.layers.values())
     assert len(cfgs) == 1, "steps of one shape did not share their launch configuration"
-    keys = list(launch.cfg.hot)
+    keys = [k for k, a in launch.cfg.layers.items() if a.hot_attn is not None]
     diff = [i for i in range(len(keys[0])) if len({k[i] for k in keys}) > 1] if keys else []
     assert armed >= 1, "the hot path was never armed (fast launch off?)"
     assert len(keys) == armed, f"later steps re-armed the hot path: {armed} -> {len(keys)} (differing key parts {diff})"

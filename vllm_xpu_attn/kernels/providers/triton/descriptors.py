@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from .tiles import TUNING, cdiv, pow2
+from .tuning import TUNING, cdiv, pow2
 
 # query dtypes the descriptor kernel takes: fp32 (the IEEE-dot path) spills at 128-row descriptor tiles, so it
 # takes the pointer kernel of the same tiles

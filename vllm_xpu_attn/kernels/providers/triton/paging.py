@@ -15,14 +15,10 @@ import torch
 
 from ...api import FLAGS
 from .launch import FastLaunch, fast_launch_supported
+from .signature import token_pages_signature
+from .variants import token_pages_variant
 
-_BLOCK = 256
-_LAUNCHERS: dict[tuple, FastLaunch] = {}
-
-
-def _int_class(v: int) -> tuple:
-    """What Triton specialises an int argument on (docs/triton_launch.md): == 1, % 16, 32-bit range."""
-    return (v == 1, v % 16 == 0, -(2 ** 31) <= v < 2 ** 31)
+_LAUNCHERS: dict[tuple, FastLaunch] = {}  # signature.token_pages_signature -> launcher
 
 
 def token_pages(token_table: torch.Tensor, page_size: int, n_pages: int,
@@ -45,9 +41,7 @@ def token_pages(token_table: torch.Tensor, page_size: int, n_pages: int,
         return out
     rows = row_index if row_index is not None else token_table  # unread without HAS_ROWS
     stride = token_table.stride(0)
-    key = (batch, page_size, row_index is not None, dev, token_table.dtype, rows.dtype,
-           token_table.data_ptr() & 15 == 0, rows.data_ptr() & 15 == 0, out.data_ptr() & 15 == 0,
-           _int_class(stride), _int_class(n_pages), _int_class(token_table.shape[0]))
+    key = token_pages_signature(batch, page_size, token_table, rows, row_index is not None, out, n_pages)
     fl = _LAUNCHERS.get(key)
     if fl is None:
         from .kernels import _token_pages_kernel
@@ -55,7 +49,8 @@ def token_pages(token_table: torch.Tensor, page_size: int, n_pages: int,
         if len(_LAUNCHERS) >= 1024:  # bounded: drop the oldest batch size
             _LAUNCHERS.pop(next(iter(_LAUNCHERS)))
         # unchecked: the key holds every specialisation input (dtypes, alignment, the ints' classes)
-        fl = _LAUNCHERS[key] = FastLaunch(_token_pages_kernel, (batch,), dict(PAGE=page_size,
-                                          HAS_ROWS=row_index is not None, BLOCK=_BLOCK), 4, 1, check=False)
+        v = token_pages_variant(page_size, row_index is not None)
+        fl = _LAUNCHERS[key] = FastLaunch(_token_pages_kernel, (batch,), v.constexprs, v.num_warps, v.num_stages,
+                                          check=False)
     fl(token_table, rows, out, FLAGS.buffer(dev), stride, n_pages, token_table.shape[0])
     return out

@@ -3,7 +3,8 @@
 Runs on CUDA and Intel XPU (Intel's Triton backend); on the CPU only through Triton's
 interpreter (TRITON_INTERPRET=1), which is how CI checks it. This module holds the provider: availability,
 the kept launch configurations, launchers and workspace, and the contract's varlen, merge and KV-write calls;
-the paged launch itself is launch_config.py (per step shape) and step_launch.py (per step and layer).
+the paged launch itself is launch_config.py (per step shape) and step_launch.py (per step and layer), keyed by
+signature.py, its variants decided by variants.py.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import torch
 
 from .... import env
 from ...api import Feature, KernelProvider, KernelRequest
-from ...api import (FLOAT_DTYPES, FP8_DTYPES, PagedStep, LayerTensors, LayerConsts, call_id, check_paged_step,
+from ...api import (FLOAT_DTYPES, FP8_DTYPES, PagedStep, LayerTensors, LayerConsts, check_paged_step,
                         check_per_head, check_write_kv_all, check_write_kv_slots, is_fp8)
 from ...api import FLAGS, capturing
 from .launch import FastLaunch
-from .launch_config import LaunchConfig, mla_kernel_fits
+from .launch_config import LaunchConfig
+from .signature import launch_signature, step_signature, warm_signature
 from .step_launch import TritonLaunch
-from .tiles import pow2
+from .variants import merge_state_consts, mla_kernel_fits, write_kv_consts
 from .warmup import warm_up
 
 logger = logging.getLogger("vllm_xpu_attn")
@@ -80,17 +82,14 @@ class TritonProvider(KernelProvider):
         """The step's launch over a LaunchConfig kept across steps.
 
         Everything a configuration decides (tiles, split count, grid, constexprs, the armed launchers and the
-        per-layer closures) depends on the step only through the key below: the call, the step tensors'
-        shapes, strides, dtypes, devices and 16-byte alignment, max_seqlen_q and the page size; their
-        addresses are read per step and handed to the closures. A step with a known key checks nothing
-        again (check_paged_step passed for that key) and builds one small object.
+        per-layer closures) depends on the step only through its step signature (signature.step_signature:
+        the call, the step tensors' shapes, strides, dtypes, devices and 16-byte alignment, max_seqlen_q, the
+        page size, a forced split count); their addresses are read per step and handed to the closures. A step
+        with a known signature checks nothing again (check_paged_step passed for it) and builds one small object.
         """
-        pt, cs, cu = step.page_table, step.cache_seqlens, step.cu_seqlens_q
         try:
-            addrs = (pt.data_ptr(), cs.data_ptr(), cu.data_ptr())
-            key = (call_id(call), pt.shape, pt.stride(), pt.dtype, cs.shape, cs.stride(), cs.dtype, cu.shape,
-                   cu.stride(), cu.dtype, pt.get_device(), cs.get_device(), cu.get_device(), step.max_seqlen_q,
-                   step.page_size, num_splits, (addrs[0] & 15) == 0, (addrs[1] & 15) == 0, (addrs[2] & 15) == 0)
+            addrs = (step.page_table.data_ptr(), step.cache_seqlens.data_ptr(), step.cu_seqlens_q.data_ptr())
+            key = step_signature(step, call, num_splits, addrs)
             cfg = self._configs.get(key)
         except (AttributeError, TypeError):  # not tensors / unhashable: the checks below say what is wrong
             key = cfg = addrs = None
@@ -137,8 +136,7 @@ class TritonProvider(KernelProvider):
         XPU_ATTN_WARMUP=0."""
         if q.device.type not in ("cuda", "xpu") or capturing(q.device) or not env.flag(env.WARMUP):
             return
-        key = (call_id(call), step.page_size, q.dtype, k_cache.dtype, v_cache.dtype, out.dtype, q.stride(),
-               k_cache.stride(), v_cache.stride(), out.stride(), q.get_device(), layer.key)
+        key = warm_signature(call, step.page_size, q, k_cache, v_cache, out, layer)
         if key in self._warmed:
             return
         self._warmed.add(key)
@@ -156,7 +154,8 @@ class TritonProvider(KernelProvider):
     def launched_variants(self, kernel: Optional[str] = None) -> list[dict]:
         """The constexprs of every specialisation this provider has armed (of ``kernel`` by name, or all):
         which kernel variants the steps so far launched."""
-        return [dict(k[2]) for k in self._launchers if kernel is None or getattr(k[0], "__name__", "") == kernel]
+        return [dict(fl.constexprs) for fl in self._launchers.values()
+                if kernel is None or getattr(fl.fn, "__name__", "") == kernel]
 
     def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, spec_key: tuple,
                  options: Optional[dict] = None) -> FastLaunch:
@@ -164,13 +163,10 @@ class TritonProvider(KernelProvider):
 
         ``spec_key`` holds everything Triton specialises a compiled kernel on besides the constexprs
         (docs/triton_launch.md): every int argument's value and every tensor argument's dtype and
-        16-byte alignment. The caller builds it from the arguments it passes, so the launcher runs
-        unchecked (check=False): a call with another specialisation gets another launcher.
+        16-byte alignment (signature.launch_specialisation). The caller builds it from the arguments it passes,
+        so the launcher runs unchecked (check=False): a call with another specialisation gets another launcher.
         """
-        # consts/options in insertion order (the callers build them in a fixed order; a different order would
-        # only cost another launcher, never a wrong one): no sort per step
-        key = (fn, tuple(grid), tuple(consts.items()), warps, stages, spec_key,
-               tuple(options.items()) if options else ())
+        key = launch_signature(fn, grid, consts, warps, stages, spec_key, options)
         fl = self._launchers.get(key)
         if fl is None:
             if len(self._launchers) >= 1024:  # bounded: drop the oldest specialisation
@@ -182,9 +178,9 @@ class TritonProvider(KernelProvider):
         """A float32 [1] scale tensor, made once per (device, value) outside any graph capture."""
         t = self._scales.get((device, value))
         if t is None:
-            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            if capturing(device):  # CUDA or XPU graph capture (kernels.api.guard)
                 raise RuntimeError("vllm-xpu-attn: an FP8 KV write without a scale tensor was first seen inside a "
-                                   "CUDA graph capture; pass k_scale/v_scale tensors (the engines do) or warm up first")
+                                   "graph capture; pass k_scale/v_scale tensors (the engines do) or warm up first")
             t = self._scales[(device, value)] = torch.full((1,), value, dtype=torch.float32, device=device)
         return t
 
@@ -227,7 +223,7 @@ class TritonProvider(KernelProvider):
         if t:
             _merge_state_kernel[(t, h)](o_a, lse_a.float().contiguous(), o_b, lse_b.float().contiguous(),
                                         sinks if sinks is not None else lse, o, lse, o.stride(0), o.stride(1), t,
-                                        D=d, BLOCK_D=pow2(d), HAS_SINKS=sinks is not None)
+                                        **merge_state_consts(d, sinks is not None))
         return o, lse
 
     def write_kv(self, k: Optional[torch.Tensor], v: Optional[torch.Tensor], k_cache: torch.Tensor,
@@ -255,7 +251,7 @@ class TritonProvider(KernelProvider):
             _write_kv_kernel[(x.shape[0], x.shape[1])](
                 x, cache, slot_mapping, scale.reshape(-1), FLAGS.buffer(x.device), x.stride(0), x.stride(1),
                 cache.stride(0), cache.stride(1), cache.stride(2), cache.shape[0] * cache.shape[1],
-                H=x.shape[1], D=x.shape[2], PAGE=cache.shape[1],
-                BLOCK_D=pow2(x.shape[2], 1), QUANT=quant, FMAX=float(torch.finfo(cache.dtype).max) if quant else 0.0)
+                **write_kv_consts(x.shape[1], x.shape[2], cache.shape[1], quant,
+                                  float(torch.finfo(cache.dtype).max) if quant else 0.0))
         if FLAGS.sync:
             FLAGS.check_now(slot_mapping.device)

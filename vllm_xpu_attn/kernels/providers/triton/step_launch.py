@@ -2,7 +2,8 @@
 
 ``TritonLaunch.run(q, k_cache, v_cache, out, layer=...)``: q [total_q, Hq, D], caches [pages, page, Hkv, D|Dv]
 (16-bit, fp32 or FP8), out [total_q, Hq, Dv] written in place (+ lse [Hq, total_q] fp32 for LSE calls). A layer
-signature seen before launches through closures bound to device addresses (launch.py's FastLaunch.bind).
+signature (signature.layer_signature) seen before launches through closures bound to device addresses
+(launch.py's FastLaunch.bind); which variants it launches is variants.attn_variant / merge_variant's decision.
 """
 
 from __future__ import annotations
@@ -13,17 +14,35 @@ import torch
 
 from .... import env
 from ...api import PagedLaunch
-from ...api import NO_LAYER_TENSORS, PagedStep, LayerTensors, LayerConsts, is_fp8
+from ...api import FP8_DTYPES, NO_LAYER_TENSORS, PagedStep, LayerTensors, LayerConsts
 from ...api import FLAGS
 from .descriptors import DESC_DTYPES, desc_layer_ok, ensure_scratch_allocator
 from .launch import FastLaunch
 from .launch_config import LaunchConfig
-from .tiles import TUNING, device_family, tile_config
+from .signature import LAYER_ALIGNED, launch_extras, launch_specialisation, layer_signature
+from .variants import attn_variant, merge_variant
 
 # per-layer arguments of the attention kernel (the hot closure takes them per call; everything else is fixed
 # for the configuration or read from the step's address slots)
 _LAYER_TENSORS = ("SINKS", "ALIBI", "KDS", "VDS")
 _STEP_SLOTS = {"PT": 0, "SEQ": 1, "CUQ": 2}
+_Tensor = torch.Tensor  # one global load on the hot path instead of two
+# variants' dtype names (fp32 dots, FP8 tiles)
+_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+          **{d: "e4m3" if "e4m3" in str(d) else "e5m2" for d in FP8_DTYPES}}
+
+
+class Armed:
+    """One layer signature's launch in a configuration (LaunchConfig.layers): the compiled launchers, the
+    extras they were armed for (signature.launch_extras), and once bound the hot closures (None until then,
+    and for launches the hot path does not replay: LSE, MLA, unaligned tensors)."""
+
+    __slots__ = ("attn", "merge", "extras", "hot_attn", "hot_merge")
+
+    def __init__(self, attn: FastLaunch, merge: Optional[FastLaunch], extras: tuple):
+        self.attn, self.merge, self.extras = attn, merge, extras
+        self.hot_attn: Optional[Any] = None
+        self.hot_merge: Optional[Any] = None
 
 
 class LaunchHost(Protocol):
@@ -74,37 +93,39 @@ class TritonLaunch(PagedLaunch):
             res = self._execute(q, k_cache, v_cache, out, layer)[0]
             FLAGS.check_now(q.device)
             return res
-        if s is None or self.call.return_lse or cfg.mla_decode or not isinstance(out, torch.Tensor):
+        if s is None or not cfg.replay or not isinstance(out, _Tensor):
             self.check(q, k_cache, v_cache, out, layer)
             return self._execute(q, k_cache, v_cache, out, layer)[0]
         qa, ka, va, oa = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
-        key = (q.shape, k_cache.shape, v_cache.shape, out.shape, q.stride(), k_cache.stride(), v_cache.stride(),
-               out.stride(), q.dtype, k_cache.dtype, v_cache.dtype, out.dtype, q.get_device(), k_cache.get_device(),
-               v_cache.get_device(), out.get_device(), ((qa | ka | va | oa) & 15) == 0, layer.key)
-        hot = cfg.hot.get(key)
-        if hot is not None:
-            attn, merge = hot
-            attn(s, qa, ka, va, *layer.tensors, oa)
-            if merge is not None:
-                merge(s, oa, *layer.tensors[:1] if layer.sinks is not None else ())
-            return out
+        key = layer_signature(q, k_cache, v_cache, out, layer, qa, ka, va, oa)
+        armed = cfg.layers.get(key)
+        if armed is not None:
+            attn = armed.hot_attn
+            if attn is not None:
+                attn(s, qa, ka, va, *layer.tensors, oa)
+                merge = armed.hot_merge
+                if merge is not None:
+                    merge(s, oa, *layer.tensors[:1] if layer.sinks is not None else ())
+                return out
         self.check(q, k_cache, v_cache, out, layer)
-        res, launched = self._execute(q, k_cache, v_cache, out, layer)
-        if launched is not None and key[-2]:
-            attn, merge, args, margs = launched
+        res, launched = self._execute(q, k_cache, v_cache, out, layer, key)
+        if launched is not None and key[LAYER_ALIGNED] is True:
+            armed, args, margs = launched
+            attn, merge = armed.attn, armed.merge
             if attn.takes_addresses and (merge is None or merge.takes_addresses):
                 present = tuple(n for n, t in zip(_LAYER_TENSORS, (layer.sinks, layer.alibi_slopes, layer.k_descale,
                                                                      layer.v_descale)) if t is not None)
-                cfg.hot[key] = (
-                    attn.bind_named(args, free=("Q", "K", "V", "O") + present, slots=_STEP_SLOTS),
-                    merge.bind_named(margs, free=("O",) + (("SINKS",) if layer.sinks is not None else ()),
-                                     slots={"CUQ": 2}) if merge is not None else None)
+                armed.hot_merge = merge.bind_named(margs, free=("O",) + (("SINKS",) if layer.sinks is not None
+                                                                         else ()), slots={"CUQ": 2}) \
+                    if merge is not None else None
+                armed.hot_attn = attn.bind_named(args, free=("Q", "K", "V", "O") + present, slots=_STEP_SLOTS)
         return res
 
     def _execute(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-                 layer: LayerTensors) -> tuple[Any, Optional[tuple]]:
-        """The checked launch: -> (result, (attn, merge, attention args, merge args) by name, or None when
-        nothing was launched or the launch is not one the hot path replays)."""
+                 layer: LayerTensors, key: Optional[tuple] = None) -> tuple[Any, Optional[tuple]]:
+        """The checked launch: -> (result, (Armed, attention args, merge args) by name, or None when nothing was
+        launched or the launch is not one the hot path replays). ``key``: the layer signature, if the caller has
+        it."""
         step, call, cfg = self.step, self.call, self.cfg
         sinks, alibi_slopes, k_descale, v_descale = layer.sinks, layer.alibi_slopes, layer.k_descale, layer.v_descale
         total_q, hq = q.shape[0], call.num_q_heads
@@ -126,15 +147,18 @@ class TritonLaunch(PagedLaunch):
         else:
             o_part = l_part = None
         os_ = out.stride()
-        # the compiled specialisation these arguments need (beyond the configuration's)
-        sig = (total_q, qs, ks, vs, os_, q.dtype, k_cache.dtype, _al(q), _al(k_cache), _al(v_cache), _al(out),
-               None if lse is None else _al(lse), None if o_part is None else (_al(o_part), _al(l_part)), layer.key,
-               cfg.desc and q.dtype in DESC_DTYPES and desc_layer_ok(k_cache, v_cache, step.page_size))
-        fast = cfg.fast.get(sig)
-        if fast is None:
+        if key is None:
+            key = layer_signature(q, k_cache, v_cache, out, layer, q.data_ptr(), k_cache.data_ptr(),
+                                  v_cache.data_ptr(), out.data_ptr())
+        # beyond the layer signature: the LSE / workspace alignment and this layer's descriptor decision
+        extras = launch_extras(lse, o_part, l_part, cfg.desc and q.dtype in DESC_DTYPES
+                               and desc_layer_ok(k_cache, v_cache, step.page_size))
+        armed = cfg.layers.get(key)
+        if armed is None or armed.extras != extras:
             self.provider.warm_once(step, call, q, k_cache, v_cache, out, layer)  # every variant, once per layer kind
-            fast = cfg.fast[sig] = self._launchers(sig, q, total_q, layer, per_head)
-        attn, merge = fast
+            launchers = self._launchers(key, extras, q.dtype, k_cache.dtype, total_q, layer, per_head)
+            armed = cfg.layers[key] = Armed(*launchers, extras)
+        attn, merge = armed.attn, armed.merge
         if cfg.mla_decode:
             if v_cache.data_ptr() != k_cache.data_ptr() or per_head:
                 raise ValueError("triton MLA decode: v_cache must be the first v_head_dim columns of k_cache (one "
@@ -157,57 +181,31 @@ class TritonLaunch(PagedLaunch):
                 total_q=total_q, num_q_heads=hq, scale=call.softmax_scale, softcap=call.softcap,
                 kv_rows=k_cache.shape[0] * step.page_size, pt_cols=step.page_table.shape[1])
             attn.call_named(args)
-            launched = (attn, None, args, None)
+            launched = (armed, args, None)
         if merge is not None:
             margs = dict(OP=o_part, LP=l_part, O=out, LSE=lse, SINKS=sinks, CUQ=step.cu_seqlens_q, stride_ot=os_[0],
                          stride_oh=os_[1], total_q=total_q, num_q_heads=hq, batch=step.page_table.shape[0])
             merge.call_named(margs)
             if launched is not None:
-                launched = (attn, merge, launched[2], margs)
+                launched = (armed, launched[1], margs)
         return done, launched
 
-    def _launchers(self, sig: tuple, q: torch.Tensor, total_q: int, layer: LayerTensors,
-                   per_head: bool) -> tuple[FastLaunch, Optional[FastLaunch]]:
-        """(attention, split-K merge or None) launchers of one signature ``sig`` (_execute's), from the
-        provider's kept ones: the configuration's constexprs plus this layer's flags and tiles."""
+    def _launchers(self, key: tuple, extras: tuple, q_dtype: torch.dtype, kv_dtype: torch.dtype, total_q: int,
+                   layer: LayerTensors, per_head: bool) -> tuple[FastLaunch, Optional[FastLaunch]]:
+        """(attention, split-K merge or None) launchers of one layer signature ``key`` with ``extras``, from the
+        provider's kept ones: the variants (variants.py) of the configuration and this layer's flags."""
         from .kernels import _merge_splits, _mla_attn_kernel, _paged_attn_kernel
 
-        step, cfg = self.step, self.cfg
-        has_sinks, has_alibi, has_descale = layer.sinks is not None, layer.alibi_slopes is not None, layer.has_descale
-        # the step's own part of the specialisation: its int arguments and its tensors' alignment
-        spec_key = (sig, total_q, self.call.num_q_heads, step.page_table.stride(0), step.page_table.shape[0],
-                    step.page_table.dtype, step.cache_seqlens.dtype, step.cu_seqlens_q.dtype, _al(step.page_table),
-                    _al(step.cache_seqlens), _al(step.cu_seqlens_q))
-        # the CPU interpreter mis-evaluates bf16 dots (numpy has no bf16): upcast there only (ALiBi layers of any
-        # dtype: the causal bias is a bf16 dot, kernels._alibi_rows)
-        fp32_dot = q.dtype == torch.float32 or (env.triton_interpreting()
-                                                and (q.dtype == torch.bfloat16 or has_alibi))
-        if cfg.mla_decode:
-            consts = dict(cfg.static, HAS_DESCALE=has_descale, FP32_DOT=fp32_dot)
-            attn = self.provider.launcher(_mla_attn_kernel, cfg.grid, consts, cfg.warps, cfg.stages, spec_key,
-                                          cfg.options)
-        else:
-            use_desc = sig[-1]
-            consts = dict(cfg.static, HAS_SINKS=has_sinks, HAS_ALIBI=has_alibi, HAS_DESCALE=has_descale,
-                          DESCALE_PER_HEAD=per_head, FP32_DOT=fp32_dot, USE_DESC=use_desc)
-            warps, stages = cfg.warps, cfg.stages
-            family = device_family(q.device)
-            if cfg.desc and not use_desc:  # this layer refuses descriptors: pointer loads, the same row tiles (grid)
-                which = "prefill_ptr_wide_fp32" if q.dtype == torch.float32 else "prefill_ptr_wide"
-                _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, which)
-            elif cfg.phase == "decode" and is_fp8(sig[6]) and "decode_fp8" in TUNING[family] and cfg.block_m <= 16:
-                # FP8 cache: its own key tile and warps, the same row tiles (grid) and split count
-                _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_fp8")
-            attn = self.provider.launcher(_paged_attn_kernel, cfg.grid, consts, warps, stages, spec_key,
-                                          cfg.options)
-        merge = None
-        if cfg.num_splits > 1:
-            merge = self.provider.launcher(_merge_splits, (total_q, self.call.num_q_heads, 1),
-                                           dict(DV=self.call.v_head_dim, BLOCK_DV=cfg.bdv, NUM_SPLITS=cfg.num_splits,
-                                                HAS_SINKS=has_sinks, WRITE_LSE=self.call.return_lse), 4, 1, spec_key)
+        cfg, call = self.cfg, self.call
+        has_sinks = layer.sinks is not None
+        spec = launch_specialisation(key, extras, cfg.step_spec, call.num_q_heads)
+        v = attn_variant(cfg.family, cfg.variant, q_dtype=_DTYPE.get(q_dtype, str(q_dtype)),
+                         kv_dtype=_DTYPE.get(kv_dtype, str(kv_dtype)), sinks=has_sinks,
+                         alibi=layer.alibi_slopes is not None, descale=layer.has_descale, descale_per_head=per_head,
+                         use_desc=extras[2], interpreting=env.triton_interpreting())
+        fn = _mla_attn_kernel if v.kernel == "_mla_attn_kernel" else _paged_attn_kernel
+        attn = self.provider.launcher(fn, cfg.grid, v.constexprs, v.num_warps, v.num_stages, spec, v.options)
+        m = merge_variant(cfg.variant, call.v_head_dim, sinks=has_sinks, return_lse=call.return_lse)
+        merge = None if m is None else self.provider.launcher(_merge_splits, (total_q, call.num_q_heads, 1),
+                                                              m.constexprs, m.num_warps, m.num_stages, spec)
         return attn, merge
-
-
-def _al(t: torch.Tensor) -> bool:
-    """16-byte alignment of a tensor's data, which Triton specialises pointer arguments on."""
-    return (t.data_ptr() & 15) == 0

@@ -4,7 +4,8 @@ Which compiled kernel a paged call needs depends on the step, not only on the la
 merge kernel) on batch x heads and context length, descriptor or pointer loads in prefill on the grid size. A
 step shape met for the first time while serving (the first long-context decode at a small batch) would compile
 its variant then, a latency spike of seconds. So the first call of a layer configuration (the engine's warm-up
-or profiling run) launches one tiny dummy step per variant the configuration can reach (``layer_steps``), on the
+or profiling run) launches one tiny dummy step per variant the configuration can reach (``layer_steps``: the
+points of variants.layer_points, the same function the Intel lowering job's cases are checked against), on the
 layer's own caches (read only) and tensors of the layer's dtypes and strides; later steps find every variant
 compiled. Graph capture never warms (no launch may be added to a graph being captured).
 """
@@ -18,55 +19,37 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from ...api import PagedStep, LayerTensors, LayerConsts
-from .launch_config import LaunchConfig, mla_kernel_fits, split_count
-from .tiles import TUNING, cdiv, device_family, tile_config
+from . import launch_config
+from .launch_config import LaunchConfig
+from .tiles import device_family
+from .tuning import cdiv
+from .tuning import reachable_splits as _reachable
+from .variants import layer_points
 
 if TYPE_CHECKING:
     from .provider import TritonProvider
 
 logger = logging.getLogger("vllm_xpu_attn")
 
-_MAX_KEYS = 1 << 22  # the longest context and the most sequences considered: every split count the policy can
-_MAX_BATCH = 1024   # pick is reached below them (it splits only while batch x units < 2 x compute units)
-
 
 @functools.lru_cache(maxsize=None)
 def reachable_splits(dev_type: str, index: Optional[int], units: int) -> tuple[int, ...]:
-    """Every split count ``split_count`` can pick for ``units`` (KV heads, or MLA head tiles) per sequence on
-    this device, over every batch and context length (host math, cached)."""
+    """Every split count the policy can pick for ``units`` (KV heads, or MLA head tiles) per sequence on this
+    device, over every batch and context length (tuning.reachable_splits; host math, cached)."""
     device = torch.device(dev_type, index) if index is not None else torch.device(dev_type)
-    seen = set()
-    keys = 1
-    while keys <= _MAX_KEYS:
-        for batch in range(1, _MAX_BATCH + 1):
-            s = split_count(device, batch, units, 1, keys)
-            seen.add(s)
-            if s == 1:
-                break  # more sequences only lower the count
-        keys *= 2
-    return tuple(sorted(seen))
+    return _reachable(launch_config.device_units(device), units)
 
 
-def layer_steps(call: LayerConsts, device: torch.device, page_size: int) -> list[tuple[PagedStep, Optional[int], Optional[bool]]]:
-    """(dummy step, forced split count, forced descriptors) per variant a layer configuration can launch:
-    decode at every reachable split count, prefill (one row tile; a spec-decode verify or extend step is the
-    same kernel) with descriptors as the device decides and, where the family has it, with pointer loads (big
-    grids); batch-invariant mode has one variant. Each step: one sequence on page 0 of the caches."""
-    family = device_family(device)
-    decode = _step(device, page_size, q_len=1)
-    prefill = _step(device, page_size, q_len=2)
-    if call.batch_invariant:
-        return [(prefill, None, None)]
-    if mla_kernel_fits(call):
-        block_h = tile_config(family, "mla_wide" if call.num_q_heads >= 64 else "mla_decode")[0]
-        units = cdiv(call.num_q_heads, block_h)
-    else:
-        units = call.num_kv_heads
-    out = [(decode, s, None) for s in reachable_splits(device.type, device.index, units)]
-    out.append((prefill, None, None))
-    if not call.mla and "prefill_ptr" in TUNING[family]:
-        out.append((prefill, None, False))
-    return out
+def layer_steps(call: LayerConsts, device: torch.device,
+                page_size: int) -> list[tuple[PagedStep, Optional[int], Optional[bool]]]:
+    """(dummy step, forced split count, forced descriptors) per variant a layer configuration can launch
+    (variants.layer_points: decode at every reachable split count, prefill with descriptors as the device decides
+    and, where the family has it, with pointer loads; batch-invariant mode has one variant). Each step: one
+    sequence on page 0 of the caches."""
+    points = layer_points(device_family(device), call, None,
+                          reachable=lambda units: reachable_splits(device.type, device.index, units))
+    steps = {q_len: _step(device, page_size, q_len) for q_len in {p.max_seqlen_q for p in points}}
+    return [(steps[p.max_seqlen_q], p.num_splits, p.desc) for p in points]
 
 
 def _step(device: torch.device, page_size: int, q_len: int) -> PagedStep:

@@ -1,0 +1,175 @@
+"""The Triton provider's tuning: tile tables and the rules that read them, pure functions of ints and strings.
+
+``TUNING[family][phase]`` = (BLOCK_M, BLOCK_N, num_warps, num_stages[, grf_mode]); the MLA kernel's latent tiles
+(``MLA_LATENT_TILES``), the paged kernel's head-dim tiles (``PAGED_D_TILES``), the ALiBi form (``ALIBI_AS_DOT``)
+and the split-K policy (``split_count_for``). A family is a string ("cuda_sm90", "cuda", "xpu", "cpu";
+tiles.device_family maps a torch device to one).
+
+Imports nothing but the standard library: ci/intel_lowering.py runs in a venv without torch and loads this file
+(and variants.py) by path, so the Intel job compiles exactly what these rules pick (docs/intel_lowering.md).
+Every rule that reads a table takes it as an optional argument (None: the shipped one, read at call time, so a
+test that patches an entry is seen), which is how the job's --tile overrides and tile sweeps apply.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+# Phases: "prefill" / "decode" of the paged kernel; "prefill_ptr": the pointer-load prefill kernel where a step
+# cannot take tensor descriptors (families that have descriptors); "prefill_ptr_wide" (and its fp32 variant): a
+# layer whose cache strides refuse descriptors inside a descriptor step (the same BLOCK_M, so the same grid);
+# "decode_fp8": decode over an FP8 cache (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
+# (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA kernel, "mla_wide" from 64 heads per rank
+# (compute-bound: bigger head tiles). CUDA entries are tuned (docs/benchmarks.md); Intel entries are
+# conservative (less register file and SLM on Xe).
+TUNING: dict[str, dict[str, tuple]] = {
+    "cuda_sm90": {"prefill": (128, 64, 4, 2), "prefill_ptr": (64, 64, 4, 3),
+                  # 8 warps: 128-row tiles with pointer loads spill at 4; fp32 spills at N=64, so N=16
+                  "prefill_ptr_wide": (128, 64, 8, 2), "prefill_ptr_wide_fp32": (128, 16, 8, 2),
+                  "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2), "mla_wide": (64, 64, 8, 2),
+                  # fp8 -> 16-bit conversions raise register use: fewer warps and keys keep more blocks per SM
+                  "decode_fp8": (16, 64, 2, 3)},
+    "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
+             "mla_wide": (64, 32, 8, 2)},
+    # the GRF mode Intel's backend is asked for (launch option grf_mode): 256 GRF ("large") and N=32 lower
+    # with the least register spill (docs/intel_lowering.md)
+    # "<phase>_d<D>": a head dim's own tiles where the phase's spill there (docs/intel_lowering.md)
+    "xpu": {"prefill": (64, 32, 8, 2, "large"), "decode": (16, 32, 8, 2, "large"),
+            "decode_d64": (16, 64, 4, 2, "large"),
+            "mla_decode": (16, 16, 4, 2, "large"), "mla_wide": (16, 16, 4, 2, "large")},
+    # the interpreter (tests): the descriptor / pointer prefill split too, so both kernels run in CI
+    "cpu": {"prefill": (16, 16, 1, 1), "prefill_ptr": (16, 16, 1, 1), "prefill_ptr_wide": (16, 16, 1, 1),
+            "prefill_ptr_wide_fp32": (16, 16, 1, 1),
+            "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1), "mla_wide": (16, 16, 1, 1)},
+}
+
+
+# The absorbed-MLA kernel's latent tiles, (BLOCK_DC, BLOCK_DV): the scores' chunk width over the latent and the
+# output columns a program owns (D_C / BLOCK_DV programs per head tile). 0, or a width past a layer's latent,
+# is the whole latent: (0, 0) is the fused form (one key load serves scores and output). xpu: chosen by spill in
+# ci/intel_lowering.py's sweep (docs/intel_lowering.md); CUDA keeps the fused form (faster on the H200).
+MLA_LATENT_TILES: dict[str, dict[str, tuple[int, int]]] = {
+    "cuda_sm90": {"mla_decode": (0, 0), "mla_wide": (0, 0)},
+    "cuda": {"mla_decode": (0, 0), "mla_wide": (0, 0)},
+    "xpu": {"mla_decode": (64, 64), "mla_wide": (64, 64)},
+    "cpu": {"mla_decode": (0, 0), "mla_wide": (0, 0)},
+}
+
+
+# The paged kernel's head-dim tiles, (CHUNK_D, CHUNK_DV), by "<phase>_d<BLOCK_D>": the scores summed over CHUNK_D-wide
+# slices of the head dim (one q slice and one key slice live at a time) and CHUNK_DV of the output columns per
+# program (BLOCK_DV / CHUNK_DV programs per row tile, each recomputing the scores). Absent, or 0: the whole head
+# dim (the fused form). xpu: chosen by spill in ci/intel_lowering.py's sweep (docs/intel_lowering.md): a 256-wide
+# key block does not fit Intel's 256 GRF next to its accumulator, and D 64 prefill spills with sinks or a sliding
+# window unless split; CUDA keeps the fused form.
+PAGED_D_TILES: dict[str, dict[str, tuple[int, int]]] = {
+    "xpu": {"decode_d256": (0, 128), "prefill_d256": (0, 128), "prefill_d64": (0, 32)},
+}
+
+
+# The causal ALiBi bias as an exact bf16 matrix product accumulated into the scores (kernels._alibi_rows), per
+# family: on Intel it lands in the scores' DPAS layout, where the broadcast [rows x keys] bias spilled 2.9-7.6 KB
+# of the 256 GRF; the interpreter (CPU tests) runs it too. CUDA keeps the elementwise bias: the extra product
+# costs H200 prefill 5-7 % (docs/intel_lowering.md).
+ALIBI_AS_DOT: dict[str, bool] = {"xpu": True, "cpu": True}
+
+
+def tile_config(family: str, phase: str, tuning: Optional[dict] = None) -> tuple[int, int, int, int, dict]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, compile options) of a family's phase (xpu: grf_mode)."""
+    cfg = (TUNING if tuning is None else tuning)[family][phase]
+    return (*cfg[:4], {"grf_mode": cfg[4]} if len(cfg) > 4 else {})
+
+
+def head_dim_phase(family: str, phase: str, head_dim: int, tuning: Optional[dict] = None) -> str:
+    """The TUNING key of ``phase`` at ``head_dim``: "<phase>_d<pow2(head_dim)>" where the family has one, else
+    ``phase``."""
+    key = f"{phase}_d{pow2(head_dim)}"
+    return key if key in (TUNING if tuning is None else tuning)[family] else phase
+
+
+def paged_d_tiles(family: str, phase: str, block_d: int, block_dv: int,
+                  paged_d: Optional[dict] = None) -> tuple[int, int]:
+    """(CHUNK_D, CHUNK_DV) of a family's paged ``phase`` (a TUNING phase) at head-dim tiles ``block_d`` /
+    ``block_dv`` (key "<phase>_d<block_d>"): each a power of two >= 16 dividing its width (0, a wider entry or
+    none: the whole width)."""
+    out = []
+    table = PAGED_D_TILES if paged_d is None else paged_d
+    for w, full in zip(table.get(family, {}).get(f"{phase}_d{block_d}", (0, 0)), (block_d, block_dv)):
+        w = full if w == 0 else min(w, full)
+        if w < 16 or w & (w - 1):
+            raise ValueError(f"PAGED_D_TILES[{family!r}][{phase}_d{block_d!r}]: {w} is not a power of two >= 16")
+        out.append(w)
+    return out[0], out[1]
+
+
+def mla_latent_tiles(family: str, phase: str, d_c: int, mla_latent: Optional[dict] = None) -> tuple[int, int]:
+    """(BLOCK_DC, BLOCK_DV) of a family's MLA phase for a latent of width ``d_c`` (a power of two): each a power of
+    two >= 16 dividing ``d_c``, so the chunks cover the latent exactly."""
+    out = []
+    for w in (MLA_LATENT_TILES if mla_latent is None else mla_latent)[family][phase]:
+        w = d_c if w == 0 else min(w, d_c)
+        if w < 16 or w & (w - 1):
+            raise ValueError(f"MLA_LATENT_TILES[{family!r}][{phase!r}]: {w} is not a power of two >= 16")
+        out.append(w)
+    return out[0], out[1]
+
+
+def mla_phase(num_q_heads: int) -> str:
+    """The MLA kernel's TUNING phase: "mla_wide" from 64 query heads per rank (compute-bound: bigger head
+    tiles), else "mla_decode"."""
+    return "mla_wide" if num_q_heads >= 64 else "mla_decode"
+
+
+def alibi_as_dot(family: str, table: Optional[dict] = None) -> bool:
+    """Whether the family computes the causal ALiBi bias as a bf16 matrix product (``ALIBI_AS_DOT``)."""
+    return (ALIBI_AS_DOT if table is None else table).get(family, False)
+
+
+# The split-K policy's bounds: at most MAX_SPLITS splits, each of at least MIN_SPLIT_KEYS keys, only from
+# SPLIT_FROM_KEYS keys, and only while batch x units < 2 x the device's compute units.
+MAX_SPLITS, MIN_SPLIT_KEYS, SPLIT_FROM_KEYS = 32, 512, 1024
+
+
+def split_count_for(compute_units: Optional[int], batch: int, units: int, max_seqlen_q: int, max_keys: int) -> int:
+    """Flash-decoding's split count: split long contexts while batch x ``units`` (KV heads, or MLA head tiles)
+    cannot fill the device's ``compute_units`` (SMs / sub-slices; None: the CPU interpreter's policy, 2 splits
+    from 2,048 keys so that tests reach split-K). Host-only math."""
+    if max_seqlen_q > 1 or max_keys < SPLIT_FROM_KEYS:
+        return 1
+    if compute_units is None:
+        return 2 if max_keys >= 2 * SPLIT_FROM_KEYS else 1
+    splits = 1
+    while batch * units * splits < 2 * compute_units and splits < MAX_SPLITS and \
+            max_keys // (splits * 2) >= MIN_SPLIT_KEYS:
+        splits *= 2
+    return splits
+
+
+# the longest context and the most sequences reachable_splits considers: every split count the policy can pick is
+# reached below them (it splits only while batch x units < 2 x compute units)
+_MAX_KEYS, _MAX_BATCH = 1 << 22, 1024
+
+
+def reachable_splits(compute_units: Optional[int], units: int) -> tuple[int, ...]:
+    """Every split count ``split_count_for`` can pick for ``units`` per sequence on a device of
+    ``compute_units``, over every batch and context length (sorted)."""
+    seen = set()
+    keys = 1
+    while keys <= _MAX_KEYS:
+        for batch in range(1, _MAX_BATCH + 1):
+            s = split_count_for(compute_units, batch, units, 1, keys)
+            seen.add(s)
+            if s == 1:
+                break  # more sequences only lower the count
+        keys *= 2
+    return tuple(sorted(seen))
+
+
+def pow2(n: int, lo: int = 16) -> int:
+    """The power of two >= n and >= lo (a tile width covering n)."""
+    return max(lo, 1 << (max(n, 1) - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints (tiles covering a rows of b each)."""
+    return -(-a // b)
