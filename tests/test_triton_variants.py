@@ -148,3 +148,22 @@ def test_intel_job_imports_no_torch_and_copies_no_rule():
     assert n == "64" and Path(path).name == "tuning.py"
     src = (ROOT / "ci" / "intel_lowering.py").read_text()
     assert "read_literal" not in src and "tiles.py" not in src
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "e4m3"])
+def test_split_k_decode_launches_its_own_tile_on_hopper(kv_dtype):
+    """On cuda_sm90 (the variants the launch path and warm-up take, enumerated torch-free): decode without split-K
+    launches the "decode" tile, split-K decode over a 16-bit cache the "decode_split" tile, an FP8 cache the
+    "decode_fp8" tile at every split count."""
+    from vllm_xpu_attn.kernels.providers.triton import tuning
+    from vllm_xpu_attn.kernels.providers.triton.variants import LayerKind, enumerate_variants
+
+    kind = LayerKind(32, 8, 128, 128, kv_dtype=kv_dtype, descale=kv_dtype != "bf16")
+    decode = {(v.constexprs["NUM_SPLITS"], v.constexprs["BLOCK_N"], v.num_warps, v.num_stages)
+              for point, v, _ in enumerate_variants("cuda_sm90", kind, page_size=64, compute_units=132)
+              if point.phase == "decode"}
+    table = tuning.TUNING["cuda_sm90"]
+    assert {n for n, *_ in decode} >= {1, 2, 32}, decode
+    for n, block_n, warps, stages in decode:
+        phase = "decode_fp8" if kv_dtype != "bf16" else "decode_split" if n > 1 else "decode"
+        assert (block_n, warps, stages) == table[phase][1:4], (n, phase, decode)

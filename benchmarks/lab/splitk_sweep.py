@@ -85,6 +85,7 @@ def main() -> None:
     tri = get_provider("triton")
     tuning, fam = _tuning()
     shipped_tile = tuning[fam][phase]
+    shipped_split_tile = tuning[fam].get("decode_split")
     bw = copy_tbps()
     print(json.dumps({"device": torch.cuda.get_device_name(), "family": fam, "copy_tbps": round(bw, 3),
                       "kv": args.kv, "phase": phase, "shipped_tile": shipped_tile}), flush=True)
@@ -109,6 +110,8 @@ def main() -> None:
             kw = dict(k_descale=scale, v_descale=scale)
         kv_bytes = 2 * batch * ctx * HKV * kc.shape[-1] * kc.element_size()
         tuning[fam][phase] = shipped_tile
+        if shipped_split_tile is not None:
+            tuning[fam]["decode_split"] = shipped_split_tile
         tri.clear_caches()
         launch = tri.arm_paged if hasattr(tri, "arm_paged") else tri.plan_paged
         ref = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, **kw).float()
@@ -129,6 +132,8 @@ def main() -> None:
         best[f"{batch}x{ctx}"] = rec
         for tile in tiles:
             tuning[fam][phase] = tile
+            if phase == "decode" and "decode_split" in tuning[fam]:
+                tuning[fam]["decode_split"] = tile
             tri.clear_caches()
             for ns in (1, 2, 4, 8, 16, 32, 64):
                 if ctx // ns < 512 or batch * HKV * ns > 8192 or (ns == 1 and batch * HKV < 128):
@@ -156,6 +161,8 @@ def main() -> None:
             print(json.dumps({"stopped": "time", "after_shape": [batch, ctx]}))
             break
     tuning[fam][phase] = shipped_tile
+    if shipped_split_tile is not None:
+        tuning[fam]["decode_split"] = shipped_split_tile
     print(json.dumps({"copy_tbps": round(bw, 3), "best": best, "wall_s": round(time.time() - t_start, 1)}))
 
 

@@ -18,7 +18,8 @@ from typing import Optional
 # Phases: "prefill" / "decode" of the paged kernel; "prefill_ptr": the pointer-load prefill kernel where a step
 # cannot take tensor descriptors (families that have descriptors); "prefill_ptr_wide" (and its fp32 variant): a
 # layer whose cache strides refuse descriptors inside a descriptor step (the same BLOCK_M, so the same grid);
-# "decode_fp8": decode over an FP8 cache (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
+# "decode_fp8": decode over an FP8 cache (the same BLOCK_M and split count); "decode_split": split-K decode over a
+# 16-bit cache (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
 # (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA kernel, "mla_wide" from 64 heads per rank
 # (compute-bound: bigger head tiles). CUDA entries are tuned (docs/benchmarks.md); Intel entries are
 # conservative (less register file and SLM on Xe).
@@ -28,7 +29,10 @@ TUNING: dict[str, dict[str, tuple]] = {
                   "prefill_ptr_wide": (128, 64, 8, 2), "prefill_ptr_wide_fp32": (128, 16, 8, 2),
                   "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2), "mla_wide": (64, 64, 8, 2),
                   # fp8 -> 16-bit conversions raise register use: fewer warps and keys keep more blocks per SM
-                  "decode_fp8": (16, 64, 2, 3)},
+                  "decode_fp8": (16, 64, 2, 3),
+                  # split-K: 8 warps x 128 keys (the fastest without split) hold 76-84 % of copy under split-K at
+                  # every count on an H100, 4 warps 94-102 % (benchmarks/lab/h100/splitk_sweep_h100.jsonl)
+                  "decode_split": (16, 128, 4, 2)},
     "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
              "mla_wide": (64, 32, 8, 2)},
     # the GRF mode Intel's backend is asked for (launch option grf_mode): 256 GRF ("large") and N=32 lower

@@ -207,6 +207,9 @@ def attn_variant(family: str, sv: StepVariant, *, q_dtype: str, kv_dtype: str, s
     elif sv.phase == "decode" and kv_dtype in FP8_NAMES and "decode_fp8" in tun[family] and sv.block_m <= 16:
         # FP8 cache: its own key tile and warps, the same row tiles (grid) and split count
         _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_fp8", tun)
+    elif sv.phase == "decode" and sv.num_splits > 1 and "decode_split" in tun[family] and sv.block_m <= 16:
+        # split-K decode: its own key tile and warps, the same row tiles (grid) and split count
+        _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_split", tun)
     # the step's compile options either way (xpu: the GRF mode)
     return Variant("_paged_attn_kernel", consts, warps, stages, sv.options)
 
