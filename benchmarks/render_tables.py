@@ -167,6 +167,65 @@ def attention_agreement(r: Records) -> str:
             "timing): " + "; ".join(parts) + ".")
 
 
+# ------------------------------------------------------------ the engine path on the H100 (bench_attention.py)
+
+ATTN_ENGINE = "docs/benchmarks-h100.json"
+SPLITK = "benchmarks/lab/h100/splitk_sweep_h100.jsonl"
+FP8_H100 = "benchmarks/lab/h100/splitk_fp8_e4m3_h100.jsonl"
+
+
+def _rows(rec: dict, phase: str, path: str) -> list[dict]:
+    return [d for d in rec[phase] if d.get("path") == path]
+
+
+def attention_engine(r: Records) -> str:
+    """Decode and prefill through the engine path (and the one-call API beside it), peers in the same run."""
+    rec = r.json(ATTN_ENGINE)
+    one = {(d["batch"], d["context"]): d for d in _rows(rec, "decode", "one_call")}
+    dec = [[shape(d["batch"], d["context"]), f"**{d['triton_pct_copy']:.1f}** / {d['triton_pct_copy_latency']:.1f}",
+            f"{one[(d['batch'], d['context'])]['triton_pct_copy']:.1f}", f"{d['vllm_unified_pct_copy']:.1f}",
+            f"{d['sglang_decode_pct_copy']:.1f}"] for d in _rows(rec, "decode", "engine")]
+    one_p = {p["case"]: p for p in _rows(rec, "prefill", "one_call")}
+    pre = [[spaced(p["case"]), f"**{p['triton_tflops']:.0f}** / {p['triton_tflops_latency']:.0f}",
+            f"{one_p[p['case']]['triton_tflops']:.0f}", f"{p['vllm_unified_tflops']:.0f}",
+            f"{p['sdpa_cudnn_tflops']:.0f}"] for p in _rows(rec, "prefill", "engine")]
+    return (f"Path: ours through the engine path ({rec['paths']['engine']}), the one-call API beside it; each peer "
+            f"through its engine's own call. Machine: {rec['device']}, torch {rec['torch']}, Triton {rec['triton']}, "
+            f"copy {rec['copy_tbps']:.2f} TB/s in the same run; {when(rec)}. Record: {link(ATTN_ENGINE, 'docs')}.\n\n"
+            "Decode, % of copy bandwidth (ours: throughput / latency; one call and peers: throughput):\n\n"
+            + table(["batch x context", "**ours, engine path**", "ours, one call", "vLLM Triton unified",
+                     "SGLang Triton decode"], dec)
+            + "\n\nPrefill, TFLOP/s (causal, bottom-right aligned; ours: throughput / latency):\n\n"
+            + table(["case", "**ours, engine path**", "ours, one call", "vLLM Triton unified", "SDPA cuDNN (dense)"],
+                    pre)
+            + "\n\n" + split_k_tile_note(r) + " " + fp8_h100_note(r))
+
+
+def split_k_tile_note(r: Records) -> str:
+    """What the split-K sweep found: the no-split tile under split-K vs the split tile that ships."""
+    rows = [x for x in r.jsonl(SPLITK) if "pct_copy" in x]
+    shipped = [x["pct_copy"] for x in rows if x.get("what") == "shipped" and x["splits"] not in (1, None)]
+    old = [x["pct_copy"] for x in rows if "what" not in x and x["tile"] == [16, 128, 8, 2]]
+    new = {tuple(x["shape"]): x["pct_copy"] for x in rows if "what" not in x and x["tile"] == [16, 128, 4, 2]
+           and x["splits"] == {(8, 32768): 8, (1, 131072): 32, (2, 65536): 32, (16, 16384): 4}.get(tuple(x["shape"]))}
+    return (f"Split-K decode runs its own tile on Hopper (`decode_split` in tuning.py): in the one-call sweep "
+            f"({link(SPLITK, 'docs')}, same H100) the no-split tile (16 x 128, 8 warps) held "
+            f"{rng(old, lambda x: f'{x:.1f}')} % of copy under split-K at every count ({rng(shipped, lambda x: f'{x:.1f}')} "
+            f"% at the counts the policy picks), the split tile (16 x 128, 4 warps) "
+            + ", ".join(f"{v:.1f} % at {shape(*k)}" for k, v in sorted(new.items())) + ".")
+
+
+def fp8_h100_note(r: Records) -> str:
+    """FP8 (e4m3) decode against bf16 at the same shapes, one-call API, one run."""
+    rows = r.jsonl(FP8_H100)
+    base = {tuple(x["shape"]): x["us"] for x in rows if x.get("what", "").startswith("bf16")}
+    fp8 = {tuple(x["shape"]): x for x in rows if x.get("what") == "shipped"}
+    parts = [f"{shape(*k)}: {base[k]:.0f} vs {v['us']:.0f} us ({base[k] / v['us']:.2f}x, {v['pct_copy']:.1f} % of "
+             f"copy by bytes read)" for k, v in sorted(fp8.items())]
+    return (f"FP8 (e4m3, per-tensor descales) against bf16 in one run (one-call API, {link(FP8_H100, 'docs')}): "
+            + "; ".join(parts) + "; the shipped `decode_fp8` tile was the fastest of the 27 swept.")
+
+
 # ------------------------------------------------------------------------------- FP8 decode (lab/fp8_plan.py)
 
 FP8 = "benchmarks/lab/fp8_plan_h200_after.jsonl"
@@ -419,16 +478,16 @@ def http_load(r: Records) -> str:
 
 def readme_performance(r: Records) -> str:
     """README's summary table: each row names its path, machine and record."""
-    a = r.json(ATTN)
-    dec, pre = a["decode"], a["prefill"]
+    a = r.json(ATTN_ENGINE)
+    dec, pre = _rows(a, "decode", "engine"), _rows(a, "prefill", "engine")
     cpu = {res["engine"]: res["backends"] for res in r.json(CPU)["results"]}
     tcb = r.json(TCB[0])
     pct = lambda key: " / ".join(f"{d[key]:.1f}" for d in dec)  # noqa: E731
     rows = [
         [f"paged decode, % of copy bandwidth, {' / '.join(shape(d['batch'], d['context']) for d in dec)} "
-         f"({a['device'].replace('NVIDIA ', '')}, one-call API)", pct("triton_pct_copy"), pct("vllm_unified_pct_copy"),
+         f"({a['device'].replace('NVIDIA ', '')}, engine path)", pct("triton_pct_copy"), pct("vllm_unified_pct_copy"),
          pct("sglang_decode_pct_copy")],
-        [f"causal prefill, TFLOP/s, 1 x 8192 / 16 x 512 on 2048 ({a['device'].replace('NVIDIA ', '')}, one-call API)",
+        [f"causal prefill, TFLOP/s, 1 x 8192 / 16 x 512 on 2048 ({a['device'].replace('NVIDIA ', '')}, engine path)",
          " / ".join(f"{p['triton_tflops']:.0f}" for p in pre),
          " / ".join(f"{p['vllm_unified_tflops']:.0f}" for p in pre),
          "-"],
@@ -445,13 +504,12 @@ def readme_performance(r: Records) -> str:
     ]
     return (table(["measurement", "ours", "vLLM's kernel", "SGLang's kernel"], rows)
             + f"\n\nbf16, D 128, 32 q / 8 KV heads, page 64; `benchmarks/bench_attention.py` (ours through the "
-              f"one-call API `flash_attn_with_kvcache`, {when(a)}) -> {link(ATTN, '')}, "
-              f"[plot](docs/benchmarks-h200.png); CPU: `benchmarks/bench_cpu_provider.py` (vLLM / SGLang end to end, "
+              f"engine path, `plan_step` once per step + `LayerRunner.forward` per layer over 32 layers, {when(a)}) -> "
+              f"{link(ATTN_ENGINE, '')}, [plot](docs/benchmarks-h100.png); CPU: `benchmarks/bench_cpu_provider.py` (vLLM / SGLang end to end, "
               f"{r.json(CPU)['date']}) -> {link(CPU, '')}; transformers CB: `benchmarks/bench_transformers_cb.py` -> "
               f"{link(TCB[0], '')}. Everything else (FP8, MLA, host cost, guards, batch-invariant mode, HTTP load), "
-              f"each with its path and machine: [docs/benchmarks.md](docs/benchmarks.md). At 8 x 32768 other H200 "
-              f"records measured {rng(_split_k_later(r), lambda x: f'{x:.1f}')} % of copy (there). Regenerated by "
-              f"`python benchmarks/render_tables.py`.")
+              f"each with its path and machine, and the H200's one-call figures: [docs/benchmarks.md](docs/benchmarks.md). "
+              f"Regenerated by `python benchmarks/render_tables.py`.")
 
 
 CI_TIME = "docs/ci/fresh_clone_ci.json"
@@ -475,11 +533,12 @@ RENDERERS: dict[str, Callable[[Records], str]] = {
     "batch-invariant": batch_invariant, "host-cost": host_cost, "mla-decode": mla_decode,
     "compile-stalls": compile_stalls, "cpu-provider": cpu_provider, "transformers-cb": transformers_cb,
     "http-load": http_load, "readme-performance": readme_performance, "readme-test-time": readme_test_time,
+    "attention-engine": attention_engine,
 }
 
 # Which blocks each doc must hold: a block dropped from a doc is an error, not a silent pass.
 DOCS: dict[str, tuple[str, ...]] = {
-    "docs/benchmarks.md": ("attention-decode", "attention-prefill", "attention-agreement", "fp8-decode", "guards",
+    "docs/benchmarks.md": ("attention-engine", "attention-decode", "attention-prefill", "attention-agreement", "fp8-decode", "guards",
                            "batch-invariant", "host-cost", "mla-decode", "compile-stalls", "cpu-provider",
                            "transformers-cb", "http-load"),
     "README.md": ("readme-performance", "readme-test-time"),
