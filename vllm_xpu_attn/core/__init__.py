@@ -9,8 +9,8 @@ rest (``graphs``: the graph-capture policy; ``paging``: page-table helpers; ``ru
 from .kv_write import write_kv
 from .paging import token_table_to_page_table
 from .run import LayerRunner, served
-from .step import SpecDecodeShape, StepInputs, check_step_config, plan_step
-from .types import AttentionKind, LayerSpec, MLADims, Mode, StepPlan
+from .step import check_step_config, plan_step
+from .types import AttentionKind, LayerSpec, MLADims, Mode, SpecDecodeShape, StepInputs, StepPlan
 
 __all__ = [
     "AttentionKind", "LayerRunner", "LayerSpec", "MLADims", "Mode", "SpecDecodeShape", "StepInputs", "StepPlan",

@@ -9,102 +9,13 @@ device-to-host synchronisation, so it runs inside a graph capture as it runs eag
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Optional, Union
+from typing import Optional
 
 import torch
 
 from . import cross, local_attn, paging, spec_decode
 from ..kernels.api import FLAGS, capturing
-from .types import PagedStep, Mode, StepPlan
-
-SwaMapping = Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
-
-
-@dataclasses.dataclass(frozen=True)
-class SpecDecodeShape:
-    """The speculative-decoding shape of a step (EAGLE / n-gram), fixed by the engine's config.
-
-    ``topk``: branches per draft step (1 = a chain); ``num_draft``: draft tokens verified per
-    request in a target-verify step; ``num_steps``: draft decode steps; ``step_id``: which draft
-    decode step this is (0-based).
-    """
-
-    topk: int = 1
-    num_draft: int = 0
-    num_steps: int = 0
-    step_id: int = 0
-
-
-@dataclasses.dataclass
-class StepInputs:
-    """What an engine knows about one step, in core terms. Device tensors unless noted.
-
-    ``seq_lens`` int [B]: keys per sequence, committed prefix plus this step's new tokens; for
-      ``TARGET_VERIFY`` and ``DRAFT_DECODE`` the committed tokens *without* the drafts (the plan
-      adds them as the spec shape says).
-    ``max_seqlen_k`` (host int): an upper bound of ``seq_lens`` (graph capture: a static bound).
-    Queries: ``query_lens`` int [B] or ``cu_seqlens_q`` int32 [B+1] for PREFILL/EXTEND/MIXED
-      (decode and speculative modes derive them); ``max_seqlen_q`` host int.
-    Keys' location: ``page_table`` int32 [B, >= cdiv(max_k, page)] page ids (vLLM), or
-      ``token_table`` int [B, >= max_k] slot per token (SGLang's req_to_token rows); with
-      ``token_rows`` int [B] the table is the whole pool [rows, >= max_k] and ``token_rows`` says which
-      row each request uses (SGLang's req_pool_indices): only each page's first slot is gathered.
-    ``swa_mapping``: full-pool slot -> SWA-pool slot (tensor or function) for hybrid SWA pools
-      (needs ``token_table``); ``attention_chunk_size``: Llama-4 local-attention chunk.
-    ``encoder_lens`` int [B] + ``max_encoder_len``: encoder-decoder models. With a token table
-      each row holds the encoder's tokens first, then the decoder's; with a page table,
-      ``encoder_page_table`` holds the encoder's pages.
-    ``custom_mask`` bool: the tree mask of a top-k > 1 verify (SGLang's flattened layout);
-    ``draft_slots`` int [B * topk * num_steps]: the draft tokens' slots of a top-k > 1 draft decode.
-    """
-
-    mode: Mode
-    seq_lens: torch.Tensor
-    max_seqlen_k: int
-    num_tokens: int
-    page_size: int
-    query_lens: Optional[torch.Tensor] = None
-    cu_seqlens_q: Optional[torch.Tensor] = None
-    max_seqlen_q: int = 1
-    page_table: Optional[torch.Tensor] = None
-    token_table: Optional[torch.Tensor] = None
-    token_rows: Optional[torch.Tensor] = None
-    swa_mapping: Optional[SwaMapping] = None
-    attention_chunk_size: Optional[int] = None
-    encoder_lens: Optional[torch.Tensor] = None
-    max_encoder_len: int = 0
-    encoder_page_table: Optional[torch.Tensor] = None
-    spec: SpecDecodeShape = SpecDecodeShape()
-    custom_mask: Optional[torch.Tensor] = None
-    draft_slots: Optional[torch.Tensor] = None
-
-    def __post_init__(self) -> None:
-        # O(1) shape/type checks naming the argument (no values read: no host sync)
-        if not isinstance(self.mode, Mode):
-            try:
-                self.mode = Mode(self.mode)  # Mode is a str enum: its value strings name the same modes
-            except ValueError:
-                raise ValueError(f"mode must be a Mode ({', '.join(m.value for m in Mode)}), got {self.mode!r}") from None
-        if isinstance(self.page_size, bool) or not isinstance(self.page_size, int) or self.page_size < 1:
-            raise ValueError(f"page_size must be an int >= 1, got {self.page_size!r}")
-        if not isinstance(self.seq_lens, torch.Tensor) or self.seq_lens.dim() != 1:
-            raise ValueError("seq_lens must be an int tensor [batch], got "
-                             f"{list(self.seq_lens.shape) if isinstance(self.seq_lens, torch.Tensor) else type(self.seq_lens).__name__}")
-        if self.seq_lens.device.type == "cpu" and self.seq_lens.numel() and int(self.seq_lens.min()) < 0:
-            # host memory: reading it costs no device sync (a device tensor's values are the kernels' to check)
-            b = int(torch.nonzero(self.seq_lens < 0)[0, 0])
-            raise ValueError(f"seq_lens must be >= 0 (keys per sequence), got seq_lens[{b}]={int(self.seq_lens[b])}")
-        bs = self.seq_lens.shape[0]
-        if self.query_lens is not None and self.query_lens.shape != (bs,):
-            raise ValueError(f"seq_lens [{bs}] and query_lens {list(self.query_lens.shape)} disagree on the batch size")
-        if self.cu_seqlens_q is not None and self.cu_seqlens_q.shape != (bs + 1,):
-            raise ValueError(f"seq_lens [{bs}] and cu_seqlens_q {list(self.cu_seqlens_q.shape)} disagree on the batch "
-                             f"size (cu_seqlens_q must be [batch + 1]=[{bs + 1}])")
-        if int(self.max_seqlen_k) < 0 or int(self.max_seqlen_q) < 0 or int(self.num_tokens) < 0:
-            raise ValueError(f"max_seqlen_k ({self.max_seqlen_k}), max_seqlen_q ({self.max_seqlen_q}) and num_tokens "
-                             f"({self.num_tokens}) must be >= 0")
-
+from .types import Mode, PagedStep, StepInputs, StepPlan
 
 def check_step_config(page_size: int, attention_chunk_size: Optional[int] = None) -> None:
     """Refuse at start-up a configuration no step plan can serve (the backend's constructor calls it).
@@ -296,4 +207,4 @@ def plan_step(inp: StepInputs) -> StepPlan:
     return plan
 
 
-__all__ = ["SpecDecodeShape", "StepInputs", "check_step_config", "plan_step"]
+__all__ = ["check_step_config", "plan_step"]
