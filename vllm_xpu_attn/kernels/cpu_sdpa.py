@@ -31,6 +31,7 @@ reference serves it: batch-invariant mode (the kernel's key blocking follows the
 
 from __future__ import annotations
 
+import threading
 from typing import Optional, Sequence
 
 import torch
@@ -156,6 +157,21 @@ class _Group:
         return bias if self.mask is None else bias + self.mask
 
 
+_POOL = threading.local()  # per thread: (which, dtype, cols) -> the largest gather buffer made so far
+
+
+def _pooled(key: tuple, rows: int) -> torch.Tensor:
+    """This thread's buffer [>= rows, key[2]] of dtype key[1] for ``key``, grown (never shrunk) when too small.
+    Steps run one after another on a thread and a buffer is only read within one group's run, so launches share it."""
+    pool = getattr(_POOL, "bufs", None)
+    if pool is None:
+        pool = _POOL.bufs = {}
+    buf = pool.get(key)
+    if buf is None or buf.shape[0] < rows:
+        buf = pool[key] = torch.empty(rows, key[2], dtype=key[1])
+    return buf
+
+
 class TorchSdpaLaunch(PagedLaunch):
     """One step's plan for one call configuration: the groups (built on the first layer's run, since the
     value checks need the cache's page count), then per layer gather -> kernel -> scatter."""
@@ -171,13 +187,14 @@ class TorchSdpaLaunch(PagedLaunch):
 
     def buffer(self, which: str, dtype: torch.dtype, rows: int, cols: int) -> torch.Tensor:
         """A buffer [rows, cols] ``dtype`` for gathered K or V rows (``which``): one per kind, as large as the
-        step's largest group (groups run one after another), reused by every layer of the step (fresh buffers
-        cost more than the copy: a page fault per 4 KiB of a new multi-MB allocation)."""
+        step's largest group (groups run one after another), reused by every layer of the step and, through this
+        thread's pool, by later steps (fresh buffers cost more than the copy: a page fault per 4 KiB of a new
+        multi-MB allocation, ~8 ms a step at 32 x 2048)."""
         key = (which, dtype, cols)
         buf = self._bufs.get(key)
         if buf is None or buf.shape[0] < rows:
-            rows_max = max(g.n * g.lk for g in self._groups)
-            buf = self._bufs[key] = torch.empty(max(rows, rows_max), cols, dtype=dtype)
+            rows_max = max(max(g.n * g.lk for g in self._groups), rows)
+            buf = self._bufs[key] = _pooled(key, rows_max)
         return buf[:rows]
 
     def _build(self, num_pages: int, total_q: int) -> None:
@@ -247,7 +264,10 @@ class TorchSdpaLaunch(PagedLaunch):
                 vis &= k_pos >= (ln - 1 - left)[:, None]
             vis = None if bool(vis.all()) else vis.unsqueeze(1)
             # ALiBi distances are taken against 0..lk-1: the query position relative to the first gathered key
-            groups.append(_Group(len(seqs), 1, lk, torch.tensor([cu[b] for b in seqs]), None, None, None,
+            rows = [cu[b] for b in seqs]
+            consecutive = rows == list(range(rows[0], rows[0] + len(rows)))  # a slice of q/out, no index_select
+            groups.append(_Group(len(seqs), 1, lk, None if consecutive else torch.tensor(rows),
+                                 rows[0] if consecutive else None, rows[-1] + 1 if consecutive else None, None,
                                  torch.tensor(seqs), vis, (ln - 1 - first * page).unsqueeze(1), False,
                                  pages=pages.flatten()))
         if left < 0:  # without a window the unseen keys of a row group are padding (a repeated, written slot)
@@ -365,10 +385,7 @@ class TorchSdpaProvider(KernelProvider):
                 k, v = k.masked_fill(drop, 0), v.masked_fill(drop, 0)
             k = k.view(g.n, g.lk, *k.shape[1:]).transpose(1, 2)  # [n, Hkv, lk, D]
             v = v.view(g.n, g.lk, *v.shape[1:]).transpose(1, 2)
-            if g.q_rows is not None:
-                qg = q.index_select(0, g.q_rows).unsqueeze(2).to(cdt)  # [n, Hq, 1, D]
-            else:
-                qg = q[g.q0:g.q1].transpose(0, 1).unsqueeze(0).to(cdt)  # [1, Hq, lq, D]
+            qg = _group_q(q, g, cdt)  # [n, Hq, lq, D]
             mask = g.mask if layer.alibi_slopes is None else g.alibi_mask(layer.alibi_slopes)
             if call.softcap:  # the fused kernel cannot cap its scores: the scores made here, fp32
                 o, lse = softcap_attention(qg, k, v, mask, g.is_causal, call.softmax_scale, call.softcap)
@@ -377,8 +394,7 @@ class TorchSdpaProvider(KernelProvider):
                     qg, k = _pad(qg, width), _pad(k, width)
                 if dv != width:
                     v = _pad(v, width)
-                # [n, Hq, lq, W], [n, Hq, lq] fp32
-                o, lse = op(qg, k, v, 0.0, g.is_causal, attn_mask=mask, scale=call.softmax_scale)
+                o, lse = _fused(op, qg, k, v, mask, g.is_causal, call.softmax_scale)  # [n, Hq, lq, W], [n, Hq, lq]
                 if dv != width:
                     o = o[..., :dv]
             if g.dead is not None:  # rows that see no key: o = 0, lse = -inf (the kernel says lse 0)
@@ -392,6 +408,10 @@ class TorchSdpaProvider(KernelProvider):
                 out.index_copy_(0, g.q_rows, o[:, :, 0].to(out.dtype))
                 if lse_out is not None:
                     lse_out.index_copy_(1, g.q_rows, lse[:, :, 0].T)
+            elif g.lq == 1:  # a decode bucket over consecutive rows
+                out[g.q0:g.q1].copy_(o[:, :, 0])
+                if lse_out is not None:
+                    lse_out[:, g.q0:g.q1] = lse[:, :, 0].T
             else:
                 out[g.q0:g.q1].copy_(o[0].transpose(0, 1))
                 if lse_out is not None:
@@ -490,6 +510,32 @@ def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: O
         o[:, :, r0:r1] = oc
         lse[:, :, r0:r1] = m
     return o, lse
+
+
+def _group_q(q: torch.Tensor, g: _Group, dtype: torch.dtype) -> torch.Tensor:
+    """q [T, Hq, D] -> group ``g``'s queries [n, Hq, lq, D] in ``dtype`` (a view where the rows are a slice)."""
+    if g.q_rows is not None:
+        return q.index_select(0, g.q_rows).unsqueeze(2).to(dtype)  # [n, Hq, 1, D]
+    if g.lq == 1:  # a decode bucket over consecutive rows
+        return q[g.q0:g.q1].unsqueeze(2).to(dtype)
+    return q[g.q0:g.q1].transpose(0, 1).unsqueeze(0).to(dtype)  # [1, Hq, lq, D]
+
+
+def _fused(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool,
+           scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused kernel: q [n, Hq, lq, W], k/v [n, Hkv, lk, W] -> (o [n, Hq, lq, W], lse [n, Hq, lq] fp32).
+
+    One query a row (decode): the query heads of a KV head are folded into its query rows, q [n, Hkv, Hq/Hkv, W]
+    (their mask is one row: it broadcasts), so the kernel reads each KV head's keys once, not Hq/Hkv times."""
+    n, hq, lq, w = q.shape
+    hkv = k.shape[1]
+    if lq != 1 or hq == hkv or is_causal:
+        return op(q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale)
+    grp = hq // hkv
+    if mask is not None and mask.shape[1] != 1:  # per-head (ALiBi) [n, Hq, 1, lk]
+        mask = mask.reshape(n, hkv, grp, mask.shape[-1])
+    o, lse = op(q.reshape(n, hkv, grp, w), k, v, 0.0, False, attn_mask=mask, scale=scale)
+    return o.reshape(n, hq, 1, o.shape[-1]), lse.reshape(n, hq, 1)
 
 
 def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
