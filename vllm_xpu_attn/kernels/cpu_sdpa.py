@@ -46,6 +46,9 @@ NEG_INF = float("-inf")
 # DECODE_PAD_SLACK padded keys more (a separate call costs more than gathering a few hundred padded rows).
 DECODE_PAD_RATIO = 1.5
 DECODE_PAD_SLACK = 512
+# A decode kernel call gathers at most this many bytes of K + V (fp32) when it has more than one row: gathered just
+# before the kernel reads them, they are still in the last-level cache (split further, the calls cost more).
+DECODE_CHUNK_BYTES = 8 << 20
 
 
 def _flash_op():
@@ -72,6 +75,24 @@ def bucket_decode_rows(lengths: Sequence[int], pad_ratio: float = DECODE_PAD_RAT
     if cur:
         buckets.append(cur)
     return buckets
+
+
+def chunk_decode_rows(buckets: list[list[int]], reads: Sequence[int], max_keys: int) -> list[list[int]]:
+    """Split each bucket (row indices, longest first) into runs of consecutive rows whose padded keys (rows x the
+    run's first ``reads``) stay <= ``max_keys``, one row at least: a run's gathered K/V is then still in the
+    last-level cache when the kernel reads it (one gather of a whole 32 x 2048 bucket is 100 MB: the kernel would
+    read it back from memory, ~2x slower)."""
+    runs: list[list[int]] = []
+    for bucket in buckets:
+        cur: list[int] = []
+        for i in bucket:
+            if cur and (len(cur) + 1) * reads[cur[0]] > max_keys:
+                runs.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            runs.append(cur)
+    return runs
 
 
 def _visibility(lq: int, lk: int, causal: bool, window: tuple[int, int]) -> torch.Tensor:
@@ -247,7 +268,11 @@ class TorchSdpaLaunch(PagedLaunch):
                                  None if causal_block or bool(vis.all()) else vis.unsqueeze(0),
                                  torch.arange(lk - lq, lk).unsqueeze(0), causal_block))
         left = call.window[0]
-        for bucket in bucket_decode_rows([lens[b] for b in decode]):
+        # keys a row reads (its visible ones, rounded out to pages): the chunks' size in gathered rows
+        reads = [min(lens[b], left + 1 if left >= 0 else lens[b]) + page - 1 for b in decode]
+        row_bytes = 4 * call.num_kv_heads * (call.head_dim + call.v_head_dim)  # one key's K + V row, fp32
+        for bucket in chunk_decode_rows(bucket_decode_rows([lens[b] for b in decode]), reads,
+                                        max(1, DECODE_CHUNK_BYTES // row_bytes)):
             seqs = [decode[i] for i in bucket]
             ln = torch.tensor([lens[b] for b in seqs])
             # each row's pages: from the one holding its first visible key to the one holding its last key
