@@ -41,21 +41,25 @@ def _case(batch: int, ctx: int, prefill: bool) -> dict:
                 k=torch.randn(t, HKV, D, generator=g), v=torch.randn(t, HKV, D, generator=g))
 
 
+CLOCK = time.perf_counter
+
+
 def _parts(c: dict, runner: LayerRunner, reps: int) -> dict:
     """us per step in plan_step, and per layer in write_kv and forward (medians over ``reps`` steps)."""
     out = torch.empty_like(c["q"])
+    clock = CLOCK
     t_plan, t_write, t_fwd = [], [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         plan = plan_step(StepInputs(**c["inp"]))
-        t1 = time.perf_counter()
+        t1 = clock()
         w = f = 0.0
         for kc, vc in c["caches"]:
-            a = time.perf_counter()
+            a = clock()
             runner.write_kv(c["k"], c["v"], kc, vc, c["slots"])
-            b = time.perf_counter()
+            b = clock()
             runner.forward(plan, c["q"], kc, vc, out)
-            f += time.perf_counter() - b
+            f += clock() - b
             w += b - a
         t_plan.append(t1 - t0)
         t_write.append(w / LAYERS)
@@ -82,7 +86,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="also torch.profiler's per-op table")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--cpu-clock", action="store_true",
+                    help="time.thread_time (this thread's CPU time: steadier on a shared machine, with one torch thread)")
     a = ap.parse_args()
+    global CLOCK
+    if a.cpu_clock:
+        CLOCK = time.thread_time
     spec = LayerSpec(num_q_heads=HQ, num_kv_heads=HKV, head_dim=D, scale=D ** -0.5, dtype=torch.float32,
                      kv_dtype=torch.float32)
     runner = LayerRunner(spec, "cpu", PAGE)

@@ -144,7 +144,7 @@ class _Group:
     """
 
     __slots__ = ("n", "lq", "lk", "q_rows", "q0", "q1", "slots", "pages", "drop", "seqs", "mask", "dead", "_dist",
-                 "q_pos", "is_causal", "unseen")
+                 "q_pos", "is_causal", "unseen", "span")
 
     def __init__(self, n, lq, lk, q_rows, q0, q1, slots, seqs, vis, q_pos, is_causal, pages=None):
         self.n, self.lq, self.lk, self.is_causal = n, lq, lk, is_causal
@@ -164,6 +164,19 @@ class _Group:
         if pages is not None and self.unseen is not None:
             self.drop, self.unseen = self.unseen.reshape(-1).nonzero().flatten(), None
         self._dist = None
+        self.span = self._contiguous_span()
+
+    def _contiguous_span(self) -> Optional[int]:
+        """The first flat cache row (page * page_size + offset) when this one-sequence group reads lk consecutive
+        rows and zeroes none of them in place: then the kernel reads the cache itself, no gather. None otherwise."""
+        if self.n != 1 or self.drop is not None:
+            return None
+        if self.pages is not None:
+            run = self.pages
+            consecutive = run.numel() == 1 or bool((run[1:] - run[:-1] == 1).all())
+            return int(run[0]) * (self.lk // run.numel()) if consecutive else None
+        first = int(self.slots[0])
+        return first if bool((self.slots == torch.arange(first, first + self.lk)).all()) else None
 
     def alibi_mask(self, slopes: torch.Tensor) -> torch.Tensor:
         """float32 [n, Hq, lq, lk]: the visibility mask minus slope_h * |key - query|."""
@@ -328,6 +341,10 @@ def _gather(cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch", which: 
     whole pages (g.pages) or rows (g.slots, page * page_size + offset), never copying the whole cache. A cache
     whose rows are strided inside a page is read by advanced indexing."""
     h, d = cache.shape[2], cache.shape[3]
+    if g.span is not None:  # consecutive rows: a view of the cache (the kernel reads it; nothing writes it)
+        rows = _flat_rows(cache, per_page=False)
+        if rows is not None:
+            return rows[g.span:g.span + g.lk].view(-1, h, d)
     flat = _flat_rows(cache, per_page=g.pages is not None)
     if flat is not None:
         idx = g.pages if g.pages is not None else g.slots
