@@ -148,6 +148,35 @@ def test_decode_runs_match_naive(layout, max_bytes, want_lse):
         assert_lse_close(lse, ref_lse)
 
 
+@pytest.mark.parametrize("want_lse", [False, True])
+@pytest.mark.parametrize("window", [(-1, -1), (20, 0)])
+def test_unwritten_and_out_of_window_keys_are_never_read(want_lse, window):
+    """Decode rows of different lengths share a bucket padded to its longest row: the pages' unwritten tails and
+    the keys left of a window hold NaN/Inf (an engine's reused pages may), and no output or LSE sees them."""
+    g = torch.Generator().manual_seed(4)
+    page, hq, hkv, d = 16, 6, 2, 32
+    lens = [37, 30, 45, 33]
+    kc = torch.randn(16, page, hkv, d, generator=g)
+    vc = torch.randn(16, page, hkv, d, generator=g)
+    table = torch.randperm(16, generator=g)[:12].view(4, 3).int()
+    for b, n in enumerate(lens):  # everything this row may not read: poisoned
+        rows = (table[b].long()[:, None] * page + torch.arange(page)).flatten()
+        bad = rows[n:] if window[0] < 0 else torch.cat([rows[: max(0, n - 1 - window[0])], rows[n:]])
+        kc.view(-1, hkv, d)[bad] = float("nan")
+        vc.view(-1, hkv, d)[bad] = float("inf")
+    q = torch.randn(4, hq, d, generator=g)
+    cu = torch.arange(5, dtype=torch.int32)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    res = SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens_t, cu, 1, window_size=window,
+                                       return_softmax_lse=want_lse)
+    out, lse = res if want_lse else (res, None)
+    ref_out, ref_lse = naive_paged_attention(q, kc, vc, table, lens_t, cu, window=window)
+    assert torch.isfinite(out).all()
+    assert_close_to(out, ref_out, torch.float32)
+    if want_lse:
+        assert_lse_close(lse, ref_lse)
+
+
 def test_pooled_buffers_shared_by_launches_of_different_sizes():
     """Gather buffers outlive a step (a per-thread pool, grown when a larger group comes): a launch planned before a
     larger one grew the pool, run again after it, still reads its own keys; each run vs the oracle."""

@@ -144,7 +144,7 @@ class _Group:
     """
 
     __slots__ = ("n", "lq", "lk", "q_rows", "q0", "q1", "slots", "pages", "drop", "seqs", "mask", "dead", "_dist",
-                 "q_pos", "is_causal", "unseen", "span")
+                 "q_pos", "is_causal", "unseen", "span", "plain")
 
     def __init__(self, n, lq, lk, q_rows, q0, q1, slots, seqs, vis, q_pos, is_causal, pages=None):
         self.n, self.lq, self.lk, self.is_causal = n, lq, lk, is_causal
@@ -165,6 +165,8 @@ class _Group:
             self.drop, self.unseen = self.unseen.reshape(-1).nonzero().flatten(), None
         self._dist = None
         self.span = self._contiguous_span()
+        # a decode bucket _decode_plain can run: consecutive rows, every row sees a key
+        self.plain = lq == 1 and q_rows is None and self.dead is None and self.unseen is None
 
     def _contiguous_span(self) -> Optional[int]:
         """The first flat cache row (page * page_size + offset) when this one-sequence group reads lk consecutive
@@ -286,7 +288,7 @@ class TorchSdpaLaunch(PagedLaunch):
         row_bytes = 4 * call.num_kv_heads * (call.head_dim + call.v_head_dim)  # one key's K + V row, fp32
         for bucket in chunk_decode_rows(bucket_decode_rows([lens[b] for b in decode]), reads,
                                         max(1, DECODE_CHUNK_BYTES // row_bytes)):
-            seqs = [decode[i] for i in bucket]
+            seqs = sorted(decode[i] for i in bucket)  # in row order: consecutive rows are a slice of q and out
             ln = torch.tensor([lens[b] for b in seqs])
             # each row's pages: from the one holding its first visible key to the one holding its last key
             first = (ln - 1 - left).clamp(min=0) // page if left >= 0 else torch.zeros_like(ln)
@@ -410,7 +412,13 @@ class TorchSdpaProvider(KernelProvider):
         # P @ V (~12 % more error than fp32 compute, which is what the reference and vLLM's CPU_ATTN do); FP8 rows
         # are descaled in fp32 too. Output rounded once, into ``out``.
         cdt = torch.float32
+        # fp32 decode with nothing to add to the kernel's output (the usual decode layer): _decode_plain
+        plain = (not call.softcap and d == dv and sinks is None and lse_out is None and layer.alibi_slopes is None
+                 and q.dtype == cdt and out.dtype == cdt and k_cache.dtype == cdt and v_cache.dtype == cdt)
         for g in launch._groups:
+            if plain and g.plain:
+                _decode_plain(op, q, k_cache, v_cache, out, g, launch, call.num_kv_heads, call.softmax_scale)
+                continue
             k = _gather(k_cache, g, launch, "k")
             v = _gather(v_cache, g, launch, "v")
             if fp8:  # [n * lk, Hkv, D] fp32
@@ -552,6 +560,24 @@ def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: O
         o[:, :, r0:r1] = oc
         lse[:, :, r0:r1] = m
     return o, lse
+
+
+def _decode_plain(op, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, g: _Group,
+                  launch: "TorchSdpaLaunch", hkv: int, scale: float) -> None:
+    """Decode bucket ``g`` (consecutive rows, every row sees a key) of an fp32 layer without sinks, ALiBi, softcap
+    or LSE: q/out [T, Hq, D], caches [P, page, Hkv, D]. The fewest ops: gather (rows no query sees zeroed), the
+    kernel over the folded query heads (q [n, Hkv, Hq/Hkv, D]), one strided copy of its output into ``out``."""
+    n, lk = g.n, g.lk
+    k = _gather(k_cache, g, launch, "k")  # [n * lk, Hkv, D]
+    v = _gather(v_cache, g, launch, "v")
+    if g.drop is not None:  # gathered rows (never a view of the cache: see _Group.span): zeroed in place
+        k.index_fill_(0, g.drop, 0)
+        v.index_fill_(0, g.drop, 0)
+    k = k.view(n, lk, hkv, -1).transpose(1, 2)  # [n, Hkv, lk, D]
+    v = v.view(n, lk, hkv, -1).transpose(1, 2)
+    qg = q[g.q0:g.q1]
+    o, _ = op(qg.view(n, hkv, -1, qg.shape[-1]), k, v, 0.0, False, attn_mask=g.mask, scale=scale)
+    out[g.q0:g.q1].view(o.shape).copy_(o)
 
 
 def _group_q(q: torch.Tensor, g: _Group, dtype: torch.dtype) -> torch.Tensor:
