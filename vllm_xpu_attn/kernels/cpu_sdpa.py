@@ -11,14 +11,20 @@ Per step (once, shared by every layer of the step and configuration), ``TorchSdp
 page table into flat slot indices and groups the sequences:
 
 * decode rows (one query) are bucketed by key length (a bucket's padding is bounded; long and short
-  rows do not share one) and run as one batched call per bucket over whole gathered pages (a page is one
-  contiguous block: ~10x faster to gather than its rows one by one), keys outside a row's range masked
-  and zeroed (a page's unwritten tail or a page left of a window may hold anything);
+  rows do not share one), each bucket split into runs of at most DECODE_CHUNK_BYTES of gathered K + V (so
+  the kernel reads them back from the last-level cache, not memory), and run as one batched call per run
+  over whole gathered pages (a page is one contiguous block: ~10x faster to gather than its rows one by
+  one), keys outside a row's range masked and zeroed (a page's unwritten tail or a page left of a window
+  may hold anything). The kernel sees each KV head's query heads folded into its query rows (q [n, Hkv,
+  Hq/Hkv, D]): it reads a KV head's keys once, not Hq/Hkv times;
 * every other sequence (prefill, extend, verify) runs as its own call over exactly its keys, with a
   bottom-right-aligned causal / window mask.
 
-Per layer it gathers K/V pages (decode) or rows (the rest) with ``index_select`` (FP8 caches are widened and descaled after the
-gather), adds ALiBi to the mask, calls the kernel and scatters the rows into ``out``.
+Per layer it gathers K/V pages (decode) or rows (the rest) with ``index_select`` into buffers pooled per thread
+(reused by every layer and step: a fresh multi-MB buffer costs a page fault per 4 KiB), or, for a one-sequence call
+over consecutive cache rows, hands the kernel a view of the cache (no gather); FP8 caches are widened and
+descaled after the gather; it adds ALiBi to the mask, calls the kernel and copies the rows into ``out``. An fp32
+decode run with nothing to add (no sinks, ALiBi, softcap or LSE) takes the fewest ops (``_decode_plain``).
 
 The kernel computes in fp32 whatever the storage (16-bit and FP8 rows are widened after the gather; the output
 is rounded once). Served natively: GQA/MQA, fp32/fp16/bf16, FP8 KV (e4m3/e5m2, scalar or [batch, Hkv] descales),
@@ -134,7 +140,9 @@ def _check_values(cu: list[int], lens: list[int], max_seqlen_q: int, total_q: in
 class _Group:
     """One kernel call of a step: ``n`` sequences padded to ``lq`` x ``lk``.
 
-    q_rows long [n * lq] (rows of q, for decode buckets) or q0/q1 (one sequence's contiguous rows);
+    q_rows long [n * lq] (rows of q, for a decode bucket over non-consecutive rows) or q0/q1 (consecutive rows: one
+    sequence's, or a decode bucket's); span: the first flat cache row when a one-sequence group reads consecutive
+    rows (a view, no gather), else None; plain: a decode bucket ``_decode_plain`` can run;
     slots long [n * lk] flat cache slots (padding repeats the sequence's first slot, a written one), or pages
     long [n * lk / page_size] (decode buckets: whole pages, rows no query sees listed in ``drop``);
     seqs long [n] sequence ids (per-sequence descales); mask float32 [n, 1, lq, lk] additive (0 / -inf)
