@@ -130,17 +130,19 @@ def test_chunk_decode_rows_bounds_gathered_keys():
     assert chunk_decode_rows([[0, 1]], [900, 800], max_keys=10) == [[0], [1]]  # one row at least
 
 
-@settings(max_examples=60)
-@given(layout=layouts(max_batch=8), max_bytes=st.sampled_from([1, 3000, 40000]), want_lse=st.booleans())
-def test_decode_runs_match_naive(layout, max_bytes, want_lse):
-    """Decode buckets split into runs of at most ``max_bytes`` of gathered K+V (one row a run at 1 byte), with
-    every feature the layouts make (GQA folded into query rows, windows, ALiBi, sinks, FP8, softcap): vs the oracle."""
-    old = cpu_sdpa.DECODE_CHUNK_BYTES
-    cpu_sdpa.DECODE_CHUNK_BYTES = max_bytes
+@settings(max_examples=80)
+@given(layout=layouts(max_batch=8), max_bytes=st.sampled_from([1, 3000, 40000]), want_lse=st.booleans(),
+       fold=st.booleans())
+def test_decode_runs_match_naive(layout, max_bytes, want_lse, fold):
+    """Decode buckets split into runs of at most ``max_bytes`` of gathered K+V (one row a run at 1 byte), query heads
+    folded into query rows or not (whatever fold_heads would pick on this machine), with every feature the layouts
+    make (GQA, windows, ALiBi, sinks, FP8, softcap): vs the oracle."""
+    old = cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads
+    cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads = max_bytes, lambda n, hkv: fold
     try:
         res = SDPA.flash_attn_with_kvcache(*layout.args(), **layout.kwargs, return_softmax_lse=want_lse)
     finally:
-        cpu_sdpa.DECODE_CHUNK_BYTES = old
+        cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads = old
     out, lse = res if want_lse else (res, None)
     ref_out, ref_lse = _naive(layout)
     assert_close_to(out, ref_out, layout.q.dtype, logit_bound=layout.logit_bound())
