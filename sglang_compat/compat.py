@@ -5,21 +5,20 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend  # noqa: F401
 from sglang.srt.layers.radix_attention import AttentionType  # noqa: F401
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc  # noqa: F401
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode  # noqa: F401
 
 # attention types that run bidirectionally over the paged cache (DECODER_BIDIRECTIONAL: newer releases only)
-BIDIRECTIONAL_TYPES = tuple(t for t in (AttentionType.ENCODER_ONLY, getattr(AttentionType, "DECODER_BIDIRECTIONAL", None))
-                            if t is not None)
+BIDIRECTIONAL_TYPES = tuple(
+    t for t in (AttentionType.ENCODER_ONLY, getattr(AttentionType, "DECODER_BIDIRECTIONAL", None)) if t is not None
+)
 
 try:
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 except ImportError:  # older layouts kept it in memory_pool
     from sglang.srt.mem_cache.memory_pool import SWAKVPool  # type: ignore  # noqa: F401
-
 
 
 def registry():
@@ -132,8 +131,10 @@ def install_deterministic_choice(name: str) -> bool:
         from sglang.srt.arg_groups import choices
     except ImportError:
         return False
-    for lst in (getattr(choices, "DETERMINISTIC_ATTENTION_BACKEND_CHOICES", None),
-                getattr(choices, "RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND", None)):
+    for lst in (
+        getattr(choices, "DETERMINISTIC_ATTENTION_BACKEND_CHOICES", None),
+        getattr(choices, "RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND", None),
+    ):
         if lst is not None and name not in lst:
             lst.append(name)
     return True
@@ -170,7 +171,9 @@ def mla_pool_dims(pool) -> tuple[Optional[int], Optional[int]]:
 def mla_pool_stores_fp8(pool) -> bool:
     """Whether an MLA pool keeps its latent rows as FP8 bytes (SGLang: ``store_dtype`` uint8)."""
     return getattr(pool, "store_dtype", None) == torch.uint8 or getattr(pool, "dtype", None) in (
-        torch.float8_e4m3fn, torch.float8_e5m2)
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    )
 
 
 def mla_fb_attends_prefix(fb) -> bool:

@@ -23,8 +23,15 @@ import torch
 
 from vllm_xpu_attn.core import LayerRunner, LayerSpec, MLADims, StepPlan
 
-from .compat import BIDIRECTIONAL_TYPES, ForwardBatch, batch_write_loc, mla_dims, mla_fb_attends_prefix, \
-    mla_pool_dims, mla_pool_stores_fp8
+from .compat import (
+    BIDIRECTIONAL_TYPES,
+    ForwardBatch,
+    batch_write_loc,
+    mla_dims,
+    mla_fb_attends_prefix,
+    mla_pool_dims,
+    mla_pool_stores_fp8,
+)
 
 logger = logging.getLogger("vllm_xpu_attn")
 
@@ -33,8 +40,16 @@ class SGLangMLA:
     """One MLA model's attention: its dims (checked against the pool), the role of each RadixAttention, the
     layer specs, and the two forwards. The backend owns the runners and the step plan and hands them in."""
 
-    def __init__(self, model_runner, pool, *, dtype: torch.dtype, kv_dtype: torch.dtype, batch_invariant: bool,
-                 unsupported: Optional[str]):
+    def __init__(
+        self,
+        model_runner,
+        pool,
+        *,
+        dtype: torch.dtype,
+        kv_dtype: torch.dtype,
+        batch_invariant: bool,
+        unsupported: Optional[str],
+    ):
         """``unsupported``: why this model's pool layout cannot serve MLA (None: it can)."""
         d = mla_dims(model_runner)
         missing = [k for k, v in d.items() if v is None]
@@ -43,8 +58,10 @@ class SGLangMLA:
         self.dims = MLADims(**d)
         rank, rope = mla_pool_dims(pool)
         if (rank, rope) != (None, None) and (rank, rope) != (self.dims.kv_lora_rank, self.dims.qk_rope_head_dim):
-            raise ValueError(f"xpu_attn: the MLA pool's rows are kv_lora_rank {rank} + rope {rope}, the model config "
-                             f"says {self.dims.kv_lora_rank} + {self.dims.qk_rope_head_dim}")
+            raise ValueError(
+                f"xpu_attn: the MLA pool's rows are kv_lora_rank {rank} + rope {rope}, the model config "
+                f"says {self.dims.kv_lora_rank} + {self.dims.qk_rope_head_dim}"
+            )
         if unsupported:
             raise ValueError(f"xpu_attn: MLA with {unsupported} is not supported")
         self.pool = pool
@@ -64,20 +81,24 @@ class SGLangMLA:
             raise ValueError(
                 f"xpu_attn: layer {layer.layer_id} has an FP8 latent cache with k_scale {ks}; SGLang's MLA pool "
                 "stores latents unscaled (the model's own MHA-prefill write ignores k_scale), so only scale 1 is "
-                "served. Use --kv-cache-dtype auto (bf16/fp16 latents) or a checkpoint without KV scales")
+                "served. Use --kv-cache-dtype auto (bf16/fp16 latents) or a checkpoint without KV scales"
+            )
 
     def role(self, layer) -> str:
         """'mla' (absorbed, over the latent cache) or 'mha' (un-absorbed prefill on the given K/V)."""
         m = self.dims
         if (layer.tp_k_head_num, layer.qk_head_dim, layer.v_head_dim) == (1, m.latent_dim, m.kv_lora_rank):
             return "mla"
-        if (layer.qk_head_dim, layer.v_head_dim) == (m.qk_head_dim, m.v_head_dim) and \
-                layer.tp_k_head_num == layer.tp_q_head_num:
+        if (layer.qk_head_dim, layer.v_head_dim) == (
+            m.qk_head_dim,
+            m.v_head_dim,
+        ) and layer.tp_k_head_num == layer.tp_q_head_num:
             return "mha"
         raise ValueError(
             f"xpu_attn: MLA model layer {layer.layer_id} has qk_head_dim {layer.qk_head_dim}, v_head_dim "
             f"{layer.v_head_dim}, {layer.tp_k_head_num} KV heads: neither the absorbed form (1 KV head, "
-            f"{m.latent_dim}/{m.kv_lora_rank}) nor the un-absorbed prefill ({m.qk_head_dim}/{m.v_head_dim})")
+            f"{m.latent_dim}/{m.kv_lora_rank}) nor the un-absorbed prefill ({m.qk_head_dim}/{m.v_head_dim})"
+        )
 
     def spec(self, layer, has_sinks: bool) -> LayerSpec:
         if has_sinks or layer.is_cross_attention or layer.attn_type in BIDIRECTIONAL_TYPES:
@@ -86,9 +107,15 @@ class SGLangMLA:
             raise ValueError(f"xpu_attn: MLA layer {layer.layer_id} with a sliding window is not supported")
         # both roles are configured from the same MLA dims; the 'mha' runner serves forward_mha with its
         # own layer's scale (DeepSeek gives both the 192-based scale, times YaRN's mscale)
-        return LayerSpec.for_mla(layer.tp_q_head_num, self.dims, float(layer.scaling), dtype=self.dtype,
-                                 kv_dtype=self.kv_dtype, softcap=float(layer.logit_cap or 0.0),
-                                 batch_invariant=self.batch_invariant)
+        return LayerSpec.for_mla(
+            layer.tp_q_head_num,
+            self.dims,
+            float(layer.scaling),
+            dtype=self.dtype,
+            kv_dtype=self.kv_dtype,
+            softcap=float(layer.logit_cap or 0.0),
+            batch_invariant=self.batch_invariant,
+        )
 
     def _note_path(self, path: str) -> None:
         if path not in self.paths_seen:
@@ -96,8 +123,20 @@ class SGLangMLA:
             logger.info("xpu_attn (SGLang): MLA %s runs through this backend", path)
 
     # ---- per-layer run ------------------------------------------------------------
-    def forward_absorbed(self, runner: LayerRunner, plan: StepPlan, page_size: int, q, k, layer, fb: ForwardBatch,
-                         save_kv_cache: bool, sinks, q_rope, k_rope) -> torch.Tensor:
+    def forward_absorbed(
+        self,
+        runner: LayerRunner,
+        plan: StepPlan,
+        page_size: int,
+        q,
+        k,
+        layer,
+        fb: ForwardBatch,
+        save_kv_cache: bool,
+        sinks,
+        q_rope,
+        k_rope,
+    ) -> torch.Tensor:
         """Absorbed MLA, any mode. SGLang's inputs under ``xpu_attn`` (its "concat" form): q [T, H*latent],
         k [T, 1, latent] (= [k_nope | k_pe], the row to cache); v (k_nope) is not needed: the values are the
         cached rows' first kv_lora_rank columns. Under ``intel_xpu`` (its "split" form):
@@ -124,8 +163,21 @@ class SGLangMLA:
         runner.forward_mla(plan, q3, latent, out.view(-1, hq, m.kv_lora_rank))
         return out
 
-    def forward_mha(self, runner: LayerRunner, plan: StepPlan, step_has_prefix: bool, q, k, v, layer,
-                    fb: ForwardBatch, save_kv_cache: bool, sinks, q_rope, k_rope) -> torch.Tensor:
+    def forward_mha(
+        self,
+        runner: LayerRunner,
+        plan: StepPlan,
+        step_has_prefix: bool,
+        q,
+        k,
+        v,
+        layer,
+        fb: ForwardBatch,
+        save_kv_cache: bool,
+        sinks,
+        q_rope,
+        k_rope,
+    ) -> torch.Tensor:
         """The un-absorbed first prefill: causal MHA over the per-head K/V SGLang decompressed from the latents
         of this step's tokens (q/k [T, H, nope+rope], v [T, H, v_head_dim]); the latent rows were already
         written by the model. Refused on any step with a cached prefix: those keys are only in the latent
@@ -134,10 +186,13 @@ class SGLangMLA:
             raise ValueError(
                 f"xpu_attn: MLA layer {layer.layer_id}'s un-absorbed (MHA) attention was called on a "
                 f"{plan.mode.value} step with a cached prefix (or asked for prefix chunks / LSE); it only serves "
-                "a first prefill. SGLang picks the absorbed form for such steps under --attention-backend xpu_attn")
+                "a first prefill. SGLang picks the absorbed form for such steps under --attention-backend xpu_attn"
+            )
         if save_kv_cache:
-            raise ValueError(f"xpu_attn: MLA layer {layer.layer_id}'s MHA call asked to save its per-head K/V; "
-                             "an MLA cache holds latent rows only (the model writes them itself)")
+            raise ValueError(
+                f"xpu_attn: MLA layer {layer.layer_id}'s MHA call asked to save its per-head K/V; "
+                "an MLA cache holds latent rows only (the model writes them itself)"
+            )
         if sinks is not None or q_rope is not None or k_rope is not None or k is None or v is None:
             raise ValueError("xpu_attn: the MLA MHA prefill takes plain q/k/v (no sinks, no split rope inputs)")
         m, hq, n = self.dims, layer.tp_q_head_num, plan.num_tokens
@@ -150,6 +205,14 @@ class SGLangMLA:
         out = q3.new_empty(q3.shape[0], hq * m.v_head_dim)
         o3 = out.view(-1, hq, m.v_head_dim)
         main = plan.main  # no prefix: each sequence's keys are exactly its new tokens
-        runner.forward_mla_mha(q3[:n], k3[:n], v3[:n], main.cu_seqlens_q, main.cu_seqlens_q, main.max_seqlen_q,
-                               main.max_seqlen_q, out=o3[:n])
+        runner.forward_mla_mha(
+            q3[:n],
+            k3[:n],
+            v3[:n],
+            main.cu_seqlens_q,
+            main.cu_seqlens_q,
+            main.max_seqlen_q,
+            main.max_seqlen_q,
+            out=o3[:n],
+        )
         return out

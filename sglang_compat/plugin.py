@@ -15,7 +15,6 @@ that line; not choosing it leaves SGLang as it was.
 from __future__ import annotations
 
 import logging
-
 from typing import Optional
 
 from vllm_xpu_attn import env, versions

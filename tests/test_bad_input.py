@@ -16,10 +16,13 @@ REF = get_provider("reference")
 
 def good():
     return dict(
-        q=torch.randn(3, 4, 16), k_cache=torch.randn(4, 8, 2, 16), v_cache=torch.randn(4, 8, 2, 16),
+        q=torch.randn(3, 4, 16),
+        k_cache=torch.randn(4, 8, 2, 16),
+        v_cache=torch.randn(4, 8, 2, 16),
         page_table=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
         cache_seqlens=torch.tensor([10, 5], dtype=torch.int32),
-        cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32), max_seqlen_q=2,
+        cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32),
+        max_seqlen_q=2,
     )
 
 
@@ -36,10 +39,16 @@ CASES = [
     ("page_table too short", dict(cache_seqlens=torch.tensor([17, 5], dtype=torch.int32)), ValueError),
     ("non-decreasing", dict(cu_seqlens_q=torch.tensor([0, 3, 2], dtype=torch.int32), max_seqlen_q=3), ValueError),
     ("must start at 0", dict(cu_seqlens_q=torch.tensor([-1, 2, 3], dtype=torch.int32)), ValueError),
-    ("cache_seqlens must be >= 0 .*got cache_seqlens\\[1\\]=-1",
-     dict(cache_seqlens=torch.tensor([10, -1], dtype=torch.int32)), ValueError),
-    ("KV cache dtype .* unsupported", dict(k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.int8),
-                                           v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.int8)), TypeError),
+    (
+        "cache_seqlens must be >= 0 .*got cache_seqlens\\[1\\]=-1",
+        dict(cache_seqlens=torch.tensor([10, -1], dtype=torch.int32)),
+        ValueError,
+    ),
+    (
+        "KV cache dtype .* unsupported",
+        dict(k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.int8), v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.int8)),
+        TypeError,
+    ),
     ("q dtype torch.float64 unsupported", dict(q=torch.randn(3, 4, 16, dtype=torch.float64)), TypeError),
     ("window_size right=2 with causal=True", dict(window_size=(4, 2)), ValueError),
     ("window_size entries must be >= -1", dict(window_size=(-3, 0)), ValueError),
@@ -51,12 +60,24 @@ CASES = [
     ("max_seqlen_q=1 is smaller", dict(max_seqlen_q=1), ValueError),
     ("references page 9", dict(page_table=torch.tensor([[0, 9], [2, 3]], dtype=torch.int32)), ValueError),
     ("k_descale/v_descale given but the KV cache is", dict(k_descale=torch.ones(1)), ValueError),
-    ("k_descale must be float32", dict(k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
-                                       v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
-                                       k_descale=torch.ones(1, dtype=torch.float16)), TypeError),
-    ("k_descale must be a scalar, \\[1\\] or \\[batch, num_kv_heads\\]", dict(
-        k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
-        v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn), k_descale=torch.ones(3, 3)), ValueError),
+    (
+        "k_descale must be float32",
+        dict(
+            k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+            v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+            k_descale=torch.ones(1, dtype=torch.float16),
+        ),
+        TypeError,
+    ),
+    (
+        "k_descale must be a scalar, \\[1\\] or \\[batch, num_kv_heads\\]",
+        dict(
+            k_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+            v_cache=torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+            k_descale=torch.ones(3, 3),
+        ),
+        ValueError,
+    ),
     ("NHD pages", dict(k_cache=torch.randn(4, 8, 32)), ValueError),
     ("cache_seqlens must be \\[batch\\]", dict(cache_seqlens=torch.tensor([10, 5, 1], dtype=torch.int32)), ValueError),
     ("out must be", dict(out=torch.empty(3, 4, 8)), ValueError),
@@ -75,15 +96,18 @@ def test_good_call_is_fine():
     assert call().shape == (3, 4, 16)
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(num_q_heads=6, num_kv_heads=4), "multiple of num_kv_heads"),
-    (dict(num_kv_heads=0), "num_kv_heads must be an int >= 1, got 0"),  # the kernels' words (contract.check_heads)
-    (dict(head_dim=0), "head_dim must be an int >= 1"),
-    (dict(window_left=-5), "window_left"),
-    (dict(softcap=-2.0), "softcap"),
-    (dict(alibi_slopes=(0.1,)), "alibi_slopes has 1 entries"),
-    (dict(kind=core.AttentionKind.CROSS, window_left=4), "cross-attention"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(num_q_heads=6, num_kv_heads=4), "multiple of num_kv_heads"),
+        (dict(num_kv_heads=0), "num_kv_heads must be an int >= 1, got 0"),  # the kernels' words (contract.check_heads)
+        (dict(head_dim=0), "head_dim must be an int >= 1"),
+        (dict(window_left=-5), "window_left"),
+        (dict(softcap=-2.0), "softcap"),
+        (dict(alibi_slopes=(0.1,)), "alibi_slopes has 1 entries"),
+        (dict(kind=core.AttentionKind.CROSS, window_left=4), "cross-attention"),
+    ],
+)
 def test_bad_layer_spec(kw, match):
     base = dict(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25)
     base.update(kw)
@@ -92,20 +116,30 @@ def test_bad_layer_spec(kw, match):
 
 
 def _step(**over) -> core.StepInputs:
-    kw = dict(mode=core.Mode.EXTEND, seq_lens=torch.ones(1, dtype=torch.int32), max_seqlen_k=1, num_tokens=1,
-              page_size=1, query_lens=torch.ones(1, dtype=torch.int32), page_table=torch.zeros(1, 1, dtype=torch.int32))
+    kw = dict(
+        mode=core.Mode.EXTEND,
+        seq_lens=torch.ones(1, dtype=torch.int32),
+        max_seqlen_k=1,
+        num_tokens=1,
+        page_size=1,
+        query_lens=torch.ones(1, dtype=torch.int32),
+        page_table=torch.zeros(1, 1, dtype=torch.int32),
+    )
     kw.update(over)
     return core.StepInputs(**kw)
 
 
-@pytest.mark.parametrize("over,match", [
-    (dict(page_size=0), "page_size must be an int >= 1"),
-    (dict(query_lens=torch.ones(2, dtype=torch.int32)), "seq_lens \\[1\\] and query_lens \\[2\\] disagree"),
-    (dict(query_lens=torch.ones(1, 1, dtype=torch.int32)), "query_lens \\[1, 1\\] disagree"),
-    (dict(page_table=torch.zeros(2, 1, dtype=torch.int32)), "page_table must be \\[batch=1, max_pages\\]"),
-    (dict(max_seqlen_k=2), "page table too short"),
-    (dict(mode=core.Mode.TARGET_VERIFY, spec=core.SpecDecodeShape(topk=2, num_draft=0)), "num_draft"),
-])
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        (dict(page_size=0), "page_size must be an int >= 1"),
+        (dict(query_lens=torch.ones(2, dtype=torch.int32)), "seq_lens \\[1\\] and query_lens \\[2\\] disagree"),
+        (dict(query_lens=torch.ones(1, 1, dtype=torch.int32)), "query_lens \\[1, 1\\] disagree"),
+        (dict(page_table=torch.zeros(2, 1, dtype=torch.int32)), "page_table must be \\[batch=1, max_pages\\]"),
+        (dict(max_seqlen_k=2), "page table too short"),
+        (dict(mode=core.Mode.TARGET_VERIFY, spec=core.SpecDecodeShape(topk=2, num_draft=0)), "num_draft"),
+    ],
+)
 def test_bad_planner_input(over, match):
     with pytest.raises(ValueError, match=match):
         core.plan_step(_step(**over))
@@ -113,8 +147,7 @@ def test_bad_planner_input(over, match):
 
 def test_kv_cache_checks_on_the_layer_write():
     """The caches an engine hands a layer are checked by LayerRunner.write_kv before anything is stored."""
-    spec = LayerSpec(num_q_heads=2, num_kv_heads=1, head_dim=4, scale=0.5, dtype=torch.float32,
-                     kv_dtype=torch.float32)
+    spec = LayerSpec(num_q_heads=2, num_kv_heads=1, head_dim=4, scale=0.5, dtype=torch.float32, kv_dtype=torch.float32)
     runner = core.LayerRunner(spec, "cpu", 1, override="reference")
     new, slots = torch.ones(1, 1, 4), torch.zeros(1, dtype=torch.int64)
     with pytest.raises(ValueError, match="k_cache must be \\[num_pages, page_size, num_kv_heads, head_dim\\]"):
@@ -130,13 +163,20 @@ def test_write_kv_shape_mismatch():
     with pytest.raises(ValueError, match="to match the cache"):
         REF.write_kv(torch.zeros(3, 2, 4), torch.zeros(3, 2, 4), kc, kc.clone(), torch.zeros(3, dtype=torch.int64))
     with pytest.raises(TypeError, match="does not match KV cache dtype"):
-        REF.write_kv(torch.zeros(3, 2, 8, dtype=torch.float16), torch.zeros(3, 2, 8, dtype=torch.float16), kc, kc.clone(),
-                     torch.zeros(3, dtype=torch.int64))
+        REF.write_kv(
+            torch.zeros(3, 2, 8, dtype=torch.float16),
+            torch.zeros(3, 2, 8, dtype=torch.float16),
+            kc,
+            kc.clone(),
+            torch.zeros(3, dtype=torch.int64),
+        )
 
 
-@pytest.mark.parametrize("name,opts", [("reference", {}), ("triton", {}), ("triton", {"num_splits": 2}),
-                                       ("torch_sdpa", {})],
-                         ids=["reference", "triton", "triton-split-k", "torch_sdpa"])
+@pytest.mark.parametrize(
+    "name,opts",
+    [("reference", {}), ("triton", {}), ("triton", {"num_splits": 2}), ("torch_sdpa", {})],
+    ids=["reference", "triton", "triton-split-k", "torch_sdpa"],
+)
 def test_trailing_padding_rows_are_left_alone(name, opts):
     """Rows after cu_seqlens_q[-1] are padding (vLLM pads a graph replay's tokens): untouched, and the
     real rows are what an unpadded call computes."""

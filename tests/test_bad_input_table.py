@@ -15,12 +15,14 @@ import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
 from bad_input_cases import CASES, ERR, RES  # noqa: E402
 from naive import naive_paged_attention  # noqa: E402
+
 from vllm_xpu_attn import core  # noqa: E402
-from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
-from vllm_xpu_attn.kernels.api import FLAGS  # noqa: E402
+from vllm_xpu_attn.kernels.api import (
+    FLAGS,  # noqa: E402
+    get_provider,  # noqa: E402
+)
 
 PROVIDERS = [("reference", {}), ("torch_sdpa", {}), ("triton", {}), ("triton", {"num_splits": 2})]
 PIDS = ["reference", "torch_sdpa", "triton", "triton-split-k"]
@@ -51,8 +53,9 @@ def _oracle(kw: dict, opts: dict):
     args = dict(scale=kw.get("softmax_scale"), causal=kw.get("causal", True))
     for k, v in opts.items():
         args[k] = kw[v] if v == "sinks" else v
-    return naive_paged_attention(kw["q"], kw["k_cache"], kw["v_cache"], kw["page_table"], kw["cache_seqlens"],
-                                 kw["cu_seqlens_q"], **args)
+    return naive_paged_attention(
+        kw["q"], kw["k_cache"], kw["v_cache"], kw["page_table"], kw["cache_seqlens"], kw["cu_seqlens_q"], **args
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -87,8 +90,9 @@ def test_bad_input_case(case, prov, opts):
         assert torch.isfinite(out).all(), "non-finite values in a documented-finite result"
         torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=2e-5)
         fin = torch.isfinite(want_lse)
-        assert torch.equal(torch.isfinite(lse), fin) and torch.equal(lse[~fin], want_lse[~fin].float()), \
+        assert torch.equal(torch.isfinite(lse), fin) and torch.equal(lse[~fin], want_lse[~fin].float()), (
             "LSE of rows that see nothing (and their sinks) differ from the convention"
+        )
         torch.testing.assert_close(lse[fin].double(), want_lse[fin], atol=2e-5, rtol=2e-5)
     else:
         _, arg, bad_seqs = outcome
@@ -107,18 +111,21 @@ def test_bad_input_case(case, prov, opts):
 
 
 # ---- the same checks through the layer path (LayerSpec -> plan_step -> LayerRunner) ------------------
-@pytest.mark.parametrize("kw,match", [
-    (dict(v_head_dim=0), "v_head_dim must be an int >= 1 or None"),
-    (dict(v_head_dim=-16), "v_head_dim must be an int >= 1"),
-    (dict(head_dim=0), "head_dim must be an int >= 1"),
-    (dict(scale=1e38), "softmax_scale must be a finite number"),
-    (dict(scale=float("nan")), "softmax_scale must be a finite number"),
-    (dict(softcap=float("inf")), "softcap must be 0"),
-    (dict(softcap=float("nan")), "softcap must be 0"),
-    (dict(dtype=torch.int8), "dtype torch.int8 unsupported"),
-    (dict(kv_dtype=torch.int8), "kv_dtype torch.int8 unsupported"),
-    (dict(kind="decoder"), "kind must be an AttentionKind"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(v_head_dim=0), "v_head_dim must be an int >= 1 or None"),
+        (dict(v_head_dim=-16), "v_head_dim must be an int >= 1"),
+        (dict(head_dim=0), "head_dim must be an int >= 1"),
+        (dict(scale=1e38), "softmax_scale must be a finite number"),
+        (dict(scale=float("nan")), "softmax_scale must be a finite number"),
+        (dict(softcap=float("inf")), "softcap must be 0"),
+        (dict(softcap=float("nan")), "softcap must be 0"),
+        (dict(dtype=torch.int8), "dtype torch.int8 unsupported"),
+        (dict(kv_dtype=torch.int8), "kv_dtype torch.int8 unsupported"),
+        (dict(kind="decoder"), "kind must be an AttentionKind"),
+    ],
+)
 def test_layer_spec_refuses(kw, match):
     spec = dict(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25)
     spec.update(kw)
@@ -127,23 +134,39 @@ def test_layer_spec_refuses(kw, match):
 
 
 def _step(**over):
-    kw = dict(mode=core.Mode.DECODE, seq_lens=torch.tensor([10, 5]), max_seqlen_k=10, num_tokens=2, page_size=8,
-              page_table=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32))
+    kw = dict(
+        mode=core.Mode.DECODE,
+        seq_lens=torch.tensor([10, 5]),
+        max_seqlen_k=10,
+        num_tokens=2,
+        page_size=8,
+        page_table=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+    )
     kw.update(over)
     return kw
 
 
-@pytest.mark.parametrize("over,match", [
-    (dict(page_size=0), "page_size must be an int >= 1"),
-    (dict(mode="sideways"), "mode must be a Mode"),
-    (dict(mode=core.Mode.EXTEND, seq_lens=torch.tensor([10, 5, 3]), query_lens=torch.tensor([2, 1])),
-     "seq_lens \\[3\\] and query_lens"),
-    (dict(mode=core.Mode.EXTEND, seq_lens=torch.tensor([10, 5, 3]), cu_seqlens_q=torch.tensor([0, 2, 3])),
-     "seq_lens \\[3\\] and cu_seqlens_q"),
-    (dict(seq_lens=torch.tensor([[10, 5]])), "seq_lens must be an int tensor \\[batch\\]"),
-    (dict(max_seqlen_k=-1), "max_seqlen_k"),
-    (dict(seq_lens=torch.tensor([10, -3])), "seq_lens must be >= 0 \\(keys per sequence\\), got seq_lens\\[1\\]=-3"),
-])
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        (dict(page_size=0), "page_size must be an int >= 1"),
+        (dict(mode="sideways"), "mode must be a Mode"),
+        (
+            dict(mode=core.Mode.EXTEND, seq_lens=torch.tensor([10, 5, 3]), query_lens=torch.tensor([2, 1])),
+            "seq_lens \\[3\\] and query_lens",
+        ),
+        (
+            dict(mode=core.Mode.EXTEND, seq_lens=torch.tensor([10, 5, 3]), cu_seqlens_q=torch.tensor([0, 2, 3])),
+            "seq_lens \\[3\\] and cu_seqlens_q",
+        ),
+        (dict(seq_lens=torch.tensor([[10, 5]])), "seq_lens must be an int tensor \\[batch\\]"),
+        (dict(max_seqlen_k=-1), "max_seqlen_k"),
+        (
+            dict(seq_lens=torch.tensor([10, -3])),
+            "seq_lens must be >= 0 \\(keys per sequence\\), got seq_lens\\[1\\]=-3",
+        ),
+    ],
+)
 def test_plan_step_refuses(over, match):
     with pytest.raises(ValueError, match=match):
         core.plan_step(core.StepInputs(**_step(**over)))
@@ -157,8 +180,9 @@ def test_mode_by_its_value_string_is_that_mode():
 def test_layer_write_compares_v_cache_with_k_cache():
     """A V cache that differs from the K cache in KV heads or dtype is refused by the layer's write, before any
     store, even where each new tensor matches its own cache (which is all a provider's write compares)."""
-    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32,
-                          kv_dtype=torch.float32)
+    spec = core.LayerSpec(
+        num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32, kv_dtype=torch.float32
+    )
     runner = core.LayerRunner(spec, "cpu", 8, override="reference")
     k, kc, slots = torch.ones(1, 2, 16), torch.zeros(4, 8, 2, 16), torch.tensor([9])
     with pytest.raises(ValueError, match="v_cache .* must match k_cache"):
@@ -169,8 +193,15 @@ def test_layer_write_compares_v_cache_with_k_cache():
 
 
 def test_sink_layer_run_without_sinks_is_refused():
-    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, has_sinks=True,
-                          dtype=torch.float32, kv_dtype=torch.float32)
+    spec = core.LayerSpec(
+        num_q_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        scale=0.25,
+        has_sinks=True,
+        dtype=torch.float32,
+        kv_dtype=torch.float32,
+    )
     runner = core.LayerRunner(spec, "cpu", 8, override="reference")
     plan = core.plan_step(core.StepInputs(**_step()))
     with pytest.raises(ValueError, match="ran before its sinks were bound"):
@@ -185,12 +216,22 @@ def test_a_refused_direct_call_leaves_the_layer_path_refusing(prov):
     p = get_provider(prov)
     with pytest.raises(ValueError, match="contiguous last"):
         p.flash_attn_with_kvcache(**kw)
-    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32,
-                          kv_dtype=torch.float32)
+    spec = core.LayerSpec(
+        num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32, kv_dtype=torch.float32
+    )
     runner = core.LayerRunner(spec, "cpu", 8, override=prov)
-    plan = core.plan_step(core.StepInputs(mode=core.Mode.EXTEND, seq_lens=kw["cache_seqlens"], max_seqlen_k=10,
-                                          num_tokens=3, page_size=8, page_table=kw["page_table"],
-                                          cu_seqlens_q=kw["cu_seqlens_q"], max_seqlen_q=2))
+    plan = core.plan_step(
+        core.StepInputs(
+            mode=core.Mode.EXTEND,
+            seq_lens=kw["cache_seqlens"],
+            max_seqlen_k=10,
+            num_tokens=3,
+            page_size=8,
+            page_table=kw["page_table"],
+            cu_seqlens_q=kw["cu_seqlens_q"],
+            max_seqlen_q=2,
+        )
+    )
     with pytest.raises(ValueError, match="contiguous last"):
         runner.forward(plan, kw["q"], kw["k_cache"], kw["v_cache"])
 
@@ -198,8 +239,9 @@ def test_a_refused_direct_call_leaves_the_layer_path_refusing(prov):
 def test_the_layer_path_reports_device_flags_at_the_next_step():
     """Through LayerRunner (no per-call check): a bad page id is answered with NaN rows and raised, naming the
     argument, at the next plan_step (the step boundary), once."""
-    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32,
-                          kv_dtype=torch.float32)
+    spec = core.LayerSpec(
+        num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32, kv_dtype=torch.float32
+    )
     runner = core.LayerRunner(spec, "cpu", 8, override="triton")
     kc, vc = torch.randn(4, 8, 2, 16), torch.randn(4, 8, 2, 16)
     plan = core.plan_step(core.StepInputs(**_step(page_table=torch.tensor([[0, 99], [2, 3]], dtype=torch.int32))))
@@ -213,14 +255,16 @@ def test_the_layer_path_reports_device_flags_at_the_next_step():
 def test_the_kernels_flags_are_named_in_step_inputs_terms():
     """A length the kernels flag on the device (no host read) is reported at the next plan_step, in the kernels'
     words and in the StepInputs argument the caller passed (seq_lens)."""
-    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32,
-                          kv_dtype=torch.float32)
+    spec = core.LayerSpec(
+        num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32, kv_dtype=torch.float32
+    )
     runner = core.LayerRunner(spec, "cpu", 8, override="triton")
     kc, vc = torch.randn(4, 8, 2, 16), torch.randn(4, 8, 2, 16)
     plan = core.plan_step(core.StepInputs(**_step(seq_lens=torch.tensor([10, 17]))))  # row 1: 17 keys, 2 pages of 8
     runner.forward(plan, torch.randn(2, 4, 16), kc, vc)
-    with pytest.raises(ValueError, match="cache_seqlens: sequence 1 has 17 keys.*in StepInputs terms: cache_seqlens "
-                                         "is seq_lens"):
+    with pytest.raises(
+        ValueError, match="cache_seqlens: sequence 1 has 17 keys.*in StepInputs terms: cache_seqlens is seq_lens"
+    ):
         core.plan_step(core.StepInputs(**_step()))
 
 
@@ -239,13 +283,15 @@ def test_layer_runner_refuses_a_device_this_host_lacks(kind):
 def test_a_plan_of_another_page_size_is_refused_never_run(prov):
     """A runner's providers were chosen for its page size: a plan (and cache) of another page size is refused
     before any launch, naming both sizes."""
-    spec = core.LayerSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32,
-                          kv_dtype=torch.float32)
+    spec = core.LayerSpec(
+        num_q_heads=4, num_kv_heads=2, head_dim=16, scale=0.25, dtype=torch.float32, kv_dtype=torch.float32
+    )
     runner = core.LayerRunner(spec, "cpu", 16, override=prov)
     plan = core.plan_step(core.StepInputs(**_step()))  # page size 8, as the caches below
     out = torch.full((2, 4, 16), 7.0)
-    with pytest.raises(ValueError, match="main sub-plan has page size 8, but this LayerRunner was built for page "
-                                         "size 16"):
+    with pytest.raises(
+        ValueError, match="main sub-plan has page size 8, but this LayerRunner was built for page size 16"
+    ):
         runner.forward(plan, torch.randn(2, 4, 16), torch.randn(4, 8, 2, 16), torch.randn(4, 8, 2, 16), out)
     assert (out == 7.0).all() and not plan.launches, "a refused plan was run"
 
@@ -257,14 +303,22 @@ def _write_case():
 
 
 @pytest.mark.parametrize("prov", ["reference", "triton"])
-@pytest.mark.parametrize("name,edit,exc,match", [
-    ("bad v shape", lambda a: a.__setitem__(1, torch.ones(2, 2, 8)), ValueError, "v must be"),
-    ("bad v dtype", lambda a: a.__setitem__(1, torch.ones(2, 2, 16, dtype=torch.float16)), TypeError, "v dtype"),
-    ("slot past the cache", lambda a: a.__setitem__(4, torch.tensor([0, 10 ** 9])), ValueError, "slot_mapping\\[1\\]"),
-    ("float slots", lambda a: a.__setitem__(4, torch.tensor([0.0, 9.0])), TypeError, "slot_mapping must be"),
-    ("2-D slots", lambda a: a.__setitem__(4, torch.tensor([[0, 9]])), TypeError, "slot_mapping must be"),
-    ("v_cache pages differ", lambda a: a.__setitem__(3, torch.zeros(3, 8, 2, 16)), ValueError, "v_cache"),
-])
+@pytest.mark.parametrize(
+    "name,edit,exc,match",
+    [
+        ("bad v shape", lambda a: a.__setitem__(1, torch.ones(2, 2, 8)), ValueError, "v must be"),
+        ("bad v dtype", lambda a: a.__setitem__(1, torch.ones(2, 2, 16, dtype=torch.float16)), TypeError, "v dtype"),
+        (
+            "slot past the cache",
+            lambda a: a.__setitem__(4, torch.tensor([0, 10**9])),
+            ValueError,
+            "slot_mapping\\[1\\]",
+        ),
+        ("float slots", lambda a: a.__setitem__(4, torch.tensor([0.0, 9.0])), TypeError, "slot_mapping must be"),
+        ("2-D slots", lambda a: a.__setitem__(4, torch.tensor([[0, 9]])), TypeError, "slot_mapping must be"),
+        ("v_cache pages differ", lambda a: a.__setitem__(3, torch.zeros(3, 8, 2, 16)), ValueError, "v_cache"),
+    ],
+)
 def test_write_kv_refuses_before_writing(prov, name, edit, exc, match):
     args = list(_write_case())
     edit(args)
@@ -299,8 +353,13 @@ OOB = {
 @pytest.mark.parametrize("case", list(OOB))
 def test_out_of_bounds_values_in_a_subprocess(case):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([REPO, SUPPORT]))
-    proc = subprocess.run([sys.executable, os.path.join(SUPPORT, "bad_input_oob.py"), case], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(SUPPORT, "bad_input_oob.py"), case],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"exit {proc.returncode} (a crash?):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     assert re.search(f"REFUSED .*({OOB[case]})", proc.stdout), proc.stdout[-2000:]
     assert "NAN-ROWS-OK" in proc.stdout or "NO-ROWS" in proc.stdout, proc.stdout[-2000:]

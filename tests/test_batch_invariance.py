@@ -49,11 +49,20 @@ def call(prov, pool, rows, kw, invariant):
     q = torch.cat([r[1] for r in rows])
     lens = torch.tensor([r[2] for r in rows], dtype=torch.int32)
     cu = torch.tensor([0] + torch.tensor([r[1].shape[0] for r in rows]).cumsum(0).tolist(), dtype=torch.int32)
-    out = prov.flash_attn_with_kvcache(q, pool.k, pool.v, table.to(DEV), lens.to(DEV), cu.to(DEV),
-                                       max(r[1].shape[0] for r in rows), batch_invariant=invariant, **kw)
+    out = prov.flash_attn_with_kvcache(
+        q,
+        pool.k,
+        pool.v,
+        table.to(DEV),
+        lens.to(DEV),
+        cu.to(DEV),
+        max(r[1].shape[0] for r in rows),
+        batch_invariant=invariant,
+        **kw,
+    )
     res, at = [], 0
     for r in rows:
-        res.append(out[at: at + r[1].shape[0]].clone())
+        res.append(out[at : at + r[1].shape[0]].clone())
         at += r[1].shape[0]
     return res
 
@@ -74,7 +83,7 @@ CONFIGS = {
     "fp32": (torch.float32, 4, {}),
     "bf16-window-softcap-sinks": (torch.bfloat16, 8, dict(window_size=(24, 0), softcap=8.0)),
     # ALiBi slopes that keep far keys weighing (the bias is a matrix product on Intel and in the interpreter)
-    "fp32-alibi": (torch.float32, 8, dict(alibi_slopes=torch.tensor([0.37 / 3 ** i for i in range(8)], device=DEV))),
+    "fp32-alibi": (torch.float32, 8, dict(alibi_slopes=torch.tensor([0.37 / 3**i for i in range(8)], device=DEV))),
 }
 
 
@@ -93,7 +102,7 @@ def test_decode_row_is_bitwise_the_same_in_any_batch(provider, config):
         rows = others(pool, batch - 1, long_context=batch == 17)
         if batch == 17:  # decode-only batch with a long context: the one that would be split (split-K)
             rows = [(n, q[:1], k) for n, q, k in rows]
-        got = call(prov, pool, rows[: batch // 2] + [("s", q_s, S_LEN)] + rows[batch // 2:], kw, True)[batch // 2]
+        got = call(prov, pool, rows[: batch // 2] + [("s", q_s, S_LEN)] + rows[batch // 2 :], kw, True)[batch // 2]
         assert torch.equal(got, alone), f"batch {batch}: max |diff| {float((got.float() - alone.float()).abs().max())}"
     if provider == "triton" and config == "fp32":
         # the same decode-only batch without the mode splits the long context, and the bits change:

@@ -9,8 +9,13 @@ import pytest
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor", *args], capture_output=True, text=True,
-                          timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_xpu_attn", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_doctor_on_this_machine():
@@ -90,10 +95,20 @@ def test_doctor_help_shows_the_defaults():
     assert p.returncode == 0, p.stderr
     entries = re.split(r"\n  (?=-)", p.stdout)[1:]  # one per option: "--flag METAVAR  help (default: ...)"
     help_of = {e.split()[0].rstrip(","): " ".join(e.split()) for e in entries}
-    for flag, default in (("--head-dim", "128"), ("--q-heads", "32"), ("--kv-heads", "8"), ("--page-size", "64"),
-                          ("--dtype", "bfloat16"), ("--kv-dtype", "auto"), ("--softcap", "0.0"),
-                          ("--device", "this host's"), ("--kv-lora-rank", "512 with --mla"), ("--rope-dim", "64"),
-                          ("--nope-dim", "128"), ("--v-dim", "128")):
+    for flag, default in (
+        ("--head-dim", "128"),
+        ("--q-heads", "32"),
+        ("--kv-heads", "8"),
+        ("--page-size", "64"),
+        ("--dtype", "bfloat16"),
+        ("--kv-dtype", "auto"),
+        ("--softcap", "0.0"),
+        ("--device", "this host's"),
+        ("--kv-lora-rank", "512 with --mla"),
+        ("--rope-dim", "64"),
+        ("--nope-dim", "128"),
+        ("--v-dim", "128"),
+    ):
         assert f"(default: {default})" in help_of[flag], (flag, help_of.get(flag))
     assert "fp8" in help_of["--kv-dtype"].split("}")[0]
 
@@ -114,10 +129,31 @@ def test_doctor_reports_vendor_versions_and_probed_capabilities():
     import re
 
     here = os.path.dirname(__file__)
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "XPU_ATTN_PROBE_DEVICE": "cpu",
-           "PYTHONPATH": os.pathsep.join([os.path.join(here, "fakes"), here])}
-    p = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor", "--device", "xpu", "--softcap", "30",
-                        "--head-dim", "64", "--mla"], capture_output=True, text=True, timeout=120, env=env)
+    env = {
+        "COLUMNS": "200",
+        "PATH": "/usr/bin:/bin",
+        "XPU_ATTN_PROBE_DEVICE": "cpu",
+        "PYTHONPATH": os.pathsep.join([os.path.join(here, "fakes"), here]),
+    }
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_xpu_attn",
+            "doctor",
+            "--device",
+            "xpu",
+            "--softcap",
+            "30",
+            "--head-dim",
+            "64",
+            "--mla",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     out = " ".join(p.stdout.split())
     assert "0.1.8" in out and "0.1.16.2" in out and "2.8.10+xpu" in out, out

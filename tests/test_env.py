@@ -23,8 +23,9 @@ def test_flag_values(monkeypatch):
 @pytest.mark.parametrize("name", [env.SYNC_CHECKS, env.BATCH_INVARIANT, env.FAST_LAUNCH, env.LOG_LEVEL])
 def test_bad_value_is_named_when_a_layer_is_configured(monkeypatch, name):
     monkeypatch.setenv(name, "maybe")
-    spec = core.LayerSpec(num_q_heads=2, num_kv_heads=1, head_dim=16, scale=0.25, dtype=torch.float32,
-                          kv_dtype=torch.float32)
+    spec = core.LayerSpec(
+        num_q_heads=2, num_kv_heads=1, head_dim=16, scale=0.25, dtype=torch.float32, kv_dtype=torch.float32
+    )
     with pytest.raises(ValueError, match=f"{name}='maybe'"):
         core.LayerRunner(spec, "cpu", 16)
 
@@ -32,8 +33,12 @@ def test_bad_value_is_named_when_a_layer_is_configured(monkeypatch, name):
 def test_bad_value_does_not_break_import():
     """Importing the package (an engine loads it while discovering plugins) reads no variable's value."""
     code = "import vllm_xpu_attn.kernels, vllm_xpu_attn.core; print('ok')"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**__import__("os").environ, env.SYNC_CHECKS: "maybe", env.BATCH_INVARIANT: "maybe"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, env.SYNC_CHECKS: "maybe", env.BATCH_INVARIANT: "maybe"},
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 

@@ -9,8 +9,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton on the CPU runs through
 
 import pytest
 import torch
-
 from naive_mla import naive_mla
+
 from vllm_xpu_attn.core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs, plan_step
 
 H, D_C, D_R, D_H, D_V = 4, 32, 16, 16, 16
@@ -33,16 +33,26 @@ def _case(seed: int, page: int, dtype, decode: bool):
     table = torch.zeros(batch, width, dtype=torch.int32)
     at = 0
     for b, n in enumerate(pages_per):
-        table[b, :n] = torch.tensor(perm[at:at + n], dtype=torch.int32)
+        table[b, :n] = torch.tensor(perm[at : at + n], dtype=torch.int32)
         at += n
     c_kv = [(torch.randn(k, D_C, generator=g) * 0.5).to(dtype) for k in k_lens]
     k_rope = [(torch.randn(k, D_R, generator=g) * 0.5).to(dtype) for k in k_lens]
     q_nope = (torch.randn(sum(q_lens), H, D_H, generator=g) * 0.5).to(dtype)
     q_rope = (torch.randn(sum(q_lens), H, D_R, generator=g) * 0.5).to(dtype)
-    w_uk = (torch.randn(H, D_H, D_C, generator=g) * D_C ** -0.5).to(dtype)
-    w_uv = (torch.randn(H, D_V, D_C, generator=g) * D_C ** -0.5).to(dtype)
-    return dict(q_lens=q_lens, k_lens=k_lens, table=table, n_pages=n_pages, c_kv=c_kv, k_rope=k_rope, q_nope=q_nope,
-                q_rope=q_rope, w_uk=w_uk, w_uv=w_uv)
+    w_uk = (torch.randn(H, D_H, D_C, generator=g) * D_C**-0.5).to(dtype)
+    w_uv = (torch.randn(H, D_V, D_C, generator=g) * D_C**-0.5).to(dtype)
+    return dict(
+        q_lens=q_lens,
+        k_lens=k_lens,
+        table=table,
+        n_pages=n_pages,
+        c_kv=c_kv,
+        k_rope=k_rope,
+        q_nope=q_nope,
+        q_rope=q_rope,
+        w_uk=w_uk,
+        w_uv=w_uv,
+    )
 
 
 def _slots(table, b, positions, page):
@@ -85,23 +95,33 @@ def _check_absorbed(provider, dtype, page, decode):
             runner.write_latent(c["c_kv"][b], c["k_rope"][b], cache, _slots(c["table"], b, range(k), page))
         q_lens, k_lens = c["q_lens"], c["k_lens"]
         mode = Mode.DECODE if decode else Mode.EXTEND
-        inp = StepInputs(mode, torch.tensor(k_lens, dtype=torch.int32), max(k_lens), sum(q_lens), page,
-                         page_table=c["table"])
+        inp = StepInputs(
+            mode, torch.tensor(k_lens, dtype=torch.int32), max(k_lens), sum(q_lens), page, page_table=c["table"]
+        )
         if not decode:
             inp.query_lens, inp.max_seqlen_q = torch.tensor(q_lens, dtype=torch.int32), max(q_lens)
         plan = plan_step(inp)
-        q_abs = torch.cat([torch.einsum("thn,hnc->thc", c["q_nope"].float(), c["w_uk"].float()).to(dtype),
-                           c["q_rope"]], dim=-1)  # [T, H, D_C + D_R]: q_nope absorbed into the latent space
+        q_abs = torch.cat(
+            [torch.einsum("thn,hnc->thc", c["q_nope"].float(), c["w_uk"].float()).to(dtype), c["q_rope"]], dim=-1
+        )  # [T, H, D_C + D_R]: q_nope absorbed into the latent space
         out_lat = runner.forward_mla(plan, q_abs, cache)
         assert out_lat.shape == (sum(q_lens), H, D_C)
         got = torch.einsum("thc,hvc->thv", out_lat.double(), c["w_uv"].double())
         at = 0
         for b, (ql, kl) in enumerate(zip(q_lens, k_lens)):
             # the oracle sees the same rounded absorbed query the kernel gets: it checks attention, not bf16 GEMMs
-            want = naive_mla(c["q_nope"][at:at + ql], c["q_rope"][at:at + ql], c["c_kv"][b], c["k_rope"][b],
-                             c["w_uk"], c["w_uv"], q_start=kl - ql, scale=SCALE)
+            want = naive_mla(
+                c["q_nope"][at : at + ql],
+                c["q_rope"][at : at + ql],
+                c["c_kv"][b],
+                c["k_rope"][b],
+                c["w_uk"],
+                c["w_uv"],
+                q_start=kl - ql,
+                scale=SCALE,
+            )
             tol = 1e-4 if dtype == torch.float32 else 4e-2
-            torch.testing.assert_close(got[at:at + ql], want, atol=tol, rtol=tol)
+            torch.testing.assert_close(got[at : at + ql], want, atol=tol, rtol=tol)
             at += ql
 
 
@@ -121,15 +141,24 @@ def test_unabsorbed_prefill_with_prefix_matches_naive(dtype, provider):
     q = torch.cat([c["q_nope"], c["q_rope"]], dim=-1)
     cu_q = torch.tensor([0] + torch.tensor(c["q_lens"]).cumsum(0).tolist(), dtype=torch.int32)
     cu_k = torch.tensor([0] + torch.tensor(c["k_lens"]).cumsum(0).tolist(), dtype=torch.int32)
-    out, lse = runner.forward_mla_mha(q, torch.cat(ks), torch.cat(vs), cu_q, cu_k, max(c["q_lens"]),
-                                      max(c["k_lens"]), return_lse=True)
+    out, lse = runner.forward_mla_mha(
+        q, torch.cat(ks), torch.cat(vs), cu_q, cu_k, max(c["q_lens"]), max(c["k_lens"]), return_lse=True
+    )
     assert out.shape == (sum(c["q_lens"]), H, D_V) and lse.shape == (H, sum(c["q_lens"]))
     at = 0
     for b, (ql, kl) in enumerate(zip(c["q_lens"], c["k_lens"])):
-        want = naive_mla(c["q_nope"][at:at + ql], c["q_rope"][at:at + ql], c["c_kv"][b], c["k_rope"][b], c["w_uk"],
-                         c["w_uv"], q_start=kl - ql, scale=SCALE)
+        want = naive_mla(
+            c["q_nope"][at : at + ql],
+            c["q_rope"][at : at + ql],
+            c["c_kv"][b],
+            c["k_rope"][b],
+            c["w_uk"],
+            c["w_uv"],
+            q_start=kl - ql,
+            scale=SCALE,
+        )
         tol = 1e-4 if dtype == torch.float32 else 4e-2
-        torch.testing.assert_close(out[at:at + ql].double(), want, atol=tol, rtol=tol)
+        torch.testing.assert_close(out[at : at + ql].double(), want, atol=tol, rtol=tol)
         at += ql
 
 
@@ -142,15 +171,23 @@ def test_mla_spec_is_checked_at_configuration():
     r = LayerRunner(spec, "cpu", 16)
     assert r.providers_used() == {"prefill": "torch_sdpa", "decode": "torch_sdpa", "mla_prefill_mha": "torch_sdpa"}
     with pytest.raises(ValueError, match="latent cache must be"):
-        plan = plan_step(StepInputs(Mode.DECODE, torch.tensor([3], dtype=torch.int32), 3, 1, 16,
-                                    page_table=torch.zeros(1, 1, dtype=torch.int32)))
+        plan = plan_step(
+            StepInputs(
+                Mode.DECODE,
+                torch.tensor([3], dtype=torch.int32),
+                3,
+                1,
+                16,
+                page_table=torch.zeros(1, 1, dtype=torch.int32),
+            )
+        )
         r.forward_mla(plan, torch.zeros(1, H, 48), torch.zeros(2, 16, 1, 40))
 
 
 def _latent_decode_case(seed: int):
     """A 3-sequence absorbed-MLA decode step over a shuffled fp32 latent cache (page 16, 70/5/33 keys), LSE asked:
     (step, call, cache [16, 16, 1, D_C + D_R], q [3, H, D_C + D_R])."""
-    from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts
+    from vllm_xpu_attn.kernels.api import LayerConsts, PagedStep
 
     g = torch.Generator().manual_seed(seed)
     page, lens = 16, [70, 5, 33]
@@ -215,18 +252,20 @@ def test_triton_mla_latent_tiles_match_reference(monkeypatch, latent_tiles, spli
 def test_triton_mla_fp8_latent_with_bf16_queries_matches_reference(kv_dtype, splits):
     """The MLA kernel with bf16 queries over an FP8 latent cache and its descale (split-K too), against the
     reference on the same FP8 cache."""
-    from vllm_xpu_attn.kernels.api import get_provider
-    from vllm_xpu_attn.kernels.api import LayerTensors
+    from vllm_xpu_attn.kernels.api import LayerTensors, get_provider
 
     step, call, cache, q = _latent_decode_case(seed=7)
     cache, q = (cache * 4).to(kv_dtype), (q * 3).bfloat16()
     ds = torch.tensor([0.375])
     layer = LayerTensors.make(call, device=q.device, kv_dtype=kv_dtype, k_descale=ds, v_descale=ds)
     tri = get_provider("triton")
-    o, lse = tri.arm_paged(step, call, num_splits=splits).run(q, cache, cache[..., :D_C],
-                                                               torch.empty(3, H, D_C, dtype=torch.bfloat16),
-                                                               layer=layer)
-    want_o, want_lse = get_provider("reference").arm_paged(step, call).run(
-        q, cache, cache[..., :D_C], torch.empty(3, H, D_C, dtype=torch.bfloat16), layer=layer)
+    o, lse = tri.arm_paged(step, call, num_splits=splits).run(
+        q, cache, cache[..., :D_C], torch.empty(3, H, D_C, dtype=torch.bfloat16), layer=layer
+    )
+    want_o, want_lse = (
+        get_provider("reference")
+        .arm_paged(step, call)
+        .run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C, dtype=torch.bfloat16), layer=layer)
+    )
     torch.testing.assert_close(o.float(), want_o.float(), atol=1.6e-2, rtol=1.6e-2)
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)

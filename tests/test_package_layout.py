@@ -1,6 +1,6 @@
 """The package's layout rules, checked on its source: core and the adapters reach the kernel layer only through
-``kernels.api``, the api imports no provider and no provider another, environment variables are read in one module and documented in one table, and no block of code
-is written twice."""
+``kernels.api``, the api imports no provider and no provider another, environment variables are read in one
+module and documented in one table, and no block of code is written twice."""
 
 import ast
 import re
@@ -11,7 +11,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "vllm_xpu_attn"
 PACKAGE_FILES = sorted(PKG.rglob("*.py")) + sorted((ROOT / "sglang_compat").rglob("*.py"))
-PROVIDER_MODULES = ("kernels.providers.triton", "kernels.providers.xpu_libs", "kernels.providers.cpu_sdpa", "kernels.providers.reference")
+PROVIDER_MODULES = (
+    "kernels.providers.triton",
+    "kernels.providers.xpu_libs",
+    "kernels.providers.cpu_sdpa",
+    "kernels.providers.reference",
+)
 
 
 def _imports(path: Path):
@@ -71,14 +76,20 @@ def test_kernel_api_imports_no_provider_and_providers_import_no_other_provider()
     lazily); each provider imports ``kernels.api`` and its own modules, never another provider."""
     bad = []
     for path in sorted((PKG / "kernels" / "api").glob("*.py")):
-        bad += [f"api/{path.name}:{ln} imports {m}" for m, ln in _kernel_imports(path)
-                if not m.startswith("vllm_xpu_attn.kernels.api")]
+        bad += [
+            f"api/{path.name}:{ln} imports {m}"
+            for m, ln in _kernel_imports(path)
+            if not m.startswith("vllm_xpu_attn.kernels.api")
+        ]
     providers = PKG / "kernels" / "providers"
     for path in sorted(providers.rglob("*.py")):
         rel = path.relative_to(providers)
         own = "vllm_xpu_attn.kernels.providers." + (rel.parts[0] if len(rel.parts) > 1 else rel.stem)
-        bad += [f"providers/{rel}:{ln} imports {m}" for m, ln in _kernel_imports(path)
-                if not m.startswith(("vllm_xpu_attn.kernels.api", own))]
+        bad += [
+            f"providers/{rel}:{ln} imports {m}"
+            for m, ln in _kernel_imports(path)
+            if not m.startswith(("vllm_xpu_attn.kernels.api", own))
+        ]
     assert not bad, bad
 
 
@@ -99,10 +110,15 @@ assert not bad, bad
 
 
 def test_one_capture_check():
-    """"Inside a graph capture?" is asked in one place (kernels/api/guard.capturing knows CUDA and XPU): no other
+    """ "Inside a graph capture?" is asked in one place (kernels/api/guard.capturing knows CUDA and XPU): no other
     module asks a device runtime directly."""
-    bad = [f"{p.relative_to(ROOT)}:{i}" for p in PACKAGE_FILES if p != PKG / "kernels" / "api" / "guard.py"
-           for i, line in enumerate(p.read_text().splitlines(), 1) if "is_current_stream_capturing" in line]
+    bad = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in PACKAGE_FILES
+        if p != PKG / "kernels" / "api" / "guard.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "is_current_stream_capturing" in line
+    ]
     assert not bad, bad
 
 
@@ -156,7 +172,7 @@ def test_no_block_of_six_lines_written_twice():
         lines = _code_lines(path)
         last_hit = -10
         for k in range(len(lines) - 5):
-            window = tuple(s for _, s in lines[k:k + 6])
+            window = tuple(s for _, s in lines[k : k + 6])
             if sum(len(s) for s in window) < 120:  # thin runs (closing brackets, `else:`/`return`) are not code blocks
                 continue
             where = f"{path.relative_to(ROOT)}:{lines[k][0]}"

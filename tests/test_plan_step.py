@@ -69,8 +69,13 @@ def test_token_rows_index_the_pool_like_a_gathered_table(case):
     elif case == "encoder":
         kw.update(seq_lens=t(3, 4), max_seqlen_k=4, encoder_lens=t(4, 8), max_encoder_len=8)
     elif case == "tree":
-        kw.update(mode=Mode.DRAFT_DECODE, seq_lens=t(5, 7), max_seqlen_k=7, draft_slots=torch.arange(12),
-                  spec=SpecDecodeShape(topk=2, num_steps=3, step_id=1))
+        kw.update(
+            mode=Mode.DRAFT_DECODE,
+            seq_lens=t(5, 7),
+            max_seqlen_k=7,
+            draft_slots=torch.arange(12),
+            spec=SpecDecodeShape(topk=2, num_steps=3, step_id=1),
+        )
     before = pool.clone()
     a = plan_step(StepInputs(**kw, token_table=pool[idx]))
     b = plan_step(StepInputs(**kw, token_table=pool, token_rows=idx))
@@ -83,26 +88,44 @@ def test_token_rows_index_the_pool_like_a_gathered_table(case):
 def test_speculative_modes_hand_computed():
     pages = token_table([[1, 2, 3], [4, 5, 6]], 4)
     seq = t(5, 7)  # committed tokens, drafts not counted
-    verify = plan_step(StepInputs(Mode.TARGET_VERIFY, seq, 7, 0, 4, token_table=pages,
-                                  spec=SpecDecodeShape(topk=1, num_draft=3)))
+    verify = plan_step(
+        StepInputs(Mode.TARGET_VERIFY, seq, 7, 0, 4, token_table=pages, spec=SpecDecodeShape(topk=1, num_draft=3))
+    )
     assert verify.num_tokens == 6 and verify.main.cu_seqlens_q.tolist() == [0, 3, 6]
     assert verify.main.cache_seqlens.tolist() == [8, 10]  # drafts follow the prefix, causally
-    draft = plan_step(StepInputs(Mode.DRAFT_DECODE, seq, 7, 2, 4, token_table=pages,
-                                 spec=SpecDecodeShape(topk=1, num_steps=3, step_id=1)))
+    draft = plan_step(
+        StepInputs(
+            Mode.DRAFT_DECODE, seq, 7, 2, 4, token_table=pages, spec=SpecDecodeShape(topk=1, num_steps=3, step_id=1)
+        )
+    )
     assert draft.main.cache_seqlens.tolist() == [7, 9] and draft.num_tokens == 2  # step 1: two drafts written
     loc = torch.arange(2 * 2 * 3)
-    tree = plan_step(StepInputs(Mode.DRAFT_DECODE, seq, 7, 2, 4, token_table=pages, draft_slots=loc,
-                                spec=SpecDecodeShape(topk=2, num_steps=3, step_id=1)))
+    tree = plan_step(
+        StepInputs(
+            Mode.DRAFT_DECODE,
+            seq,
+            7,
+            2,
+            4,
+            token_table=pages,
+            draft_slots=loc,
+            spec=SpecDecodeShape(topk=2, num_steps=3, step_id=1),
+        )
+    )
     assert tree.num_tokens == 4 and tree.spec_expand is not None and tree.spec_expand.page_table.shape == (4, 2)
 
 
 def test_local_and_swa_sub_plans_come_with_every_causal_mode():
     pages = token_table([[0, 1, 2, 3]], 4)
     swa = torch.arange(16) + 100
-    for mode, extra in ((Mode.DECODE, {}), (Mode.EXTEND, dict(query_lens=t(5), max_seqlen_q=5)),
-                        (Mode.TARGET_VERIFY, dict(spec=SpecDecodeShape(num_draft=2)))):
-        plan = plan_step(StepInputs(mode, t(10), 10, 5, 4, token_table=pages, attention_chunk_size=8,
-                                    swa_mapping=swa, **extra))
+    for mode, extra in (
+        (Mode.DECODE, {}),
+        (Mode.EXTEND, dict(query_lens=t(5), max_seqlen_q=5)),
+        (Mode.TARGET_VERIFY, dict(spec=SpecDecodeShape(num_draft=2))),
+    ):
+        plan = plan_step(
+            StepInputs(mode, t(10), 10, 5, 4, token_table=pages, attention_chunk_size=8, swa_mapping=swa, **extra)
+        )
         assert plan.local is not None and plan.swa_page_table is not None and plan.local_swa_page_table is not None
         assert plan.swa_page_table[0, 0].item() == 25  # slot 100 -> page 25
 
@@ -115,8 +138,17 @@ def test_refusals_name_the_problem():
     with pytest.raises(ValueError, match="page table too short"):
         plan_step(StepInputs(Mode.DECODE, t(9), 9, 1, 4, page_table=t(0, 1).reshape(1, 2)))
     with pytest.raises(ValueError, match="custom_mask"):
-        plan_step(StepInputs(Mode.TARGET_VERIFY, t(3), 3, 2, 4, token_table=token_table([[0, 1]], 4),
-                             spec=SpecDecodeShape(topk=2, num_draft=2)))
+        plan_step(
+            StepInputs(
+                Mode.TARGET_VERIFY,
+                t(3),
+                3,
+                2,
+                4,
+                token_table=token_table([[0, 1]], 4),
+                spec=SpecDecodeShape(topk=2, num_draft=2),
+            )
+        )
     # at start-up, not at the first step
     with pytest.raises(ValueError, match="multiple of the page size"):
         core.check_step_config(16, attention_chunk_size=24)
@@ -133,8 +165,8 @@ def test_plan_runs_to_the_naive_answer():
     kc, vc = torch.randn(8, 4, 1, 8), torch.randn(8, 4, 1, 8)
     pages = torch.tensor([[3, 1, 4], [0, 2, 5]], dtype=I32)
     plan = plan_step(StepInputs(Mode.DECODE, t(9, 12), 12, 2, 4, page_table=pages))
-    spec = core.LayerSpec(2, 1, 8, 8 ** -0.5, dtype=torch.float32, kv_dtype=torch.float32)
+    spec = core.LayerSpec(2, 1, 8, 8**-0.5, dtype=torch.float32, kv_dtype=torch.float32)
     q = torch.randn(2, 2, 8)
     got = core.LayerRunner(spec, "cpu", 4).forward(plan, q, kc, vc)
-    want, _ = naive_paged_attention(q, kc, vc, pages, t(9, 12), t(0, 1, 2), causal=True, scale=8 ** -0.5)
+    want, _ = naive_paged_attention(q, kc, vc, pages, t(9, 12), t(0, 1, 2), causal=True, scale=8**-0.5)
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)

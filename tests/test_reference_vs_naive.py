@@ -3,9 +3,9 @@
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
+
 from vllm_xpu_attn.kernels.api import get_provider
 
 REF = get_provider("reference")
@@ -14,8 +14,11 @@ REF = get_provider("reference")
 @settings(max_examples=300)
 @given(layout=layouts(), want_lse=st.booleans(), use_out=st.booleans())
 def test_reference_matches_naive(layout, want_lse, use_out):
-    out_buf = torch.full((layout.q.shape[0], layout.q.shape[1], layout.v_cache.shape[-1]), float("nan"),
-                         dtype=layout.q.dtype) if use_out else None
+    out_buf = (
+        torch.full((layout.q.shape[0], layout.q.shape[1], layout.v_cache.shape[-1]), float("nan"), dtype=layout.q.dtype)
+        if use_out
+        else None
+    )
     res = REF.flash_attn_with_kvcache(*layout.args(), **layout.kwargs, return_softmax_lse=want_lse, out=out_buf)
     out, lse = res if want_lse else (res, None)
     if use_out:
@@ -41,8 +44,9 @@ def test_varlen_matches_naive(layout):
     v = layout.v_cache[idx, 0]
     cu_k = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
     kw = {k_: v_ for k_, v_ in layout.kwargs.items() if k_ not in ("k_descale", "v_descale")}
-    out, lse = REF.flash_attn_varlen_func(layout.q, k, v, layout.cu_seqlens_q, cu_k, layout.max_seqlen_q,
-                                         max(lens), **kw, return_softmax_lse=True)
+    out, lse = REF.flash_attn_varlen_func(
+        layout.q, k, v, layout.cu_seqlens_q, cu_k, layout.max_seqlen_q, max(lens), **kw, return_softmax_lse=True
+    )
     ref_out, ref_lse = naive_paged_attention(*layout.args()[:6], **layout.naive_kwargs())
     assert_close_to(out, ref_out, torch.float32)
     assert_lse_close(lse, ref_lse)
@@ -64,12 +68,32 @@ def test_merge_state_recombines_a_key_split(layout, split):
         rest = layout.page_table[b, n:]
         second_table[b, : rest.shape[0]] = rest
     # a query with zero keys on one side must still merge correctly (lse = -inf there)
-    o_a, lse_a = REF.flash_attn_with_kvcache(layout.q, layout.k_cache, layout.v_cache, layout.page_table, first,
-                                             layout.cu_seqlens_q, layout.max_seqlen_q, **kw, return_softmax_lse=True)
-    o_b, lse_b = REF.flash_attn_with_kvcache(layout.q, layout.k_cache, layout.v_cache, second_table, lens - first,
-                                             layout.cu_seqlens_q, layout.max_seqlen_q, **kw, return_softmax_lse=True)
+    o_a, lse_a = REF.flash_attn_with_kvcache(
+        layout.q,
+        layout.k_cache,
+        layout.v_cache,
+        layout.page_table,
+        first,
+        layout.cu_seqlens_q,
+        layout.max_seqlen_q,
+        **kw,
+        return_softmax_lse=True,
+    )
+    o_b, lse_b = REF.flash_attn_with_kvcache(
+        layout.q,
+        layout.k_cache,
+        layout.v_cache,
+        second_table,
+        lens - first,
+        layout.cu_seqlens_q,
+        layout.max_seqlen_q,
+        **kw,
+        return_softmax_lse=True,
+    )
     merged, lse = REF.merge_state(o_a, lse_a, o_b, lse_b)
-    ref_out, ref_lse = naive_paged_attention(*layout.args()[:6], **{**layout.naive_kwargs(), "causal": False,
-                                             "window": (-1, -1), "alibi": None, "sinks": None})
+    ref_out, ref_lse = naive_paged_attention(
+        *layout.args()[:6],
+        **{**layout.naive_kwargs(), "causal": False, "window": (-1, -1), "alibi": None, "sinks": None},
+    )
     assert_close_to(merged, ref_out, torch.float32)
     assert_lse_close(lse, ref_lse)

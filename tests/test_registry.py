@@ -8,22 +8,42 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_xpu_attn.kernels.api import (KernelProvider, KernelRequest, NoProviderError, explain, get_provider,
-                                   register_provider, select_provider)
+from vllm_xpu_attn.kernels.api import (
+    KernelProvider,
+    KernelRequest,
+    NoProviderError,
+    explain,
+    get_provider,
+    register_provider,
+    select_provider,
+)
 from vllm_xpu_attn.kernels.api import registry as reg
 
 
 def req(**kw):
-    base = dict(device_type="cpu", dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=64,
-                num_q_heads=8, num_kv_heads=2, page_size=16)
+    base = dict(
+        device_type="cpu",
+        dtype=torch.bfloat16,
+        kv_dtype=torch.bfloat16,
+        head_dim=64,
+        num_q_heads=8,
+        num_kv_heads=2,
+        page_size=16,
+    )
     base.update(kw)
     return KernelRequest(**base)
 
 
 def test_cpu_picks_reference_for_batch_invariance_and_logs_once(caplog):
     caplog.set_level(logging.INFO, logger="vllm_xpu_attn")
-    r = req(softcap=30.0, has_sinks=True, has_alibi=True, kv_dtype=torch.float8_e4m3fn, dtype=torch.float32,
-            batch_invariant=True)
+    r = req(
+        softcap=30.0,
+        has_sinks=True,
+        has_alibi=True,
+        kv_dtype=torch.float8_e4m3fn,
+        dtype=torch.float32,
+        batch_invariant=True,
+    )
     assert select_provider(r).name == "reference"
     assert select_provider(r).name == "reference"
     msgs = [m for m in caplog.messages if "serves" in m]
@@ -88,8 +108,16 @@ def test_priority_lists_and_the_usage_docs():
 
 def test_mla_layers_without_vendor_libraries_go_to_triton_with_reasons():
     """On this machine (no sgl-kernel): an XPU MLA decode skips both sgl-kernel operators, each saying why."""
-    r = req(device_type="xpu", head_dim=576, v_head_dim=512, num_q_heads=16, num_kv_heads=1, page_size=64,
-            phase="decode", mla=True)
+    r = req(
+        device_type="xpu",
+        head_dim=576,
+        v_head_dim=512,
+        num_q_heads=16,
+        num_kv_heads=1,
+        page_size=64,
+        phase="decode",
+        mla=True,
+    )
     rows = dict(explain(r))
     assert any("not importable" in x for x in rows["sgl_kernel_mla"]), rows["sgl_kernel_mla"]
     assert any("sgl_kernel_mla serves" in x for x in rows["sgl_kernel"]), rows["sgl_kernel"]
@@ -102,6 +130,7 @@ def test_a_provider_defining_a_renamed_method_is_refused_at_class_creation():
     from vllm_xpu_attn.kernels.api import KernelProvider
 
     with pytest.raises(TypeError, match="arm_paged"):
+
         class _Old(KernelProvider):  # noqa: F841
             def plan_paged(self, step, call, **options):
                 return None

@@ -25,8 +25,10 @@ def _renderer():
 
 def test_docs_match_their_records():
     diff = _renderer().check(ROOT)
-    assert not diff, ("a doc's figures differ from their records; run `python benchmarks/render_tables.py` "
-                      "(or fix the record) and review:\n" + diff)
+    assert not diff, (
+        "a doc's figures differ from their records; run `python benchmarks/render_tables.py` "
+        "(or fix the record) and review:\n" + diff
+    )
 
 
 def test_check_mode_exits_zero_on_this_tree():
@@ -41,7 +43,7 @@ def test_an_edited_figure_is_caught():
     text = (ROOT / "docs" / "benchmarks.md").read_text()
     row = re.search(r"^\| 64 x 4096 \| \*\*(\d+\.\d)\*\*", text, flags=re.M)
     assert row, "the decode table's 64 x 4096 row is where this test expects it"
-    edited = text[:row.start(1)] + "99.9" + text[row.end(1):]
+    edited = text[: row.start(1)] + "99.9" + text[row.end(1) :]
     records = mod.Records(ROOT)
     assert mod.render_text(edited, records) == text != edited
 

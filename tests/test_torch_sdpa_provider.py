@@ -5,9 +5,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
+
 from vllm_xpu_attn.kernels.api import KernelRequest, Phase, get_provider, select_provider
 from vllm_xpu_attn.kernels.providers import cpu_sdpa
 from vllm_xpu_attn.kernels.providers.cpu_sdpa import bucket_decode_rows, chunk_decode_rows
@@ -25,8 +25,11 @@ def test_torch_sdpa_matches_naive(layout, want_lse, use_out):
     """Every layout the layouts strategy makes (GQA, pages 1..128, fp32/fp16/bf16, FP8 KV + descales, windows,
     non-causal, softcap, sinks, ALiBi, empty and key-less sequences)."""
     kw = dict(layout.kwargs)
-    out_buf = torch.full((layout.q.shape[0], layout.q.shape[1], layout.v_cache.shape[-1]), float("nan"),
-                         dtype=layout.q.dtype) if use_out else None
+    out_buf = (
+        torch.full((layout.q.shape[0], layout.q.shape[1], layout.v_cache.shape[-1]), float("nan"), dtype=layout.q.dtype)
+        if use_out
+        else None
+    )
     res = SDPA.flash_attn_with_kvcache(*layout.args(), **kw, return_softmax_lse=want_lse, out=out_buf)
     out, lse = res if want_lse else (res, None)
     if use_out:
@@ -40,8 +43,10 @@ def test_torch_sdpa_matches_naive(layout, want_lse, use_out):
 
 
 @settings(max_examples=40)
-@given(layout=layouts(allow_fp8=False, dtypes=[torch.float32, torch.bfloat16], max_batch=6, max_ctx=200),
-       dv=st.sampled_from([8, 24, 48]))
+@given(
+    layout=layouts(allow_fp8=False, dtypes=[torch.float32, torch.bfloat16], max_batch=6, max_ctx=200),
+    dv=st.sampled_from([8, 24, 48]),
+)
 def test_torch_sdpa_v_head_dim_differs(layout, dv):
     """Dv != D (MLA-like layers): V zero-padded to a common width inside; vs the naive oracle."""
     g = torch.Generator().manual_seed(dv)
@@ -66,20 +71,22 @@ def test_torch_sdpa_varlen_matches_naive(layout):
     k, v = layout.k_cache[idx, 0], layout.v_cache[idx, 0]
     cu_k = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
     kw = {a: b for a, b in layout.kwargs.items() if a not in ("k_descale", "v_descale")}
-    out, lse = SDPA.flash_attn_varlen_func(layout.q, k, v, layout.cu_seqlens_q, cu_k, layout.max_seqlen_q,
-                                          max(lens), **kw, return_softmax_lse=True)
+    out, lse = SDPA.flash_attn_varlen_func(
+        layout.q, k, v, layout.cu_seqlens_q, cu_k, layout.max_seqlen_q, max(lens), **kw, return_softmax_lse=True
+    )
     ref_out, ref_lse = _naive(layout)
     assert_close_to(out, ref_out, torch.float32, logit_bound=layout.logit_bound())
     assert_lse_close(lse, ref_lse)
 
 
 @settings(max_examples=30)
-@given(layout=layouts(allow_fp8=False, dtypes=[torch.float32], allow_features=False, max_batch=8),
-       layers=st.integers(2, 4))
+@given(
+    layout=layouts(allow_fp8=False, dtypes=[torch.float32], allow_features=False, max_batch=8), layers=st.integers(2, 4)
+)
 def test_torch_sdpa_one_plan_many_layers(layout, layers):
     """One step planned once, run for several layers (different caches) through the per-layer path: each layer
     matches the oracle (the per-step grouping is shared, never a layer's data)."""
-    from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts
+    from vllm_xpu_attn.kernels.api import LayerConsts, PagedStep
 
     q, k_cache, v_cache, table, lens, cu, max_q = layout.args()
     step = PagedStep(cu, lens, table, max_q, table.shape[1] * k_cache.shape[1], k_cache.shape[1])
@@ -131,8 +138,9 @@ def test_chunk_decode_rows_bounds_gathered_keys():
 
 
 @settings(max_examples=80)
-@given(layout=layouts(max_batch=8), max_bytes=st.sampled_from([1, 3000, 40000]), want_lse=st.booleans(),
-       fold=st.booleans())
+@given(
+    layout=layouts(max_batch=8), max_bytes=st.sampled_from([1, 3000, 40000]), want_lse=st.booleans(), fold=st.booleans()
+)
 def test_decode_runs_match_naive(layout, max_bytes, want_lse, fold):
     """Decode buckets split into runs of at most ``max_bytes`` of gathered K+V (one row a run at 1 byte), query heads
     folded into query rows or not (whatever fold_heads would pick on this machine), with every feature the layouts
@@ -169,8 +177,7 @@ def test_unwritten_and_out_of_window_keys_are_never_read(want_lse, window):
     q = torch.randn(4, hq, d, generator=g)
     cu = torch.arange(5, dtype=torch.int32)
     lens_t = torch.tensor(lens, dtype=torch.int32)
-    res = SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens_t, cu, 1, window_size=window,
-                                       return_softmax_lse=want_lse)
+    res = SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens_t, cu, 1, window_size=window, return_softmax_lse=want_lse)
     out, lse = res if want_lse else (res, None)
     ref_out, ref_lse = naive_paged_attention(q, kc, vc, table, lens_t, cu, window=window)
     assert torch.isfinite(out).all()
@@ -216,8 +223,9 @@ def test_write_kv_matches_row_by_row_stores(dtype, skip):
     if skip:
         slots[[1, 4]] = -1
     scale = torch.tensor(0.5) if dtype == torch.float8_e4m3fn else None
-    SDPA.write_kv(k.to(kc.dtype) if scale is None else k, v.to(kc.dtype) if scale is None else v, kc, vc, slots,
-                  scale, scale)
+    SDPA.write_kv(
+        k.to(kc.dtype) if scale is None else k, v.to(kc.dtype) if scale is None else v, kc, vc, slots, scale, scale
+    )
     want_k, want_v = torch.zeros(20, 2, 8, dtype=torch.float64), torch.zeros(20, 2, 8, dtype=torch.float64)
     for i, s in enumerate(slots.tolist()):
         if s >= 0:
@@ -227,16 +235,36 @@ def test_write_kv_matches_row_by_row_stores(dtype, skip):
 
 
 def _req(**kw):
-    base = dict(device_type="cpu", dtype=torch.float32, kv_dtype=torch.float32, head_dim=32, num_q_heads=4,
-                num_kv_heads=2, page_size=16)
+    base = dict(
+        device_type="cpu",
+        dtype=torch.float32,
+        kv_dtype=torch.float32,
+        head_dim=32,
+        num_q_heads=4,
+        num_kv_heads=2,
+        page_size=16,
+    )
     base.update(kw)
     return KernelRequest(**base)
 
 
 def test_declared_refusals_name_the_reason():
-    assert SDPA.not_supported_reasons(_req(has_sinks=True, has_alibi=True, window=(16, 0), return_lse=True,
-                                           kv_dtype=torch.float8_e5m2, causal=False, v_head_dim=16, mla=True,
-                                           softcap=30.0)) == []
+    assert (
+        SDPA.not_supported_reasons(
+            _req(
+                has_sinks=True,
+                has_alibi=True,
+                window=(16, 0),
+                return_lse=True,
+                kv_dtype=torch.float8_e5m2,
+                causal=False,
+                v_head_dim=16,
+                mla=True,
+                softcap=30.0,
+            )
+        )
+        == []
+    )
     (why,) = SDPA.not_supported_reasons(_req(batch_invariant=True))
     assert why.startswith("no batch-invariant support: the kernel's key blocking")
     assert SDPA.not_supported_reasons(_req(device_type="cuda")) == ["device 'cuda' not in ['cpu']"]
@@ -270,8 +298,15 @@ def test_bad_page_ids_are_a_clear_error():
     q = torch.randn(1, 2, 8)
     kc = torch.randn(2, 4, 1, 8)
     with pytest.raises(ValueError, match="page_table row 0 references page 5"):
-        SDPA.flash_attn_with_kvcache(q, kc, kc, torch.tensor([[5]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32),
-                                     torch.tensor([0, 1], dtype=torch.int32), 1)
+        SDPA.flash_attn_with_kvcache(
+            q,
+            kc,
+            kc,
+            torch.tensor([[5]], dtype=torch.int32),
+            torch.tensor([3], dtype=torch.int32),
+            torch.tensor([0, 1], dtype=torch.int32),
+            1,
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

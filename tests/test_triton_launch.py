@@ -110,12 +110,24 @@ class _Hooks:  # stands in for knobs.runtime (style "knobs") / CompiledKernel (s
     launch_exit_hook = None
 
 
-def _closure(kinds, layout, expected, consts, check=True, style="class", hooks=_Hooks, chain=L._NoHookChain,
-             device=0):
+def _closure(kinds, layout, expected, consts, check=True, style="class", hooks=_Hooks, chain=L._NoHookChain, device=0):
     rec = _Rec()
     factory = L._make_factory(tuple(kinds), tuple(layout), check, style)
-    fn = factory(rec.run, "FUNC", "PACKED", (4, 2, 1), lambda: device, 0, lambda d: 1234, hooks, chain,
-                 rec.slow_path, rec.lmeta, tuple(expected), tuple(consts))
+    fn = factory(
+        rec.run,
+        "FUNC",
+        "PACKED",
+        (4, 2, 1),
+        lambda: device,
+        0,
+        lambda d: 1234,
+        hooks,
+        chain,
+        rec.slow_path,
+        rec.lmeta,
+        tuple(expected),
+        tuple(consts),
+    )
     return fn, rec
 
 
@@ -172,8 +184,11 @@ def test_fast_closure_unchecked_device_and_hooks():
     Knobs.runtime.launch_enter_hook = Chain([print])
     fn(7)  # a hook installed: the binder's exact call
     assert rec.meta_calls == 1
-    assert rec.runs[-1][6:9] == (("meta", (4, 2, 1), 1), Knobs.runtime.launch_enter_hook,
-                                 Knobs.runtime.launch_exit_hook)
+    assert rec.runs[-1][6:9] == (
+        ("meta", (4, 2, 1), 1),
+        Knobs.runtime.launch_enter_hook,
+        Knobs.runtime.launch_exit_hook,
+    )
     assert rec.runs[-1][9:] == (7,)
 
 
@@ -189,8 +204,15 @@ def _fake_compiled(launcher):
 
     ck = object.__new__(CompiledKernel)
     d = ck.__dict__
-    d.update(metadata=namedtuple("M", "target")(GPUTarget("cuda", 90, 32)), function="FUNC", packed_metadata=(4, 1, 0),
-             module="MOD", _module_pid=-1, src=None, name="fake")
+    d.update(
+        metadata=namedtuple("M", "target")(GPUTarget("cuda", 90, 32)),
+        function="FUNC",
+        packed_metadata=(4, 1, 0),
+        module="MOD",
+        _module_pid=-1,
+        src=None,
+        name="fake",
+    )
     try:
         ck.run = launcher  # 3.3: a plain attribute
     except AttributeError:
@@ -223,6 +245,7 @@ def test_arming_with_fake_compiled_kernel(monkeypatch):
             def call(**kw):
                 binder_calls.append((grid, kw))
                 return ck
+
             return call
 
     def py_kernel(X, BLOCK: tl.constexpr, n, scale, OUT, FLAG: tl.constexpr = False):

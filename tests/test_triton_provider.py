@@ -12,8 +12,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
 from layouts import assert_close_to, assert_lse_close, layouts  # noqa: E402
+
 from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
@@ -28,8 +28,11 @@ def _close(out, ref_out, dtype):
 
 
 @settings(max_examples=N)
-@given(layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16, 64)),
-       want_lse=st.booleans(), splits=st.sampled_from([None, 1, 2, 4]))
+@given(
+    layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16, 64)),
+    want_lse=st.booleans(),
+    splits=st.sampled_from([None, 1, 2, 4]),
+)
 def test_triton_matches_reference(layout, want_lse, splits):
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
@@ -43,8 +46,18 @@ def test_triton_matches_reference(layout, want_lse, splits):
 
 
 @settings(max_examples=max(N // 6, 10))
-@given(layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16, 64), dtypes=[torch.bfloat16],
-                      always_fp8=True, head_dims=(16, 32, 64)), splits=st.sampled_from([None, 1, 2]))
+@given(
+    layout=layouts(
+        max_ctx=70,
+        max_new=6,
+        max_batch=3,
+        page_sizes=(1, 16, 64),
+        dtypes=[torch.bfloat16],
+        always_fp8=True,
+        head_dims=(16, 32, 64),
+    ),
+    splits=st.sampled_from([None, 1, 2]),
+)
 def test_bf16_queries_on_fp8_caches_match_reference(layout, splits):
     """bf16 queries over e4m3/e5m2 caches (the pairing FP8 KV serving runs), with per-tensor and per-head descales,
     every feature, split-K, against the reference on the same FP8 cache."""
@@ -67,10 +80,12 @@ def test_triton_varlen_and_merge(layout):
     k, v = lay.k_cache[idx, 0], lay.v_cache[idx, 0]
     cu_k = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
     kw = {a: b for a, b in lay.kwargs.items() if a not in ("k_descale", "v_descale")}
-    o1, l1 = TRITON.flash_attn_varlen_func(lay.q, k, v, lay.cu_seqlens_q, cu_k, lay.max_seqlen_q, max(lens), **kw,
-                                          return_softmax_lse=True)
-    r1, rl1 = REF.flash_attn_varlen_func(lay.q, k, v, lay.cu_seqlens_q, cu_k, lay.max_seqlen_q, max(lens), **kw,
-                                        return_softmax_lse=True)
+    o1, l1 = TRITON.flash_attn_varlen_func(
+        lay.q, k, v, lay.cu_seqlens_q, cu_k, lay.max_seqlen_q, max(lens), **kw, return_softmax_lse=True
+    )
+    r1, rl1 = REF.flash_attn_varlen_func(
+        lay.q, k, v, lay.cu_seqlens_q, cu_k, lay.max_seqlen_q, max(lens), **kw, return_softmax_lse=True
+    )
     _close(o1, r1, torch.float32)
     # merge_state of two halves of random partial states
     o2 = torch.randn_like(o1)
@@ -92,8 +107,10 @@ def test_triton_varlen_and_merge(layout):
 @pytest.mark.parametrize("fp8", [None, torch.float8_e4m3fn, torch.float8_e5m2])
 def test_triton_write_kv(fp8):
     if fp8 is not None and DEV == "cpu":
-        pytest.skip("Triton's CPU interpreter rounds float->FP8 casts differently from hardware; "
-                    "FP8 writes are byte-checked on the GPU run (docs/validation.md)")
+        pytest.skip(
+            "Triton's CPU interpreter rounds float->FP8 casts differently from hardware; "
+            "FP8 writes are byte-checked on the GPU run (docs/validation.md)"
+        )
     g = torch.Generator().manual_seed(0)
     dt = fp8 or torch.float16
     kc = torch.zeros(3, 4, 2, 8, dtype=dt, device=DEV)
@@ -105,10 +122,14 @@ def test_triton_write_kv(fp8):
     scale = torch.tensor([0.5], device=DEV) if fp8 else None
     TRITON.write_kv(k if fp8 else k, v, kc, vc, slots, scale, scale)
     REF.write_kv(k, v, kr, vr, slots, scale, scale)
-    assert torch.equal(kc.view(torch.uint8), kr.view(torch.uint8)) and torch.equal(vc.view(torch.uint8), vr.view(torch.uint8))
+    assert torch.equal(kc.view(torch.uint8), kr.view(torch.uint8)) and torch.equal(
+        vc.view(torch.uint8), vr.view(torch.uint8)
+    )
 
 
-@pytest.mark.parametrize("window,group", [((-1, -1), 1), ((-1, -1), 4), ((5, 0), 2), ((20, 0), 1), ((3, 3), 2), ((20, 20), 2)])
+@pytest.mark.parametrize(
+    "window,group", [((-1, -1), 1), ((-1, -1), 4), ((5, 0), 2), ((20, 0), 1), ((3, 3), 2), ((20, 20), 2)]
+)
 def test_every_block_alignment_of_the_mask_edges(window, group):
     """Query and key lengths swept across block boundaries (BLOCK_N = 16 here), causal, one- and
     two-sided windows, GQA: the key range a tile walks and the masks at its edges must be exact
@@ -136,7 +157,7 @@ def test_steps_of_one_shape_share_a_configuration_but_not_their_tables():
     """arm_paged keeps one LaunchConfig per step shape across steps (tiles, split count, armed launchers)
     while each step's launch reads its own page table, lengths and cu_seqlens: two live plans of one
     shape, layers interleaved, each matches the reference; another shape gets another configuration."""
-    from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts
+    from vllm_xpu_attn.kernels.api import LayerConsts, PagedStep
 
     g = torch.Generator().manual_seed(3)
     hq, hkv, d, ps, bs, per = 4, 2, 32, 16, 2, 4
@@ -158,8 +179,9 @@ def test_steps_of_one_shape_share_a_configuration_but_not_their_tables():
             q = torch.randn(bs, hq, d, generator=g)
             out = torch.full((bs, hq, d), float("nan"))
             launch.run(q, kc, vc, out)
-            want = REF.flash_attn_with_kvcache(q, kc, vc, st_.page_table, st_.cache_seqlens, st_.cu_seqlens_q, 1,
-                                               softmax_scale=0.3)
+            want = REF.flash_attn_with_kvcache(
+                q, kc, vc, st_.page_table, st_.cache_seqlens, st_.cu_seqlens_q, 1, softmax_scale=0.3
+            )
             _close(out, want, torch.float32)
     bad = step()
     bad.page_table = bad.page_table.t().contiguous().t()  # a column-major table: the kernel needs unit column stride
@@ -176,16 +198,31 @@ def test_token_pages_kernel_equals_the_torch_conversion(page, with_rows):
 
     g = torch.Generator().manual_seed(page)
     pool_rows, ctx = 7, 600
-    pool = (torch.randperm(pool_rows * ctx // page + 5, generator=g)[: pool_rows * (ctx // page)].view(pool_rows, -1)
-            .repeat_interleave(page, dim=1) * page + torch.arange(page).repeat(ctx // page)).int()
+    pool = (
+        torch.randperm(pool_rows * ctx // page + 5, generator=g)[: pool_rows * (ctx // page)]
+        .view(pool_rows, -1)
+        .repeat_interleave(page, dim=1)
+        * page
+        + torch.arange(page).repeat(ctx // page)
+    ).int()
     idx = torch.tensor([5, 0, 3]) if with_rows else None
     max_k = 517
     n_pages = -(-max_k // page)
     want = paging.token_table_to_page_table(pool, page, max_k, row_index=idx)
     out = torch.full((3 if with_rows else pool_rows, n_pages), -1, dtype=torch.int32)
     err = torch.zeros(16, dtype=torch.int32)
-    _token_pages_kernel[(out.shape[0],)](pool, idx if with_rows else pool, out, err, pool.stride(0), n_pages,
-                                         pool.shape[0], PAGE=page, HAS_ROWS=with_rows, BLOCK=64)
+    _token_pages_kernel[(out.shape[0],)](
+        pool,
+        idx if with_rows else pool,
+        out,
+        err,
+        pool.stride(0),
+        n_pages,
+        pool.shape[0],
+        PAGE=page,
+        HAS_ROWS=with_rows,
+        BLOCK=64,
+    )
     assert not err.any()
     assert torch.equal(out, want)
 
@@ -234,7 +271,7 @@ def test_tensor_descriptor_prefill_ignores_unwritten_slots(table_dtype):
     table = torch.zeros(len(k_lens), max(pages), dtype=table_dtype)
     used = 0
     for b, (n, k) in enumerate(zip(pages, k_lens)):
-        table[b, :n] = perm[used: used + n]
+        table[b, :n] = perm[used : used + n]
         used += n
         last, fill = int(table[b, n - 1]), k - (n - 1) * page
         kc[last, fill:] = float("nan")  # the unwritten tail of the sequence's last page
@@ -259,8 +296,10 @@ def test_tensor_descriptor_prefill_ignores_unwritten_slots(table_dtype):
 
 
 @settings(max_examples=max(N // 6, 6), deadline=None)
-@given(layout=layouts(max_ctx=120, max_new=1, max_batch=4, page_sizes=(16, 32), head_dims=(16, 32), allow_fp8=True),
-       splits=st.sampled_from([None, 2]))
+@given(
+    layout=layouts(max_ctx=120, max_new=1, max_batch=4, page_sizes=(16, 32), head_dims=(16, 32), allow_fp8=True),
+    splits=st.sampled_from([None, 2]),
+)
 def test_fp8_decode_takes_its_own_key_tile(layout, splits):
     """A device family with a "decode_fp8" tile (cuda_sm90) launches FP8-cache decode layers with that key tile and
     warp count (same grid, same split count); forced here onto the interpreter's family: results equal the
@@ -287,8 +326,11 @@ def test_fp8_decode_takes_its_own_key_tile(layout, splits):
 
 
 @settings(max_examples=max(N // 4, 8), deadline=None)
-@given(layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16), head_dims=(32, 64)),
-       chunks=st.sampled_from([(16, 16), (0, 16), (16, 0)]), splits=st.sampled_from([None, 2]))
+@given(
+    layout=layouts(max_ctx=70, max_new=6, max_batch=3, page_sizes=(1, 16), head_dims=(32, 64)),
+    chunks=st.sampled_from([(16, 16), (0, 16), (16, 0)]),
+    splits=st.sampled_from([None, 2]),
+)
 def test_head_dim_tiles_match_reference(layout, chunks, splits):
     """The head-dim register tiles Intel ships at D 256 (tuning.PAGED_D_TILES: scores summed over head-dim slices,
     output columns split over programs), forced on the interpreter's family at every phase and head dim: decode,
@@ -329,8 +371,7 @@ def test_alibi_bias_exact_at_long_range():
     vc = torch.randn(n_pages, page, 1, d, generator=gen)
     pt = torch.randperm(n_pages, generator=gen).to(torch.int32)[None]
     q = torch.randn(q_len, hq, d, generator=gen)
-    args = (q, kc, vc, pt, torch.tensor([k_len], dtype=torch.int32), torch.tensor([0, q_len], dtype=torch.int32),
-            q_len)
+    args = (q, kc, vc, pt, torch.tensor([k_len], dtype=torch.int32), torch.tensor([0, q_len], dtype=torch.int32), q_len)
     kw = dict(causal=True, alibi_slopes=torch.tensor([1.3e-4, 3.7e-5]), return_softmax_lse=True)
     out, lse = TRITON.flash_attn_with_kvcache(*args, **kw)
     ref, ref_lse = REF.flash_attn_with_kvcache(*args, **kw)

@@ -67,8 +67,13 @@ def _tensor_variants(t: FakeTensor, name: str, other_dtype: torch.dtype) -> dict
     """Shape, each stride, dtype, device index and 16-byte alignment of ``t``, each changed alone."""
     shape = list(t.shape)
     shape[0] += 1
-    return {f"{name}.shape": t.but(shape=shape), **_stride_variants(t, name), f"{name}.dtype": t.but(dtype=other_dtype),
-            f"{name}.device": t.but(device=t.get_device() + 1), f"{name}.misaligned": t.but(ptr=t.data_ptr() + 4)}
+    return {
+        f"{name}.shape": t.but(shape=shape),
+        **_stride_variants(t, name),
+        f"{name}.dtype": t.but(dtype=other_dtype),
+        f"{name}.device": t.but(device=t.get_device() + 1),
+        f"{name}.misaligned": t.but(ptr=t.data_ptr() + 4),
+    }
 
 
 def _assert_all_distinct(keys: dict) -> None:
@@ -83,8 +88,14 @@ def _assert_all_distinct(keys: dict) -> None:
 # ---- the step signature (provider._configs) -----------------------------------------------------
 def _step(**kw) -> PagedStep:
     i32 = torch.int32
-    f = dict(cu=FakeTensor([5], [1], i32), cs=FakeTensor([4], [1], i32), pt=FakeTensor([4, 32], [32, 1], i32),
-             max_seqlen_q=1, max_seqlen_k=512, page_size=16)
+    f = dict(
+        cu=FakeTensor([5], [1], i32),
+        cs=FakeTensor([4], [1], i32),
+        pt=FakeTensor([4, 32], [32, 1], i32),
+        max_seqlen_q=1,
+        max_seqlen_k=512,
+        page_size=16,
+    )
     f.update(kw)
     return PagedStep(f["cu"], f["cs"], f["pt"], f["max_seqlen_q"], f["max_seqlen_k"], f["page_size"])
 
@@ -108,9 +119,19 @@ def test_step_signature_changes_with_every_field():
     keys["page_size"] = _step_key(_step(page_size=32))
     keys["num_splits"] = _step_key(base, num_splits=2)
     # every LayerConsts field (call_id stands for the call)
-    for field, value in dict(num_q_heads=16, num_kv_heads=4, head_dim=128, v_head_dim=32, softmax_scale=0.5,
-                             causal=False, window=(7, 0), softcap=30.0, return_lse=True, batch_invariant=True,
-                             mla=True).items():
+    for field, value in dict(
+        num_q_heads=16,
+        num_kv_heads=4,
+        head_dim=128,
+        v_head_dim=32,
+        softmax_scale=0.5,
+        causal=False,
+        window=(7, 0),
+        softcap=30.0,
+        return_lse=True,
+        batch_invariant=True,
+        mla=True,
+    ).items():
         keys[f"call.{field}"] = _step_key(base, dataclasses.replace(CALL, **{field: value}))
     assert set(f.name for f in dataclasses.fields(LayerConsts)) <= {k[5:] for k in keys if k.startswith("call.")}
     _assert_all_distinct(keys)
@@ -149,16 +170,26 @@ def _layer_key(q, k, v, o, layer) -> tuple:
 
 def _layer_base():
     bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
-    return (FakeTensor([6, 8, 64], [512, 64, 1], bf16), FakeTensor([9, 16, 2, 64], [2048, 128, 64, 1], fp8),
-            FakeTensor([9, 16, 2, 64], [2048, 128, 64, 1], fp8), FakeTensor([6, 8, 64], [512, 64, 1], bf16))
+    return (
+        FakeTensor([6, 8, 64], [512, 64, 1], bf16),
+        FakeTensor([9, 16, 2, 64], [2048, 128, 64, 1], fp8),
+        FakeTensor([9, 16, 2, 64], [2048, 128, 64, 1], fp8),
+        FakeTensor([6, 8, 64], [512, 64, 1], bf16),
+    )
 
 
 def test_layer_signature_changes_with_every_field():
     q, k, v, o = _layer_base()
     plain = _layer_tensors()
     keys = {"base": _layer_key(q, k, v, o, plain)}
-    for i, (name, t, other) in enumerate((("q", q, torch.float16), ("k_cache", k, torch.float8_e5m2),
-                                          ("v_cache", v, torch.float8_e5m2), ("out", o, torch.float16))):
+    for i, (name, t, other) in enumerate(
+        (
+            ("q", q, torch.float16),
+            ("k_cache", k, torch.float8_e5m2),
+            ("v_cache", v, torch.float8_e5m2),
+            ("out", o, torch.float16),
+        )
+    ):
         for what, alt in _tensor_variants(t, name, other).items():
             four = [q, k, v, o]
             four[i] = alt
@@ -170,9 +201,11 @@ def test_layer_signature_changes_with_every_field():
     per_head = torch.ones(4, 2)
     per_head_strided = torch.ones(4, 4)[:, :2]
     variants = {
-        "sinks": dict(sinks=sinks), "sinks.bf16": dict(sinks=sinks.bfloat16()),
+        "sinks": dict(sinks=sinks),
+        "sinks.bf16": dict(sinks=sinks.bfloat16()),
         "sinks.misaligned": dict(sinks=torch.randn(9)[1:]),
-        "alibi": dict(alibi_slopes=torch.rand(8)), "alibi.misaligned": dict(alibi_slopes=torch.rand(9)[1:]),
+        "alibi": dict(alibi_slopes=torch.rand(8)),
+        "alibi.misaligned": dict(alibi_slopes=torch.rand(9)[1:]),
         "descale": dict(k_descale=torch.ones(1), v_descale=torch.ones(1)),
         "descale.misaligned": dict(k_descale=torch.ones(2)[1:], v_descale=torch.ones(1)),
         "descale.per_head": dict(k_descale=per_head, v_descale=per_head.clone()),
@@ -187,8 +220,9 @@ def test_layer_signature_equal_inputs_equal_key():
     q, k, v, o = _layer_base()
     q2, k2, v2, o2 = _layer_base()  # other aligned addresses
     sinks = torch.randn(8)
-    assert _layer_key(q, k, v, o, _layer_tensors(sinks=sinks)) == \
-        _layer_key(q2, k2, v2, o2, _layer_tensors(sinks=sinks.clone()))
+    assert _layer_key(q, k, v, o, _layer_tensors(sinks=sinks)) == _layer_key(
+        q2, k2, v2, o2, _layer_tensors(sinks=sinks.clone())
+    )
     assert _layer_key(q, k, v, o, _layer_tensors())[S.LAYER_ALIGNED] is True
     mis = _layer_key(q.but(ptr=q.data_ptr() + 4), k, v, o, _layer_tensors())[S.LAYER_ALIGNED]
     assert mis == (False, True, True, True)
@@ -198,24 +232,32 @@ def test_layer_signature_equal_inputs_equal_key():
 def test_launch_extras_and_launch_signature_change_with_every_field():
     f32 = torch.float32
     lse, op, lp = FakeTensor([8, 6], [6, 1], f32), FakeTensor([100], [1], f32), FakeTensor([10], [1], f32)
-    extras = {"base": S.launch_extras(lse, op, lp, False), "no lse": S.launch_extras(None, op, lp, False),
-              "lse.misaligned": S.launch_extras(lse.but(ptr=lse.data_ptr() + 4), op, lp, False),
-              "no split-K": S.launch_extras(lse, None, None, False),
-              "o_part.misaligned": S.launch_extras(lse, op.but(ptr=op.data_ptr() + 4), lp, False),
-              "l_part.misaligned": S.launch_extras(lse, op, lp.but(ptr=lp.data_ptr() + 4), False),
-              "use_desc": S.launch_extras(lse, op, lp, True)}
+    extras = {
+        "base": S.launch_extras(lse, op, lp, False),
+        "no lse": S.launch_extras(None, op, lp, False),
+        "lse.misaligned": S.launch_extras(lse.but(ptr=lse.data_ptr() + 4), op, lp, False),
+        "no split-K": S.launch_extras(lse, None, None, False),
+        "o_part.misaligned": S.launch_extras(lse, op.but(ptr=op.data_ptr() + 4), lp, False),
+        "l_part.misaligned": S.launch_extras(lse, op, lp.but(ptr=lp.data_ptr() + 4), False),
+        "use_desc": S.launch_extras(lse, op, lp, True),
+    }
     _assert_all_distinct(extras)
 
     q, k, v, o = _layer_base()
     layer_sig = _layer_key(q, k, v, o, _layer_tensors())
     step_spec = S.step_specialisation(_step())
     spec = S.launch_specialisation(layer_sig, extras["base"], step_spec, 8)
-    specs = {"base": spec, "layer": S.launch_specialisation(_layer_key(q.but(dtype=torch.float16), k, v, o,
-                                                                       _layer_tensors()), extras["base"], step_spec, 8),
-             "extras": S.launch_specialisation(layer_sig, extras["use_desc"], step_spec, 8),
-             "step": S.launch_specialisation(layer_sig, extras["base"], S.step_specialisation(
-                 _step(pt=FakeTensor([5, 32], [32, 1], torch.int32))), 8),
-             "num_q_heads": S.launch_specialisation(layer_sig, extras["base"], step_spec, 16)}
+    specs = {
+        "base": spec,
+        "layer": S.launch_specialisation(
+            _layer_key(q.but(dtype=torch.float16), k, v, o, _layer_tensors()), extras["base"], step_spec, 8
+        ),
+        "extras": S.launch_specialisation(layer_sig, extras["use_desc"], step_spec, 8),
+        "step": S.launch_specialisation(
+            layer_sig, extras["base"], S.step_specialisation(_step(pt=FakeTensor([5, 32], [32, 1], torch.int32))), 8
+        ),
+        "num_q_heads": S.launch_specialisation(layer_sig, extras["base"], step_spec, 16),
+    }
     _assert_all_distinct(specs)
 
     def fn_a():
@@ -240,13 +282,21 @@ def test_launch_extras_and_launch_signature_change_with_every_field():
 def test_warm_signature_changes_with_every_field():
     q, k, v, o = _layer_base()
     plain = _layer_tensors()
-    keys = {"base": S.warm_signature(CALL, 16, q, k, v, o, plain),
-            "call": S.warm_signature(dataclasses.replace(CALL, softcap=5.0), 16, q, k, v, o, plain),
-            "page_size": S.warm_signature(CALL, 32, q, k, v, o, plain),
-            "layer": S.warm_signature(CALL, 16, q, k, v, o, _layer_tensors(sinks=torch.randn(8))),
-            "device": S.warm_signature(CALL, 16, q.but(device=1), k, v, o, plain)}
-    for i, (name, t, other) in enumerate((("q", q, torch.float16), ("k_cache", k, torch.float8_e5m2),
-                                          ("v_cache", v, torch.float8_e5m2), ("out", o, torch.float16))):
+    keys = {
+        "base": S.warm_signature(CALL, 16, q, k, v, o, plain),
+        "call": S.warm_signature(dataclasses.replace(CALL, softcap=5.0), 16, q, k, v, o, plain),
+        "page_size": S.warm_signature(CALL, 32, q, k, v, o, plain),
+        "layer": S.warm_signature(CALL, 16, q, k, v, o, _layer_tensors(sinks=torch.randn(8))),
+        "device": S.warm_signature(CALL, 16, q.but(device=1), k, v, o, plain),
+    }
+    for i, (name, t, other) in enumerate(
+        (
+            ("q", q, torch.float16),
+            ("k_cache", k, torch.float8_e5m2),
+            ("v_cache", v, torch.float8_e5m2),
+            ("out", o, torch.float16),
+        )
+    ):
         four = [q, k, v, o]
         four[i] = t.but(dtype=other)
         keys[f"{name}.dtype"] = S.warm_signature(CALL, 16, *four, plain)
@@ -261,21 +311,29 @@ def test_token_pages_signature_changes_with_every_field():
     i32, i64 = torch.int32, torch.int64
     tt, rows, out = FakeTensor([8, 256], [256, 1], i32), FakeTensor([4], [1], i64), FakeTensor([4, 16], [16, 1], i32)
     base = dict(batch=4, page_size=16, token_table=tt, rows=rows, has_rows=True, out=out, n_pages=16)
-    alts = {"batch": dict(batch=5), "page_size": dict(page_size=32), "has_rows": dict(has_rows=False),
-            "device": dict(token_table=tt.but(device=1)), "tt.dtype": dict(token_table=tt.but(dtype=i64)),
-            "rows.dtype": dict(rows=rows.but(dtype=i32)),
-            "tt.misaligned": dict(token_table=tt.but(ptr=tt.data_ptr() + 4)),
-            "rows.misaligned": dict(rows=rows.but(ptr=rows.data_ptr() + 8)),
-            "out.misaligned": dict(out=out.but(ptr=out.data_ptr() + 4)),
-            "tt.stride[0] class": dict(token_table=tt.but(stride=[257, 1])),
-            "n_pages class": dict(n_pages=17), "tt.rows class": dict(token_table=tt.but(shape=[16, 256]))}
+    alts = {
+        "batch": dict(batch=5),
+        "page_size": dict(page_size=32),
+        "has_rows": dict(has_rows=False),
+        "device": dict(token_table=tt.but(device=1)),
+        "tt.dtype": dict(token_table=tt.but(dtype=i64)),
+        "rows.dtype": dict(rows=rows.but(dtype=i32)),
+        "tt.misaligned": dict(token_table=tt.but(ptr=tt.data_ptr() + 4)),
+        "rows.misaligned": dict(rows=rows.but(ptr=rows.data_ptr() + 8)),
+        "out.misaligned": dict(out=out.but(ptr=out.data_ptr() + 4)),
+        "tt.stride[0] class": dict(token_table=tt.but(stride=[257, 1])),
+        "n_pages class": dict(n_pages=17),
+        "tt.rows class": dict(token_table=tt.but(shape=[16, 256])),
+    }
     keys = {"base": S.token_pages_signature(**base)}
     keys.update({k: S.token_pages_signature(**dict(base, **kw)) for k, kw in alts.items()})
     _assert_all_distinct(keys)
     assert S.token_pages_signature(**base) == S.token_pages_signature(**dict(base, n_pages=32))  # same class
 
 
-@pytest.mark.parametrize("v, cls", [(1, (True, False, True)), (32, (False, True, True)),
-                                    (2 ** 31, (False, True, False)), (7, (False, False, True))])
+@pytest.mark.parametrize(
+    "v, cls",
+    [(1, (True, False, True)), (32, (False, True, True)), (2**31, (False, True, False)), (7, (False, False, True))],
+)
 def test_int_class(v, cls):
     assert S.int_class(v) == cls

@@ -27,8 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "ci"))
 import intel_lowering as il  # noqa: E402
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "e4m3": torch.float8_e4m3fn,
-          "e5m2": torch.float8_e5m2}
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+    "e4m3": torch.float8_e4m3fn,
+    "e5m2": torch.float8_e5m2,
+}
 UNITS = 8  # compute units of the pretend device: the policy then reaches 4 splits for one or two KV heads
 
 
@@ -72,17 +77,31 @@ def as_xpu(monkeypatch):
 def warm_up_variants(kind, page: int) -> set:
     """What warm-up launches for a layer of ``kind`` (variants.LayerKind) at ``page``: the recorded variants."""
     q_dt, kv_dt = DTYPES[kind.q_dtype], DTYPES[kind.kv_dtype]
-    call = LayerConsts.make(kind.num_q_heads, kind.num_kv_heads, kind.head_dim, kind.v_head_dim, window=kind.window,
-                            softcap=kind.softcap, return_lse=kind.return_lse, batch_invariant=kind.batch_invariant,
-                            mla=kind.mla)
+    call = LayerConsts.make(
+        kind.num_q_heads,
+        kind.num_kv_heads,
+        kind.head_dim,
+        kind.v_head_dim,
+        window=kind.window,
+        softcap=kind.softcap,
+        return_lse=kind.return_lse,
+        batch_invariant=kind.batch_invariant,
+        mla=kind.mla,
+    )
     hq, hkv, d, dv = kind.num_q_heads, kind.num_kv_heads, kind.head_dim, kind.v_head_dim
     k_cache = torch.zeros(2, page, hkv, d).to(kv_dt)
     v_cache = k_cache[..., :dv] if kind.mla else torch.zeros(2, page, hkv, dv).to(kv_dt)
     descale = (torch.ones(1, hkv) if kind.descale_per_head else torch.ones(1)) if kind.descale else None
-    layer = LayerTensors.make(call, device=torch.device("cpu"), kv_dtype=kv_dt,
-                              sinks=torch.zeros(hq) if kind.sinks else None,
-                              alibi_slopes=torch.full((hq,), 0.5) if kind.alibi else None,
-                              k_descale=descale, v_descale=None if descale is None else descale.clone(), batch=1)
+    layer = LayerTensors.make(
+        call,
+        device=torch.device("cpu"),
+        kv_dtype=kv_dt,
+        sinks=torch.zeros(hq) if kind.sinks else None,
+        alibi_slopes=torch.full((hq,), 0.5) if kind.alibi else None,
+        k_descale=descale,
+        v_descale=None if descale is None else descale.clone(),
+        batch=1,
+    )
     provider = RecordingProvider()
     q, out = torch.zeros(2, hq, d, dtype=q_dt), torch.zeros(2, hq, dv, dtype=q_dt)
     n = warmup.warm_up(provider, call, page, q, k_cache, v_cache, out, layer)
@@ -110,13 +129,16 @@ def test_intel_case_is_a_variant_warm_up_launches(spec, as_xpu):
     case = il.BUILDERS[builder](il.read_tuning(), "bmg", **kw)
     launched = warm_up_variants(kind, page)
     want = _variant(case["kernel"], case["constexprs"], case["num_warps"], case["num_stages"], case["grf_mode"])
-    assert want in launched, (f"the Intel job compiles {case['name']} as {want}, which warm-up never launches for "
-                              f"its layer kind; warm-up launches {sorted(launched)}")
+    assert want in launched, (
+        f"the Intel job compiles {case['name']} as {want}, which warm-up never launches for "
+        f"its layer kind; warm-up launches {sorted(launched)}"
+    )
     enumerated = set()
     for _, attn, merge in il.V.enumerate_variants("xpu", kind, page_size=page, compute_units=UNITS):
         for v in (attn, merge) if merge is not None else (attn,):
-            enumerated.add(_variant(v.kernel, v.constexprs, v.num_warps, v.num_stages,
-                                    v.options.get("grf_mode", "default")))
+            enumerated.add(
+                _variant(v.kernel, v.constexprs, v.num_warps, v.num_stages, v.options.get("grf_mode", "default"))
+            )
     assert enumerated == launched
 
 
@@ -129,8 +151,12 @@ def test_intel_cases_cover_every_kernel_warm_up_launches(as_xpu):
         case = il.BUILDERS[builder](il.read_tuning(), "bmg", **kw)
         split_counts.add((case["kernel"], case["constexprs"].get("NUM_SPLITS", 0) > 1))
     assert kernels == {"_paged_attn_kernel", "_merge_splits", "_mla_attn_kernel"}
-    assert {("_paged_attn_kernel", False), ("_paged_attn_kernel", True), ("_mla_attn_kernel", True),
-            ("_merge_splits", True)} <= split_counts
+    assert {
+        ("_paged_attn_kernel", False),
+        ("_paged_attn_kernel", True),
+        ("_mla_attn_kernel", True),
+        ("_merge_splits", True),
+    } <= split_counts
     assert {c["kernel"] for c in il.cases(il.read_tuning(), ["bmg"])} >= kernels
 
 
@@ -139,9 +165,11 @@ def test_intel_job_imports_no_torch_and_copies_no_rule():
     (the very objects: an edited table is what the job compiles), and no source text of the package."""
     import subprocess
 
-    code = ("import sys; sys.modules['torch'] = None; sys.path.insert(0, 'ci'); import intel_lowering as il; "
-            "t = il.read_tuning(); t['xpu']['decode'] = (16, 64, 4, 2, 'large'); "
-            "print(il.paged_case(t, 'bmg', phase='decode')['constexprs']['BLOCK_N'], il.T.__file__)")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.path.insert(0, 'ci'); import intel_lowering as il; "
+        "t = il.read_tuning(); t['xpu']['decode'] = (16, 64, 4, 2, 'large'); "
+        "print(il.paged_case(t, 'bmg', phase='decode')['constexprs']['BLOCK_N'], il.T.__file__)"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     n, path = r.stdout.split()
@@ -159,9 +187,11 @@ def test_split_k_decode_launches_its_own_tile_on_hopper(kv_dtype):
     from vllm_xpu_attn.kernels.providers.triton.variants import LayerKind, enumerate_variants
 
     kind = LayerKind(32, 8, 128, 128, kv_dtype=kv_dtype, descale=kv_dtype != "bf16")
-    decode = {(v.constexprs["NUM_SPLITS"], v.constexprs["BLOCK_N"], v.num_warps, v.num_stages)
-              for point, v, _ in enumerate_variants("cuda_sm90", kind, page_size=64, compute_units=132)
-              if point.phase == "decode"}
+    decode = {
+        (v.constexprs["NUM_SPLITS"], v.constexprs["BLOCK_N"], v.num_warps, v.num_stages)
+        for point, v, _ in enumerate_variants("cuda_sm90", kind, page_size=64, compute_units=132)
+        if point.phase == "decode"
+    }
     table = tuning.TUNING["cuda_sm90"]
     assert {n for n, *_ in decode} >= {1, 2, 32}, decode
     for n, block_n, warps, stages in decode:

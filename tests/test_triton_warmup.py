@@ -15,9 +15,13 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
-from vllm_xpu_attn.kernels.api import PagedStep, LayerTensors, LayerConsts  # noqa: E402
-from vllm_xpu_attn.kernels.api import FLAGS  # noqa: E402
+from vllm_xpu_attn.kernels.api import (  # noqa: E402
+    FLAGS,  # noqa: E402
+    LayerConsts,
+    LayerTensors,
+    PagedStep,
+    get_provider,  # noqa: E402
+)
 
 pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
 from vllm_xpu_attn.kernels.providers.triton import launch_config, warmup  # noqa: E402
@@ -29,8 +33,15 @@ KINDS = {  # layer kind -> (Hq, Hkv, D, q dtype, cache dtype, call kwargs, provi
     "gqa-bf16": (4, 2, 32, torch.bfloat16, torch.bfloat16, {}, None),
     "gqa-bf16-descriptors": (4, 2, 32, torch.bfloat16, torch.bfloat16, {}, True),
     "fp8-cache": (4, 2, 32, torch.bfloat16, torch.float8_e4m3fn, {}, None),
-    "sinks-window-softcap": (4, 1, 32, torch.float32, torch.float32,
-                             {"window_size": (7, 0), "softcap": 20.0, "sinks": True}, None),
+    "sinks-window-softcap": (
+        4,
+        1,
+        32,
+        torch.float32,
+        torch.float32,
+        {"window_size": (7, 0), "softcap": 20.0, "sinks": True},
+        None,
+    ),
     "batch-invariant": (2, 2, 32, torch.bfloat16, torch.bfloat16, {"batch_invariant": True}, None),
     "page-1": (4, 2, 32, torch.float32, torch.float32, {"page": 1}, None),  # varlen calls, page-1 decoder plans
     "mla": (16, 1, 64 + 16, torch.bfloat16, torch.bfloat16, {"mla": 64}, None),  # latent 64 + rope 16
@@ -38,8 +49,11 @@ KINDS = {  # layer kind -> (Hq, Hkv, D, q dtype, cache dtype, call kwargs, provi
 
 
 def _variants(provider) -> set:
-    return {(name, tuple(sorted(v.items()))) for name in ("_paged_attn_kernel", "_merge_splits", "_mla_attn_kernel")
-            for v in provider.launched_variants(name)}
+    return {
+        (name, tuple(sorted(v.items())))
+        for name in ("_paged_attn_kernel", "_merge_splits", "_mla_attn_kernel")
+        for v in provider.launched_variants(name)
+    }
 
 
 def _steps(gen: torch.Generator):
@@ -65,8 +79,16 @@ def test_every_variant_a_served_step_launches_was_warmed(kind):
     k_cache = torch.randn(pages, page, hkv, d, generator=gen).to(kvdt)
     v_cache = k_cache[..., :dv] if dv != d else torch.randn(pages, page, hkv, d, generator=gen).to(kvdt)
     sinks = torch.randn(hq, generator=gen) if kw.pop("sinks", False) else None
-    call = LayerConsts.make(hq, hkv, d, dv, window=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0),
-                          batch_invariant=kw.get("batch_invariant", False), mla=dv != d)
+    call = LayerConsts.make(
+        hq,
+        hkv,
+        d,
+        dv,
+        window=kw.get("window_size", (-1, -1)),
+        softcap=kw.get("softcap", 0.0),
+        batch_invariant=kw.get("batch_invariant", False),
+        mla=dv != d,
+    )
     layer = LayerTensors.make(call, device=torch.device("cpu"), kv_dtype=kvdt, sinks=sinks)
     q = torch.randn(8, hq, d, generator=gen).to(qdt)
     out = torch.empty(8, hq, dv, dtype=qdt)

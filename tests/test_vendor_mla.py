@@ -13,17 +13,24 @@ import random
 
 import pytest
 import torch
-
 from naive_mla import naive_mla
+from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
+from vendor_fakes import vendor_fakes  # noqa: E402
+
 from vllm_xpu_attn.core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs, plan_step
-from vllm_xpu_attn.kernels.api import PagedStep, KernelRequest, LayerConsts, get_provider, reload_provider, select_provider
+from vllm_xpu_attn.kernels.api import (
+    KernelRequest,
+    LayerConsts,
+    PagedStep,
+    get_provider,
+    reload_provider,
+    select_provider,
+)
 from vllm_xpu_attn.kernels.api import registry as reg
 
-from vendor_fakes import vendor_fakes  # noqa: E402
-from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
 SGL_BUILDS = ("9cf16bf9", "pr491")  # tests/fakes/sgl_kernel/flash_attn.py BUILD: both are USE_MLA (default) builds
 DIMS = MLADims(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)  # DeepSeek-V2/V3
-SCALE = 192 ** -0.5 * 1.2  # the engines' 192-based scale times a YaRN-like mscale: never 1/sqrt(576)
+SCALE = 192**-0.5 * 1.2  # the engines' 192-based scale times a YaRN-like mscale: never 1/sqrt(576)
 D, DV = 576, 512
 
 
@@ -48,8 +55,18 @@ def no_mla_build(monkeypatch):
 
 
 def mla_req(**kw):
-    base = dict(device_type="xpu", dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=D, num_q_heads=16,
-                num_kv_heads=1, page_size=64, v_head_dim=DV, phase="decode", mla=True)
+    base = dict(
+        device_type="xpu",
+        dtype=torch.bfloat16,
+        kv_dtype=torch.bfloat16,
+        head_dim=D,
+        num_q_heads=16,
+        num_kv_heads=1,
+        page_size=64,
+        v_head_dim=DV,
+        phase="decode",
+        mla=True,
+    )
     base.update(kw)
     return KernelRequest(**base)
 
@@ -122,11 +139,20 @@ def test_the_two_operators_keep_to_their_own_layers():
     reasons = fa.not_supported_reasons(same_shape)
     assert any("no dv support" in x for x in reasons) and not any("MLA" in x for x in reasons), reasons
     assert any("not an MLA layer" in x for x in mla.not_supported_reasons(same_shape))
-    plain = KernelRequest(device_type="xpu", dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=128,
-                          num_q_heads=32, num_kv_heads=8, page_size=64, phase="decode")
+    plain = KernelRequest(
+        device_type="xpu",
+        dtype=torch.bfloat16,
+        kv_dtype=torch.bfloat16,
+        head_dim=128,
+        num_q_heads=32,
+        num_kv_heads=8,
+        page_size=64,
+        phase="decode",
+    )
     assert fa.not_supported_reasons(plain) == []
-    assert mla.not_supported_reasons(plain) == ["not an MLA layer (flash_mla_decode runs absorbed MLA over a latent "
-                                                "cache only)"]
+    assert mla.not_supported_reasons(plain) == [
+        "not an MLA layer (flash_mla_decode runs absorbed MLA over a latent cache only)"
+    ]
     assert mla.not_supported_reasons(mla_req()) == []
     assert any("sgl_kernel_mla serves" in x for x in fa.not_supported_reasons(mla_req()))
     with pytest.raises(ValueError, match="not an MLA layer"):
@@ -135,7 +161,8 @@ def test_the_two_operators_keep_to_their_own_layers():
 
 def test_declarations_are_the_limit_table():
     """The class declarations (what doctor and the tests read) and the refusals both come from one table."""
-    from vllm_xpu_attn.kernels.providers.xpu_libs.sgl_kernel_mla import LIMITS, SglKernelMlaProvider as P
+    from vllm_xpu_attn.kernels.providers.xpu_libs.sgl_kernel_mla import LIMITS
+    from vllm_xpu_attn.kernels.providers.xpu_libs.sgl_kernel_mla import SglKernelMlaProvider as P
 
     assert (LIMITS.kv_lora_rank, LIMITS.rope_dim, LIMITS.max_q_heads) == (512, 64, 128)  # attention.py:77-84
     assert LIMITS.page_sizes == (16, 32, 64, 128)  # mla_decode.cpp:162-166
@@ -150,8 +177,16 @@ def test_build_without_use_mla_is_refused_and_fa_still_served(no_mla_build):
     reasons = prov.not_supported_reasons(mla_req())
     assert any("USE_MLA" in x for x in reasons), reasons
     assert select_provider(mla_req()).name == "triton"
-    plain = KernelRequest(device_type="xpu", dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=128,
-                          num_q_heads=32, num_kv_heads=8, page_size=64, phase="decode")
+    plain = KernelRequest(
+        device_type="xpu",
+        dtype=torch.bfloat16,
+        kv_dtype=torch.bfloat16,
+        head_dim=128,
+        num_q_heads=32,
+        num_kv_heads=8,
+        page_size=64,
+        phase="decode",
+    )
     assert select_provider(plain).name == "sgl_kernel"
     # the Python wrapper is there in every build; its op is not (attention.py:121 vs torch_extension_sycl.cc:361)
     assert callable(sgl_kernel.flash_mla_decode)
@@ -176,13 +211,24 @@ def _case(seed: int):
     table = torch.full((batch, width), 0, dtype=torch.int32)
     at = 0
     for b, n in enumerate(pages):
-        table[b, :n] = perm[at:at + n].to(torch.int32)
+        table[b, :n] = perm[at : at + n].to(torch.int32)
         at += n
     c_kv = [torch.randn(k, DV, generator=g).to(dtype) for k in lens]
     k_rope = [torch.randn(k, D - DV, generator=g).to(dtype) for k in lens]
     q = torch.randn(batch, heads, D, generator=g).to(dtype)
-    return dict(batch=batch, page=page, heads=heads, dtype=dtype, lens=lens, table=table, n_pages=n_pages, c_kv=c_kv,
-                k_rope=k_rope, q=q, use_out=rng.random() < 0.5)
+    return dict(
+        batch=batch,
+        page=page,
+        heads=heads,
+        dtype=dtype,
+        lens=lens,
+        table=table,
+        n_pages=n_pages,
+        c_kv=c_kv,
+        k_rope=k_rope,
+        q=q,
+        use_out=rng.random() < 0.5,
+    )
 
 
 def _slots(table, b, n, page):
@@ -201,8 +247,16 @@ def _run_decode(c, runner):
     cache = torch.zeros(c["n_pages"], c["page"], 1, D, dtype=c["dtype"])
     for b, k in enumerate(c["lens"]):
         runner.write_latent(c["c_kv"][b], c["k_rope"][b], cache, _slots(c["table"], b, k, c["page"]))
-    plan = plan_step(StepInputs(Mode.DECODE, torch.tensor(c["lens"], dtype=torch.int32), max(c["lens"]), c["batch"],
-                                c["page"], page_table=c["table"]))
+    plan = plan_step(
+        StepInputs(
+            Mode.DECODE,
+            torch.tensor(c["lens"], dtype=torch.int32),
+            max(c["lens"]),
+            c["batch"],
+            c["page"],
+            page_table=c["table"],
+        )
+    )
     out = torch.full((c["batch"], c["heads"], DV), float("nan"), dtype=c["dtype"]) if c["use_out"] else None
     res = runner.forward_mla(plan, c["q"], cache, out)
     if out is not None:
@@ -255,19 +309,22 @@ def test_end_to_end_against_the_papers_naive_mla():
     k_rope = [(torch.randn(k, 64, generator=g) * 0.5).to(dtype) for k in lens]
     q_nope = (torch.randn(len(lens), heads, 128, generator=g) * 0.5).to(dtype)
     q_rope = (torch.randn(len(lens), heads, 64, generator=g) * 0.5).to(dtype)
-    w_uk = (torch.randn(heads, 128, DV, generator=g) * DV ** -0.5).to(dtype)
-    w_uv = (torch.randn(heads, 128, DV, generator=g) * DV ** -0.5).to(dtype)
+    w_uk = (torch.randn(heads, 128, DV, generator=g) * DV**-0.5).to(dtype)
+    w_uv = (torch.randn(heads, 128, DV, generator=g) * DV**-0.5).to(dtype)
     cache = torch.zeros(5, page, 1, D, dtype=dtype)
     for b, k in enumerate(lens):
         runner.write_latent(c_kv[b], k_rope[b], cache, _slots(table, b, k, page))
-    plan = plan_step(StepInputs(Mode.DECODE, torch.tensor(lens, dtype=torch.int32), max(lens), len(lens), page,
-                                page_table=table))
+    plan = plan_step(
+        StepInputs(Mode.DECODE, torch.tensor(lens, dtype=torch.int32), max(lens), len(lens), page, page_table=table)
+    )
     q_abs = torch.cat([torch.einsum("thn,hnc->thc", q_nope.float(), w_uk.float()).to(dtype), q_rope], dim=-1)
     out_lat = runner.forward_mla(plan, q_abs, cache)
     got = torch.einsum("thc,hvc->thv", out_lat.double(), w_uv.double())
     for b, k in enumerate(lens):
-        want = naive_mla(q_nope[b:b + 1], q_rope[b:b + 1], c_kv[b], k_rope[b], w_uk, w_uv, q_start=k - 1, scale=SCALE)
-        torch.testing.assert_close(got[b:b + 1], want, atol=3e-2, rtol=3e-2)
+        want = naive_mla(
+            q_nope[b : b + 1], q_rope[b : b + 1], c_kv[b], k_rope[b], w_uk, w_uv, q_start=k - 1, scale=SCALE
+        )
+        torch.testing.assert_close(got[b : b + 1], want, atol=3e-2, rtol=3e-2)
 
 
 # ---- the per-step part: padded table, int32 lengths, the provider's workspace -------------------
@@ -323,8 +380,17 @@ def test_calls_the_declarations_exclude_raise_value_errors():
     prov = get_provider("sgl_kernel_mla")
     g = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="one query per request"):
-        prov.arm_paged(PagedStep(torch.tensor([0, 2], dtype=torch.int32), torch.tensor([5], dtype=torch.int32),
-                                 torch.zeros(1, 1, dtype=torch.int32), 2, 64, 64), _call())
+        prov.arm_paged(
+            PagedStep(
+                torch.tensor([0, 2], dtype=torch.int32),
+                torch.tensor([5], dtype=torch.int32),
+                torch.zeros(1, 1, dtype=torch.int32),
+                2,
+                64,
+                64,
+            ),
+            _call(),
+        )
     with pytest.raises(ValueError, match="heads > 128"):
         prov.arm_paged(_step([5], 64, 2), _call(heads=256))
     with pytest.raises(ValueError, match="page size 8"):

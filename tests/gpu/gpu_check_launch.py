@@ -41,12 +41,51 @@ sync = torch.cuda.synchronize if DEV == "cuda" else torch.xpu.synchronize
 
 @triton.jit
 def _wide_kernel(
-    X, Y, OUT, P3, P4, P5, P6, P7, P8, P9, P10, P11, P12, P13,
-    n, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13,
-    alpha, beta,
-    BLOCK: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr, C3: tl.constexpr, C4: tl.constexpr,
-    C5: tl.constexpr, C6: tl.constexpr, C7: tl.constexpr, C8: tl.constexpr, C9: tl.constexpr,
-    C10: tl.constexpr, C11: tl.constexpr, C12: tl.constexpr, C13: tl.constexpr, C14: tl.constexpr,
+    X,
+    Y,
+    OUT,
+    P3,
+    P4,
+    P5,
+    P6,
+    P7,
+    P8,
+    P9,
+    P10,
+    P11,
+    P12,
+    P13,
+    n,
+    s1,
+    s2,
+    s3,
+    s4,
+    s5,
+    s6,
+    s7,
+    s8,
+    s9,
+    s10,
+    s11,
+    s12,
+    s13,
+    alpha,
+    beta,
+    BLOCK: tl.constexpr,
+    C1: tl.constexpr,
+    C2: tl.constexpr,
+    C3: tl.constexpr,
+    C4: tl.constexpr,
+    C5: tl.constexpr,
+    C6: tl.constexpr,
+    C7: tl.constexpr,
+    C8: tl.constexpr,
+    C9: tl.constexpr,
+    C10: tl.constexpr,
+    C11: tl.constexpr,
+    C12: tl.constexpr,
+    C13: tl.constexpr,
+    C14: tl.constexpr,
     USE_BETA: tl.constexpr,
 ):
     # out = alpha * x + beta * y + s1 (only a few arguments matter; the rest cost launch time only)
@@ -61,8 +100,24 @@ def _wide_kernel(
 
 
 BLOCK = 256
-CONSTS = dict(BLOCK=BLOCK, C1=1, C2=2, C3=3, C4=4, C5=5, C6=6, C7=7, C8=8, C9=9, C10=10, C11=11, C12=12,
-              C13=13, C14=14, USE_BETA=True)
+CONSTS = dict(
+    BLOCK=BLOCK,
+    C1=1,
+    C2=2,
+    C3=3,
+    C4=4,
+    C5=5,
+    C6=6,
+    C7=7,
+    C8=8,
+    C9=9,
+    C10=10,
+    C11=11,
+    C12=12,
+    C13=13,
+    C14=14,
+    USE_BETA=True,
+)
 WARPS, STAGES = 4, 2
 
 
@@ -97,8 +152,9 @@ def check_correctness(report):
         _binder(grid, _args(n, x, y, out_ref, spare, alpha, beta))
         sync()
         if not torch.equal(out_fast, out_ref):
-            errors.append(f"call {i}: FastLaunch != binder (max diff "
-                          f"{(out_fast.float() - out_ref.float()).abs().max().item()})")
+            errors.append(
+                f"call {i}: FastLaunch != binder (max diff {(out_fast.float() - out_ref.float()).abs().max().item()})"
+            )
         if not torch.allclose(out_ref.float(), _expect(x, y, alpha, beta).float(), atol=1e-2, rtol=1e-2):
             errors.append(f"call {i}: binder output wrong")
     report["armed_after_100"] = fl.armed
@@ -115,7 +171,7 @@ def check_correctness(report):
     if not torch.allclose(out.float(), _expect(x, y, 1.0, 1.0, s1=1).float(), atol=1e-2, rtol=1e-2):
         errors.append("int change: wrong output")
     buf = torch.zeros(n + 8, device=DEV, dtype=torch.float16)
-    mis = buf[1:n + 1]  # 2-byte offset: loses 16-byte alignment
+    mis = buf[1 : n + 1]  # 2-byte offset: loses 16-byte alignment
     fl(*_args(n, x, y, mis, spare, 1.0, 1.0))
     sync()
     if not torch.allclose(mis.float(), _expect(x, y, 1.0, 1.0).float(), atol=1e-2, rtol=1e-2):
@@ -156,6 +212,7 @@ def _check_hook(fl, n, x, y, spare, errors):
 
     try:
         from triton import knobs
+
         chain = knobs.runtime.launch_enter_hook
         if hasattr(chain, "add"):  # 3.6+: HookChain
             chain.add(hook)
@@ -165,6 +222,7 @@ def _check_hook(fl, n, x, y, spare, errors):
             undo = lambda: setattr(knobs.runtime, "launch_enter_hook", None)  # noqa: E731
     except ImportError:  # 3.3
         from triton.compiler import CompiledKernel
+
         CompiledKernel.launch_enter_hook = hook
         undo = lambda: setattr(CompiledKernel, "launch_enter_hook", None)  # noqa: E731
     try:

@@ -12,10 +12,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from layouts import assert_close_to, assert_lse_close, layouts
+
 from vllm_xpu_attn import core
-from vllm_xpu_attn.kernels.api import PagedStep, LayerConsts, get_provider
+from vllm_xpu_attn.kernels.api import LayerConsts, PagedStep, get_provider
 
 if not torch.cuda.is_available():
     raise RuntimeError("gpu_check_triton needs a CUDA device")
@@ -31,14 +31,19 @@ _T0 = time.time()
 def _progress(name: str, lay) -> None:
     if _PROGRESS:
         with open(_PROGRESS, "a") as f:
-            f.write(f"{time.time() - _T0:8.1f}s {name} dtype={lay.q.dtype} kv={lay.k_cache.dtype} "
-                    f"page={lay.k_cache.shape[1]} hq={lay.q.shape[1]} hkv={lay.k_cache.shape[2]} d={lay.q.shape[2]} "
-                    f"max_q={lay.max_seqlen_q} kw={ {k: tuple(v.shape) if torch.is_tensor(v) else v for k, v in lay.kwargs.items() if v is not None} }\n")
+            f.write(
+                f"{time.time() - _T0:8.1f}s {name} dtype={lay.q.dtype} kv={lay.k_cache.dtype} "
+                f"page={lay.k_cache.shape[1]} hq={lay.q.shape[1]} hkv={lay.k_cache.shape[2]} d={lay.q.shape[2]} "
+                f"max_q={lay.max_seqlen_q} kw={ {k: tuple(v.shape) if torch.is_tensor(v) else v for k, v in lay.kwargs.items() if v is not None} }\n"  # noqa: E501
+            )
 
 
 @settings(max_examples=N)
-@given(layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(64, 128), gqa=(1, 4, 8), max_kv_heads=4),
-       want_lse=st.booleans(), splits=st.sampled_from([None, 1, 4, 8]))
+@given(
+    layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(64, 128), gqa=(1, 4, 8), max_kv_heads=4),
+    want_lse=st.booleans(),
+    splits=st.sampled_from([None, 1, 4, 8]),
+)
 def test_triton_matches_reference_real_sizes(layout, want_lse, splits):
     lay = layout.to(DEV)
     ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
@@ -52,9 +57,12 @@ def test_triton_matches_reference_real_sizes(layout, want_lse, splits):
 
 
 @settings(max_examples=max(N // 6, 10), deadline=None)
-@given(layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(128, 256), gqa=(1, 4, 8), max_kv_heads=4),
-       want_lse=st.booleans(), chunks=st.sampled_from([(0, 128), (0, 64), (64, 128), (32, 64)]),
-       splits=st.sampled_from([None, 4]))
+@given(
+    layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(128, 256), gqa=(1, 4, 8), max_kv_heads=4),
+    want_lse=st.booleans(),
+    chunks=st.sampled_from([(0, 128), (0, 64), (64, 128), (32, 64)]),
+    splits=st.sampled_from([None, 4]),
+)
 def test_head_dim_tiles_on_device(layout, want_lse, chunks, splits):
     """Intel's head-dim register tiles (tuning.PAGED_D_TILES; xpu ships (0, 128) at D 256: output columns split over
     two programs) forced on this device for decode and pointer-load prefill at real sizes: equal to the reference
@@ -84,8 +92,10 @@ def test_head_dim_tiles_on_device(layout, want_lse, chunks, splits):
 
 
 @settings(max_examples=max(N // 3, 10))
-@given(layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(64, 128), gqa=(1, 4, 8), max_kv_heads=4),
-       want_lse=st.booleans())
+@given(
+    layout=layouts(max_ctx=3000, max_new=200, max_batch=6, head_dims=(64, 128), gqa=(1, 4, 8), max_kv_heads=4),
+    want_lse=st.booleans(),
+)
 def test_triton_batch_invariant_mode_matches_reference_real_sizes(layout, want_lse):
     """The batch-invariant launch (aligned tiles, no split-K) computes the same attention."""
     lay = layout.to(DEV)
@@ -135,8 +145,17 @@ def test_decode_path_has_no_host_sync():
         pos = (seq_lens - 1).long()  # each request's new token: its slot from the planned page table
         slots = plan.page_table[torch.arange(b, device=DEV), pos // page].long() * page + pos % page
         TRITON.write_kv(k_new, k_new, kc, vc, slots, scale1, scale1)
-        out, lse = TRITON.flash_attn_with_kvcache(q, kc, vc, plan.page_table, plan.cache_seqlens, plan.cu_seqlens_q,
-                                                 plan.max_seqlen_q, return_softmax_lse=True, num_splits=8)
+        out, lse = TRITON.flash_attn_with_kvcache(
+            q,
+            kc,
+            vc,
+            plan.page_table,
+            plan.cache_seqlens,
+            plan.cu_seqlens_q,
+            plan.max_seqlen_q,
+            return_softmax_lse=True,
+            num_splits=8,
+        )
         merged, _ = TRITON.merge_state(out, lse, out, lse)
     finally:
         torch.cuda.set_sync_debug_mode(0)
@@ -164,8 +183,15 @@ def test_alibi_bias_exact_at_long_range_on_device(dtype, q_len, as_dot, monkeypa
     pt = torch.randperm(n_pages, device=DEV, generator=gen).to(torch.int32)[None]
     q = torch.randn(q_len, hq, d, device=DEV, dtype=dtype, generator=gen)
     slopes = torch.tensor([2.0 ** -(12 + i) for i in range(hq)], device=DEV)
-    args = (q, kc, vc, pt, torch.tensor([k_len], dtype=torch.int32, device=DEV),
-            torch.tensor([0, q_len], dtype=torch.int32, device=DEV), q_len)
+    args = (
+        q,
+        kc,
+        vc,
+        pt,
+        torch.tensor([k_len], dtype=torch.int32, device=DEV),
+        torch.tensor([0, q_len], dtype=torch.int32, device=DEV),
+        q_len,
+    )
     kw = dict(causal=True, alibi_slopes=slopes, return_softmax_lse=True)
     try:
         out, lse = TRITON.flash_attn_with_kvcache(*args, **kw)
@@ -181,18 +207,25 @@ def test_alibi_bias_exact_at_long_range_on_device(dtype, q_len, as_dot, monkeypa
 def test_int64_addressing_past_2_31_elements():
     """A cache of > 2^31 elements: the last page must be addressed correctly."""
     page, hkv, d = 64, 8, 128
-    pages = (2 ** 31) // (page * hkv * d) + 64  # ~4.3 GB in bf16 per cache
+    pages = (2**31) // (page * hkv * d) + 64  # ~4.3 GB in bf16 per cache
     kc = torch.zeros(pages, page, hkv, d, device=DEV, dtype=torch.bfloat16)
     vc = torch.zeros_like(kc)
     kc[-1].normal_()
     vc[-1].normal_()
     q = torch.randn(1, 32, d, device=DEV, dtype=torch.bfloat16)
     pt = torch.tensor([[pages - 1]], device=DEV, dtype=torch.int32)
-    args = (q, kc, vc, pt, torch.tensor([page], device=DEV, dtype=torch.int32),
-            torch.tensor([0, 1], device=DEV, dtype=torch.int32), 1)
+    args = (
+        q,
+        kc,
+        vc,
+        pt,
+        torch.tensor([page], device=DEV, dtype=torch.int32),
+        torch.tensor([0, 1], device=DEV, dtype=torch.int32),
+        1,
+    )
     out = TRITON.flash_attn_with_kvcache(*args)
     ref = REF.flash_attn_with_kvcache(*args)
-    assert kc.numel() > 2 ** 31
+    assert kc.numel() > 2**31
     assert_close_to(out.float().cpu(), ref.double().cpu(), torch.bfloat16)
 
 
@@ -208,10 +241,18 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
     bs, real, width, ps, hq, hkv, d = 8, 6, 1024, 16, 8, 2, 128
     n_pages = (bs + 1) * width // ps
     kv_dtype = torch.float8_e4m3fn if feature == "fp8" else torch.bfloat16
-    spec = LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=torch.bfloat16,
-                     kv_dtype=kv_dtype, window_left=100 if feature == "window_softcap" else -1,
-                     softcap=30.0 if feature == "window_softcap" else 0.0, has_sinks=feature == "sinks",
-                     local_attention=feature == "local")
+    spec = LayerSpec(
+        num_q_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=d,
+        scale=d**-0.5,
+        dtype=torch.bfloat16,
+        kv_dtype=kv_dtype,
+        window_left=100 if feature == "window_softcap" else -1,
+        softcap=30.0 if feature == "window_softcap" else 0.0,
+        has_sinks=feature == "sinks",
+        local_attention=feature == "local",
+    )
     runner = core.LayerRunner(spec, DEV, ps)
     assert runner.decode_provider.name == "triton"
     g = torch.Generator().manual_seed(9)
@@ -228,8 +269,18 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
     out = torch.zeros(bs, hq, d, dtype=torch.bfloat16, device=DEV)
 
     def step():
-        plan = core.plan_step(StepInputs(Mode.DECODE, seq_lens, width, bs, ps, token_table=req_to_token,
-                                         token_rows=req_idx, attention_chunk_size=64 if spec.local_attention else None))
+        plan = core.plan_step(
+            StepInputs(
+                Mode.DECODE,
+                seq_lens,
+                width,
+                bs,
+                ps,
+                token_table=req_to_token,
+                token_rows=req_idx,
+                attention_chunk_size=64 if spec.local_attention else None,
+            )
+        )
         runner.forward(plan, q, kc, vc, out)
 
     def new_batch(seed):
@@ -238,7 +289,7 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
         pages = torch.randperm(n_pages, generator=gg)[: real * (width // ps)].view(real, -1)
         tok = (pages[:, :, None] * ps + torch.arange(ps)).reshape(real, width)
         req_to_token.zero_()
-        req_to_token[1: real + 1] = tok.to(DEV)
+        req_to_token[1 : real + 1] = tok.to(DEV)
         req_idx.copy_(torch.tensor(list(range(1, real + 1)) + [0] * (bs - real)))  # padded rows -> request 0
         seq_lens.copy_(torch.tensor(lens.tolist() + [1] * (bs - real), dtype=torch.int32))
         q.copy_(torch.randn(bs, hq, d, generator=gg).to(torch.bfloat16))
@@ -267,15 +318,37 @@ def test_cuda_graph_capture_and_replay_of_planning_and_decode(feature):
         graph.replay()
         torch.cuda.synchronize()
         want, _ = naive_paged_attention(
-            q[:real].cpu().float(), kc_cpu, vc_cpu, pages.int(), lens, torch.arange(real + 1), scale=d ** -0.5,
-            window=spec.window, softcap=spec.softcap, sinks=None if sinks is None else sinks.cpu(),
-            chunk_size=64 if spec.local_attention else None)
+            q[:real].cpu().float(),
+            kc_cpu,
+            vc_cpu,
+            pages.int(),
+            lens,
+            torch.arange(real + 1),
+            scale=d**-0.5,
+            window=spec.window,
+            softcap=spec.softcap,
+            sinks=None if sinks is None else sinks.cpu(),
+            chunk_size=64 if spec.local_attention else None,
+        )
         assert_close_to(out[:real].float().cpu(), want, torch.bfloat16)
         assert torch.isfinite(out[real:].float()).all()
 
 
-@pytest.mark.parametrize("case", ["decode", "decode_split", "prefill", "prefill_p64", "strided_q", "interleaved",
-                                  "sinks_split", "alibi", "fp8", "fp8_prefill"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "decode",
+        "decode_split",
+        "prefill",
+        "prefill_p64",
+        "strided_q",
+        "interleaved",
+        "sinks_split",
+        "alibi",
+        "fp8",
+        "fp8_prefill",
+    ],
+)
 def test_layer_hot_path_many_layers_and_steps(case):
     """TritonLaunch.run's hot path (every layer after a configuration's first: one dict lookup, device
     addresses, no per-layer checks; kept across steps, the step's addresses read per step) vs the
@@ -293,11 +366,24 @@ def test_layer_hot_path_many_layers_and_steps(case):
     g = torch.Generator().manual_seed(5)
     n_pages = bs * (ctx // ps + 4) + 1
     kv_dtype = torch.float8_e4m3fn if case.startswith("fp8") else torch.bfloat16
-    caches = [(torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype),
-               torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype)) for _ in range(layers)]
+    caches = [
+        (
+            torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype),
+            torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype),
+        )
+        for _ in range(layers)
+    ]
     slopes = tuple(2.0 ** (-(h + 1) / 2) for h in range(hq)) if case == "alibi" else None
-    spec = core.LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=torch.bfloat16,
-                          kv_dtype=kv_dtype, has_sinks=case == "sinks_split", alibi_slopes=slopes)
+    spec = core.LayerSpec(
+        num_q_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=d,
+        scale=d**-0.5,
+        dtype=torch.bfloat16,
+        kv_dtype=kv_dtype,
+        has_sinks=case == "sinks_split",
+        alibi_slopes=slopes,
+    )
     runners = [core.LayerRunner(spec, DEV, ps, override="triton") for _ in range(layers)]
     bound = []  # each layer's own tensors, bound once, as the adapters do
     for rn in runners:
@@ -321,9 +407,18 @@ def test_layer_hot_path_many_layers_and_steps(case):
         qlens = torch.full((bs,), nq)
         cu = torch.cat([torch.zeros(1, dtype=torch.long), qlens.cumsum(0)]).int().to(DEV)
         mode = core.Mode.DECODE if nq == 1 else core.Mode.EXTEND
-        return core.plan_step(core.StepInputs(mode=mode, seq_lens=lens.int().to(DEV), max_seqlen_k=ctx,
-                                              num_tokens=bs * nq, page_size=ps, page_table=table, cu_seqlens_q=cu,
-                                              max_seqlen_q=nq))
+        return core.plan_step(
+            core.StepInputs(
+                mode=mode,
+                seq_lens=lens.int().to(DEV),
+                max_seqlen_k=ctx,
+                num_tokens=bs * nq,
+                page_size=ps,
+                page_table=table,
+                cu_seqlens_q=cu,
+                max_seqlen_q=nq,
+            )
+        )
 
     for step_i in range(3):
         plans = [make_plan()] + ([make_plan()] if case == "interleaved" else [])
@@ -337,8 +432,18 @@ def test_layer_hot_path_many_layers_and_steps(case):
                 out = torch.full((bs * nq, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
                 rn.forward(plan, q, kc, vc, out)
                 m = plan.main
-                want = REF.flash_attn_with_kvcache(q, kc, vc, m.page_table, m.cache_seqlens, m.cu_seqlens_q, nq,
-                                                   softmax_scale=spec.scale, causal=True, **bound[li])
+                want = REF.flash_attn_with_kvcache(
+                    q,
+                    kc,
+                    vc,
+                    m.page_table,
+                    m.cache_seqlens,
+                    m.cu_seqlens_q,
+                    nq,
+                    softmax_scale=spec.scale,
+                    causal=True,
+                    **bound[li],
+                )
                 assert_close_to(out.float().cpu(), want.double().cpu(), torch.bfloat16)
         for plan in plans:
             launch = next(iter(plan.launches.values()))
@@ -416,11 +521,28 @@ def test_token_rows_plan_on_device_equals_the_cpu_plan(page):
     for bs, max_k in ((1, 1), (3, 77), (3, 700), (32, 1024), (32, 1000)):
         idx = torch.randperm(pool_rows, generator=g)[:bs]
         seq = torch.randint(1, max_k + 1, (bs,), generator=g).int()
-        cpu = core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=seq, max_seqlen_k=max_k, num_tokens=bs,
-                                             page_size=page, token_table=pool, token_rows=idx))
-        dev = core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=seq.to(DEV), max_seqlen_k=max_k,
-                                             num_tokens=bs, page_size=page, token_table=pool.to(DEV),
-                                             token_rows=idx.to(DEV)))
+        cpu = core.plan_step(
+            core.StepInputs(
+                mode=core.Mode.DECODE,
+                seq_lens=seq,
+                max_seqlen_k=max_k,
+                num_tokens=bs,
+                page_size=page,
+                token_table=pool,
+                token_rows=idx,
+            )
+        )
+        dev = core.plan_step(
+            core.StepInputs(
+                mode=core.Mode.DECODE,
+                seq_lens=seq.to(DEV),
+                max_seqlen_k=max_k,
+                num_tokens=bs,
+                page_size=page,
+                token_table=pool.to(DEV),
+                token_rows=idx.to(DEV),
+            )
+        )
         assert torch.equal(dev.main.page_table.cpu(), cpu.main.page_table), (bs, max_k)
     assert len(tp._LAUNCHERS) > before, "the device plan did not take the one-launch conversion"
 
@@ -446,16 +568,23 @@ def test_misaligned_decoder_rows_on_device():
     slots = plan.main.page_table[:, :5].cpu()
     want_slots = torch.stack([torch.arange(5) + 64 * b + 64 + int(e) for b, e in enumerate(enc.cpu())])
     assert torch.equal(slots.long(), want_slots), slots
-    spec = core.LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d ** -0.5, dtype=torch.bfloat16,
-                          kv_dtype=torch.bfloat16)
+    spec = core.LayerSpec(
+        num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=d**-0.5, dtype=torch.bfloat16, kv_dtype=torch.bfloat16
+    )
     runner = core.LayerRunner(spec, DEV, 1, override="triton")
     kc = torch.randn(32, page, hkv, d, device=DEV, dtype=torch.bfloat16)
     vc = torch.randn_like(kc)
     q = torch.randn(4, hq, d, device=DEV, dtype=torch.bfloat16)
     out = runner.forward(plan, q, kc, vc)
-    want, _ = naive_paged_attention(q.cpu().float(), kc.cpu().float().reshape(-1, 1, hkv, d),
-                                    vc.cpu().float().reshape(-1, 1, hkv, d), want_slots.int(), seq.cpu(),
-                                    torch.arange(5, dtype=torch.int32), scale=d ** -0.5)
+    want, _ = naive_paged_attention(
+        q.cpu().float(),
+        kc.cpu().float().reshape(-1, 1, hkv, d),
+        vc.cpu().float().reshape(-1, 1, hkv, d),
+        want_slots.int(),
+        seq.cpu(),
+        torch.arange(5, dtype=torch.int32),
+        scale=d**-0.5,
+    )
     assert_close_to(out.cpu(), want, torch.bfloat16)
 
 
@@ -499,7 +628,11 @@ def test_warm_up_then_serve_matches_reference(kind, monkeypatch):
             ref = REF.flash_attn_with_kvcache(q, k, v, table, seq, cu, max(qlens), **kw)
         torch.cuda.synchronize()
         assert_close_to(out.float().cpu(), ref.double().cpu(), torch.bfloat16)
-    assert len(prov.launched_variants()) - before >= len(warmup.layer_steps(
-        LayerConsts.make(hq, hkv, d, dv, mla=kind == "mla", batch_invariant=kind == "batch-invariant"),
-        torch.device(DEV), page))  # the warm-up's variants were launched
+    assert len(prov.launched_variants()) - before >= len(
+        warmup.layer_steps(
+            LayerConsts.make(hq, hkv, d, dv, mla=kind == "mla", batch_invariant=kind == "batch-invariant"),
+            torch.device(DEV),
+            page,
+        )
+    )  # the warm-up's variants were launched
     assert torch.equal(k.float(), kept[0].float()) and torch.equal(v.float(), kept[1].float())  # caches only read

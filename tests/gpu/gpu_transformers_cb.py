@@ -30,10 +30,32 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
-TOPICS = ["a rainbow", "a volcano", "gravity", "a compiler", "the moon", "photosynthesis", "a glacier", "a vaccine",
-          "an orchestra", "a lighthouse", "democracy", "a spreadsheet", "the internet", "a hurricane", "bread yeast",
-          "a microscope", "a bridge", "an eclipse", "a battery", "the heart", "a desert", "a library", "a violin",
-          "a satellite"]
+TOPICS = [
+    "a rainbow",
+    "a volcano",
+    "gravity",
+    "a compiler",
+    "the moon",
+    "photosynthesis",
+    "a glacier",
+    "a vaccine",
+    "an orchestra",
+    "a lighthouse",
+    "democracy",
+    "a spreadsheet",
+    "the internet",
+    "a hurricane",
+    "bread yeast",
+    "a microscope",
+    "a bridge",
+    "an eclipse",
+    "a battery",
+    "the heart",
+    "a desert",
+    "a library",
+    "a violin",
+    "a satellite",
+]
 
 
 def prompt_ids(tok, n: int) -> list[list[int]]:
@@ -58,7 +80,9 @@ def eager_reference(model, prompts, tokens: int) -> tuple[list[list[int]], list[
                 past, nxt = r.past_key_values, int(r.logits[0, -1].argmax())
                 out.append(nxt)
                 x = torch.tensor([[nxt]], device=dev)
-            logits = model(input_ids=torch.tensor([ids + out], device=dev)).logits[0, len(ids) - 1: len(ids) + tokens - 1]
+            logits = model(input_ids=torch.tensor([ids + out], device=dev)).logits[
+                0, len(ids) - 1 : len(ids) + tokens - 1
+            ]
             lp = torch.log_softmax(logits.double(), -1)
             toks.append(out)
             lps.append([float(lp[k, t]) for k, t in enumerate(out)])
@@ -84,8 +108,11 @@ def cb_run(model, prompts, impl: str, tokens: int, *, page_size: int = 64, logpr
     bad = [r for r in order if res[r].error]
     if bad:
         raise RuntimeError(f"{impl}: {len(bad)} requests failed: {res[bad[0]].error}")
-    return {"tokens": [list(res[r].generated_tokens) for r in order],
-            "logprobs": [list(res[r].logprobs) for r in order] if logprobs else None, "wall_s": wall}
+    return {
+        "tokens": [list(res[r].generated_tokens) for r in order],
+        "logprobs": [list(res[r].logprobs) for r in order] if logprobs else None,
+        "wall_s": wall,
+    }
 
 
 def compare(run: dict, ref_toks, ref_lps) -> dict:
@@ -97,8 +124,13 @@ def compare(run: dict, ref_toks, ref_lps) -> dict:
         total += len(r)
         if run["logprobs"]:
             worst = max([worst] + [abs(a - b) for a, b in zip(run["logprobs"][k][:n], ref_lps[k][:n])])
-    return {"identical": same, "of": len(ref_toks), "tokens_agreeing": agree, "tokens": total,
-            "max_abs_dlogprob": worst}
+    return {
+        "identical": same,
+        "of": len(ref_toks),
+        "tokens_agreeing": agree,
+        "tokens": total,
+        "max_abs_dlogprob": worst,
+    }
 
 
 def main() -> int:
@@ -123,11 +155,18 @@ def main() -> int:
     prompts = prompt_ids(tok, a.prompts)
     t0 = time.perf_counter()
     ref_toks, ref_lps = eager_reference(model, prompts, a.tokens)
-    result = {"model": Path(a.model).name, "device": torch.cuda.get_device_name() if a.device == "cuda" else a.device,
-              "torch": torch.__version__, "transformers": transformers.__version__, "prompts": len(prompts),
-              "prompt_tokens": [len(p) for p in prompts], "new_tokens": a.tokens,
-              "oracle": "transformers eager attention, fp32, one prompt at a time",
-              "eager_s": time.perf_counter() - t0, "runs": {}}
+    result = {
+        "model": Path(a.model).name,
+        "device": torch.cuda.get_device_name() if a.device == "cuda" else a.device,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "prompts": len(prompts),
+        "prompt_tokens": [len(p) for p in prompts],
+        "new_tokens": a.tokens,
+        "oracle": "transformers eager attention, fp32, one prompt at a time",
+        "eager_s": time.perf_counter() - t0,
+        "runs": {},
+    }
     for dtype in (torch.float32, torch.bfloat16):
         model = model.to(dtype)
         for impl, name in ((xa.NAME, "xpu_attn"), ("sdpa", "transformers_cb_sdpa")):
@@ -138,9 +177,12 @@ def main() -> int:
                 row["providers"] = getattr(mod, backend._RUNNER).providers_used()
             key = f"{str(dtype).split('.')[-1]}/{name}"
             result["runs"][key] = row
-            print(f"{key:36s} identical {row['identical']}/{row['of']}  tokens agreeing {row['tokens_agreeing']}/"
-                  f"{row['tokens']}  max|dlogprob| {row['max_abs_dlogprob']:.3g}  {row['wall_s']:.1f}s  "
-                  f"{row.get('providers', '')}", flush=True)
+            print(
+                f"{key:36s} identical {row['identical']}/{row['of']}  tokens agreeing {row['tokens_agreeing']}/"
+                f"{row['tokens']}  max|dlogprob| {row['max_abs_dlogprob']:.3g}  {row['wall_s']:.1f}s  "
+                f"{row.get('providers', '')}",
+                flush=True,
+            )
     text = tok.decode(result and cb_run(model.to(torch.float32), prompts[:1], xa.NAME, 24, logprobs=False)["tokens"][0])
     result["sample_answer"] = {"prompt": tok.decode(prompts[0]), "answer": text}
     Path(a.out).write_text(json.dumps(result, indent=1))

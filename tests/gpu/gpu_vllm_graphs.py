@@ -64,12 +64,14 @@ import torch  # noqa: E402
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("--cpu", action="store_true", help="dry check on the CPU: fp32, reference provider, no graph")
 ap.add_argument("--eager", action="store_true", help="GPU without graphs (the CPU path on the GPU)")
-ap.add_argument("--kv-update-eager", action="store_true",
-                help="capture only forward(); do_kv_cache_update of the new tokens runs eagerly before replay")
+ap.add_argument(
+    "--kv-update-eager",
+    action="store_true",
+    help="capture only forward(); do_kv_cache_update of the new tokens runs eagerly before replay",
+)
 ap.add_argument("--replays", type=int, default=None, help="replays per graph (default 20 GPU, 4 CPU)")
 ap.add_argument("--seed", type=int, default=0)
-ap.add_argument("--allow-padded-writes", action="store_true",
-                help="report padded-row writes but do not fail on them")
+ap.add_argument("--allow-padded-writes", action="store_true", help="report padded-row writes but do not fail on them")
 args = ap.parse_args()
 
 import vllm  # noqa: E402  (the stand-in)
@@ -84,7 +86,13 @@ elif not torch.cuda.is_available():
     raise SystemExit("gpu_vllm_graphs: no CUDA device; use --cpu for the dry check")
 
 from vllm.config import (  # noqa: E402
-    CacheConfig, CompilationConfig, ModelConfig, SchedulerConfig, VllmConfig, set_current_vllm_config)
+    CacheConfig,
+    CompilationConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+    set_current_vllm_config,
+)
 from vllm.v1.attention.backend import CommonAttentionMetadata  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec  # noqa: E402
 
@@ -172,11 +180,13 @@ class Setup:
         self.page = page
         capture_sizes = sorted({n for n in DECODE_REQS} | {n * VERIFY_Q for n in VERIFY_REQS})
         self.cfg = VllmConfig(
-            model_config=ModelConfig(dtype=DTYPE, max_model_len=MAX_LEN, num_attention_heads=HQ, num_kv_heads=HKV,
-                                     head_size=D),
+            model_config=ModelConfig(
+                dtype=DTYPE, max_model_len=MAX_LEN, num_attention_heads=HQ, num_kv_heads=HKV, head_size=D
+            ),
             cache_config=CacheConfig(block_size=page),
             scheduler_config=SchedulerConfig(max_num_seqs=MAX_REQS, max_num_batched_tokens=max(2048, MAX_TOKENS)),
-            compilation_config=CompilationConfig(cudagraph_capture_sizes=capture_sizes))
+            compilation_config=CompilationConfig(cudagraph_capture_sizes=capture_sizes),
+        )
         self.spec = FullAttentionSpec(block_size=page, num_kv_heads=HKV, head_size=D, dtype=DTYPE)
         self.names = [f"model.layers.{i}.self_attn.attn" for i in range(len(KINDS))]
         i32 = dict(dtype=torch.int32, device=DEV)
@@ -189,19 +199,24 @@ class Setup:
         # pool: every replay's pages fit; page 0 (NULL_BLOCK_ID) and the last page are never handed out
         self.num_blocks = 2 + -(-BUDGET // page) + MAX_REQS * (1 + -(-VERIFY_Q // page))
         self.sinks = torch.nn.Parameter(
-            torch.linspace(-2.0, 8.0, HQ)[torch.randperm(HQ)].to(device=DEV, dtype=torch.float32), requires_grad=False)
+            torch.linspace(-2.0, 8.0, HQ)[torch.randperm(HQ)].to(device=DEV, dtype=torch.float32), requires_grad=False
+        )
         self.layer = types.SimpleNamespace(_k_scale=torch.ones(1, device=DEV), _v_scale=torch.ones(1, device=DEV))
         with set_current_vllm_config(self.cfg):
             self.builder = XpuAttnMetadataBuilder(self.spec, self.names, self.cfg, DEV)  # one per group
-            common = dict(num_heads=HQ, head_size=D, scale=D ** -0.5, num_kv_heads=HKV)
+            common = dict(num_heads=HQ, head_size=D, scale=D**-0.5, num_kv_heads=HKV)
             self.impls = {
                 "plain": XpuAttnImpl(**common),
                 "sliding": XpuAttnImpl(**common, sliding_window=WINDOW),
                 "sinks": XpuAttnImpl(**common, sinks=self.sinks),
                 "softcap": XpuAttnImpl(**common, logits_soft_cap=SOFTCAP),
             }
-        self.oracle = {"plain": {}, "sliding": {"window": WINDOW}, "sinks": {"sinks": self.sinks},
-                       "softcap": {"softcap": SOFTCAP}}
+        self.oracle = {
+            "plain": {},
+            "sliding": {"window": WINDOW},
+            "sinks": {"sinks": self.sinks},
+            "softcap": {"softcap": SOFTCAP},
+        }
         self.q_gain = {"plain": 1.0, "sliding": 1.0, "sinks": 1.0, "softcap": 4.0}  # make the cap bite
         # per layer: raw cache with a guard page on each side; vLLM's logical [blocks, Hkv, page, 2D] stored
         # LBNHC ([blocks, page, Hkv, 2D] in memory)
@@ -221,15 +236,23 @@ class Setup:
     def providers(self) -> dict:
         return {k: impl.runner.providers_used() for k, impl in self.impls.items()}
 
-    def cam(self, num_reqs: int, q: int, max_query_len: int, max_seq_len: int, seq_cpu: list[int],
-            qsl_cpu: list[int]) -> CommonAttentionMetadata:
+    def cam(
+        self, num_reqs: int, q: int, max_query_len: int, max_seq_len: int, seq_cpu: list[int], qsl_cpu: list[int]
+    ) -> CommonAttentionMetadata:
         """CommonAttentionMetadata as V2's prepare_attn builds it: slices of the persistent buffers."""
         t = num_reqs * q
         return CommonAttentionMetadata(
-            query_start_loc=self.qsl[: num_reqs + 1], query_start_loc_cpu=torch.tensor(qsl_cpu, dtype=torch.int32),
-            seq_lens=self.seq[:num_reqs], num_reqs=num_reqs, num_actual_tokens=t, max_query_len=max_query_len,
-            max_seq_len=max_seq_len, block_table_tensor=self.bt[:num_reqs], slot_mapping=self.slots[:t],
-            seq_lens_cpu_upper_bound=torch.tensor(seq_cpu, dtype=torch.int32))
+            query_start_loc=self.qsl[: num_reqs + 1],
+            query_start_loc_cpu=torch.tensor(qsl_cpu, dtype=torch.int32),
+            seq_lens=self.seq[:num_reqs],
+            num_reqs=num_reqs,
+            num_actual_tokens=t,
+            max_query_len=max_query_len,
+            max_seq_len=max_seq_len,
+            block_table_tensor=self.bt[:num_reqs],
+            slot_mapping=self.slots[:t],
+            seq_lens_cpu_upper_bound=torch.tensor(seq_cpu, dtype=torch.int32),
+        )
 
     def body(self, md, num_tokens: int, kv_in_graph: bool = True) -> None:
         """What the captured model forward runs per attention layer: the KV write, then attention."""
@@ -255,8 +278,6 @@ def counted_syncs(fn):
     # (torch's one-time notice that sync-debug mode is a prototype is not a synchronisation)
     msgs = [str(x.message) for x in w if "synchroniz" in str(x.message) and "prototype feature" not in str(x.message)]
     if msgs:
-        import traceback
-
         SYNC_SITES.extend(f"{m[:200]} @ {x.filename}:{x.lineno}" for m, x in zip(msgs, w))
     return res, len(msgs)
 
@@ -272,12 +293,26 @@ class Shape:
         self.s, self.mode, self.num_reqs = s, mode, num_reqs
         self.q = 1 if mode == "decode" else VERIFY_Q
         self.num_tokens = num_reqs * self.q
-        self.res = {"config": f"page{s.page}", "mode": mode, "q": self.q, "num_reqs": num_reqs,
-                    "num_tokens": self.num_tokens, "page_size": s.page, "replays": 0, "graph": None,
-                    "capture_errors": [], "build_host_syncs": 0, "n_real_seen": [], "max_ctx_seen": 0,
-                    "max_abs_err": {k: 0.0 for k in KINDS}, "tol_ratio": {k: 0.0 for k in KINDS},
-                    "feature_effect": {k: 0.0 for k in KINDS[1:]},
-                    "padded_row_violations": 0, "cache_violations": 0, "replay_errors": []}
+        self.res = {
+            "config": f"page{s.page}",
+            "mode": mode,
+            "q": self.q,
+            "num_reqs": num_reqs,
+            "num_tokens": self.num_tokens,
+            "page_size": s.page,
+            "replays": 0,
+            "graph": None,
+            "capture_errors": [],
+            "build_host_syncs": 0,
+            "n_real_seen": [],
+            "max_ctx_seen": 0,
+            "max_abs_err": {k: 0.0 for k in KINDS},
+            "tol_ratio": {k: 0.0 for k in KINDS},
+            "feature_effect": {k: 0.0 for k in KINDS[1:]},
+            "padded_row_violations": 0,
+            "cache_violations": 0,
+            "replay_errors": [],
+        }
         self.graph = None
         self.md = None
         self.kv_in_graph = True
@@ -332,8 +367,13 @@ class Shape:
         self.graph, self.md = g, md2
 
     def capture_with_fallback(self) -> None:
-        order = ["eager"] if not USE_GRAPH else (["full_kv_update_eager", "eager"] if args.kv_update_eager
-                                                 else ["full", "full_kv_update_eager", "eager"])
+        order = (
+            ["eager"]
+            if not USE_GRAPH
+            else (
+                ["full_kv_update_eager", "eager"] if args.kv_update_eager else ["full", "full_kv_update_eager", "eager"]
+            )
+        )
         for how in order:
             try:
                 self.capture(how)
@@ -356,9 +396,12 @@ class Shape:
                 "page_table": ptr(plan.main.page_table) == ptr(self.s.bt),
                 "slot_mapping": ptr(self.md.slot_mapping) == ptr(self.s.slots),
             }
-            self.res["plan_at_capture"] = {"mode": plan.mode.value, "num_tokens": plan.num_tokens,
-                                           "max_seqlen_q": plan.main.max_seqlen_q,
-                                           "max_seqlen_k": plan.main.max_seqlen_k}
+            self.res["plan_at_capture"] = {
+                "mode": plan.mode.value,
+                "num_tokens": plan.num_tokens,
+                "max_seqlen_q": plan.main.max_seqlen_q,
+                "max_seqlen_k": plan.main.max_seqlen_k,
+            }
             self.res["num_splits_at_capture"] = sorted({getattr(l, "num_splits", 1) for l in plan.launches.values()})
 
     # -- replay (2c) ---------------------------------------------------------------------------------
@@ -391,7 +434,7 @@ class Shape:
         perm = (torch.randperm(s.num_blocks - 2)[: sum(need)] + 1).tolist()  # distinct, never 0 / last
         pages, o = [], 0
         for k in need:
-            pages.append(perm[o:o + k])
+            pages.append(perm[o : o + k])
             o += k
         # runner buffers, written in place (2c)
         qsl = [i * q for i in range(n_real + 1)] + [t_real] * (MAX_REQS - n_real)
@@ -409,8 +452,9 @@ class Shape:
 
         new_slots = [slot(i, c + j) for i, c in enumerate(ctx) for j in range(q)]
         s.slots.copy_(torch.tensor(new_slots + [-1] * (MAX_TOKENS - t_real), dtype=torch.int64))
-        hist_slots = torch.tensor([slot(i, p) for i, c in enumerate(ctx) for p in range(c)], dtype=torch.int64,
-                                  device=DEV)
+        hist_slots = torch.tensor(
+            [slot(i, p) for i, c in enumerate(ctx) for p in range(c)], dtype=torch.int64, device=DEV
+        )
         hist_off = [0]
         for c in ctx:
             hist_off.append(hist_off[-1] + c)
@@ -431,8 +475,9 @@ class Shape:
             s.out[kind].fill_(SENTINEL)
         if not self.kv_in_graph:  # fallback mode: the new tokens' KV write outside the graph
             for kind in KINDS:
-                s.impls[kind].do_kv_cache_update(s.layer, s.k_in[kind][:t_pad], s.v_in[kind][:t_pad], s.kv[kind],
-                                                 self.md.slot_mapping)
+                s.impls[kind].do_kv_cache_update(
+                    s.layer, s.k_in[kind][:t_pad], s.v_in[kind][:t_pad], s.kv[kind], self.md.slot_mapping
+                )
         # build() is called as at every step; the graph never reads its result
         cam = s.cam(n_pad, q, q, max(seq[:n_real]), seq[:n_pad], qsl[: n_pad + 1])
         _, nsync = counted_syncs(lambda: s.builder.build(0, cam))
@@ -450,21 +495,23 @@ class Shape:
             for i, c in enumerate(ctx):
                 t0 = i * q
                 hk, hv = hist[kind]
-                k = torch.cat([hk[hist_off[i]:hist_off[i + 1]], s.k_in[kind][t0:t0 + q]])
-                v = torch.cat([hv[hist_off[i]:hist_off[i + 1]], s.v_in[kind][t0:t0 + q]])
-                qq = s.q_in[kind][t0:t0 + q]
-                ref = naive_attention(qq, k, v, D ** -0.5, **s.oracle[kind])
-                d = (out[t0:t0 + q].float() - ref).abs()
+                k = torch.cat([hk[hist_off[i] : hist_off[i + 1]], s.k_in[kind][t0 : t0 + q]])
+                v = torch.cat([hv[hist_off[i] : hist_off[i + 1]], s.v_in[kind][t0 : t0 + q]])
+                qq = s.q_in[kind][t0 : t0 + q]
+                ref = naive_attention(qq, k, v, D**-0.5, **s.oracle[kind])
+                d = (out[t0 : t0 + q].float() - ref).abs()
                 d = torch.where(torch.isnan(d), torch.full_like(d, float("inf")), d)
                 errs.append(d.max())
                 ratios.append((d / (TOL + RTOL * ref.abs())).max())
                 if kind != "plain":
-                    effect.append((ref - naive_attention(qq, k, v, D ** -0.5)).abs().max())
+                    effect.append((ref - naive_attention(qq, k, v, D**-0.5)).abs().max())
             err = torch.stack(errs).max().item()
             self.res["max_abs_err"][kind] = max(self.res["max_abs_err"][kind], err)
             self.res["tol_ratio"][kind] = max(self.res["tol_ratio"][kind], torch.stack(ratios).max().item())
             if effect:
-                self.res["feature_effect"][kind] = max(self.res["feature_effect"][kind], torch.stack(effect).max().item())
+                self.res["feature_effect"][kind] = max(
+                    self.res["feature_effect"][kind], torch.stack(effect).max().item()
+                )
             self.res["padded_row_violations"] += int((out[t_real:] != SENTINEL).flatten(1).any(1).sum().item())
             self.res["cache_violations"] += int((s.raw[kind][s.guard_idx] != s.guard_ref[kind]).sum().item())
         self.res["replays"] += 1
@@ -474,28 +521,48 @@ class Shape:
     def finish(self, allow_padded: bool) -> dict:
         r = self.res
         seen = r.pop("n_real_seen")
-        r["n_real"] = {"min": min(seen) if seen else None, "max": max(seen) if seen else None,
-                       "padded_replays": sum(1 for x in seen if x < self.num_reqs)}
+        r["n_real"] = {
+            "min": min(seen) if seen else None,
+            "max": max(seen) if seen else None,
+            "padded_replays": sum(1 for x in seen if x < self.num_reqs),
+        }
         r["providers"] = {k: f"{v['prefill']}/{v['decode']}" for k, v in self.s.providers().items()}
         r["max_abs_err"] = {k: round(v, 6) for k, v in r["max_abs_err"].items()}
         r["tol_ratio"] = {k: round(v, 3) for k, v in r["tol_ratio"].items()}
         r["feature_effect"] = {k: round(v, 4) for k, v in r["feature_effect"].items()}
         r["ok"] = bool(
-            r["graph"] == ("full" if USE_GRAPH else "eager") and not r["capture_errors"] and not r["replay_errors"]
-            and r["replays"] == REPLAYS and all(v <= 1.0 for v in r["tol_ratio"].values())
-            and (allow_padded or r["padded_row_violations"] == 0) and r["cache_violations"] == 0
-            and r["build_host_syncs"] == 0 and all(r.get("plan_views", {"": False}).values()))
+            r["graph"] == ("full" if USE_GRAPH else "eager")
+            and not r["capture_errors"]
+            and not r["replay_errors"]
+            and r["replays"] == REPLAYS
+            and all(v <= 1.0 for v in r["tol_ratio"].values())
+            and (allow_padded or r["padded_row_violations"] == 0)
+            and r["cache_violations"] == 0
+            and r["build_host_syncs"] == 0
+            and all(r.get("plan_views", {"": False}).values())
+        )
         return r
 
 
 def main() -> int:
     t0 = time.time()
-    report = {"device": torch.cuda.get_device_name() if not CPU else "cpu", "torch": torch.__version__,
-              "dtype": str(DTYPE).replace("torch.", ""), "graphs": USE_GRAPH,
-              "tolerance": f"|out - ref| <= {TOL} + {RTOL} * |ref| (tol_ratio <= 1)", "providers_note": "prefill/decode",
-              "layers": {"plain": f"Hq={HQ} Hkv={HKV} D={D}", "sliding": f"sliding_window={WINDOW}",
-                         "sinks": "sinks [Hq] fp32", "softcap": f"logits_soft_cap={SOFTCAP} (q x4)"},
-              "max_model_len": MAX_LEN, "max_ctx": MAX_CTX, "shapes": []}
+    report = {
+        "device": torch.cuda.get_device_name() if not CPU else "cpu",
+        "torch": torch.__version__,
+        "dtype": str(DTYPE).replace("torch.", ""),
+        "graphs": USE_GRAPH,
+        "tolerance": f"|out - ref| <= {TOL} + {RTOL} * |ref| (tol_ratio <= 1)",
+        "providers_note": "prefill/decode",
+        "layers": {
+            "plain": f"Hq={HQ} Hkv={HKV} D={D}",
+            "sliding": f"sliding_window={WINDOW}",
+            "sinks": "sinks [Hq] fp32",
+            "softcap": f"logits_soft_cap={SOFTCAP} (q x4)",
+        },
+        "max_model_len": MAX_LEN,
+        "max_ctx": MAX_CTX,
+        "shapes": [],
+    }
     try:
         import triton
 
@@ -507,11 +574,15 @@ def main() -> int:
         s = Setup(page)
         report["cudagraph_support"] = XpuAttnMetadataBuilder.get_cudagraph_support(s.cfg, s.spec).name
         # vLLM captures the largest sizes first into one pool
-        shapes = sorted([Shape(s, "decode", n) for n in DECODE_REQS] + [Shape(s, "verify", n) for n in VERIFY_REQS],
-                        key=lambda x: (-x.num_tokens, x.mode))
+        shapes = sorted(
+            [Shape(s, "decode", n) for n in DECODE_REQS] + [Shape(s, "verify", n) for n in VERIFY_REQS],
+            key=lambda x: (-x.num_tokens, x.mode),
+        )
         for sh in shapes:
             sh.capture_with_fallback()
-            log(f"page {page}: {sh.mode} x{sh.num_reqs}: {sh.res['graph']} (splits {sh.res.get('num_splits_at_capture')})")
+            log(
+                f"page {page}: {sh.mode} x{sh.num_reqs}: {sh.res['graph']} (splits {sh.res.get('num_splits_at_capture')})"  # noqa: E501
+            )
         for r in range(REPLAYS):  # interleaved, as a server replays whichever graph fits the step
             for sh in shapes:
                 if sh.md is None:
@@ -530,7 +601,7 @@ def main() -> int:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             report.setdefault("peak_mem_gib", 0.0)
-            report["peak_mem_gib"] = max(report["peak_mem_gib"], round(torch.cuda.max_memory_allocated() / 2 ** 30, 2))
+            report["peak_mem_gib"] = max(report["peak_mem_gib"], round(torch.cuda.max_memory_allocated() / 2**30, 2))
     report["elapsed_s"] = round(time.time() - t0, 1)
     report["sync_sites"] = SYNC_SITES[:5]
     report["ok"] = bool(report["shapes"]) and all(sh["ok"] for sh in report["shapes"])

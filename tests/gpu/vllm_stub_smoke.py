@@ -13,13 +13,12 @@ import sys
 import types
 
 import torch
-
 import vllm  # the stub
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig, set_current_vllm_config
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
-from vllm_xpu_attn.vllm.backend import XpuAttnBackend, XpuAttnImpl, XpuAttnMetadataBuilder
+from vllm_xpu_attn.vllm.backend import XpuAttnImpl, XpuAttnMetadataBuilder
 
 assert getattr(vllm, "IS_VLLM_STUB", False), "expected the stand-in, found a real vLLM"
 dev = torch.device(sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -27,10 +26,11 @@ dtype = torch.float16 if dev.type == "cuda" else torch.float32
 Hq, Hkv, D, page, max_reqs, max_tokens, max_len = 8, 2, 64, 16, 16, 64, 256
 torch.manual_seed(0)
 
-cfg = VllmConfig(model_config=ModelConfig(dtype=dtype, max_model_len=max_len, num_attention_heads=Hq,
-                                          num_kv_heads=Hkv, head_size=D),
-                 cache_config=CacheConfig(block_size=page),
-                 scheduler_config=SchedulerConfig(max_num_seqs=max_reqs, max_num_batched_tokens=max_tokens))
+cfg = VllmConfig(
+    model_config=ModelConfig(dtype=dtype, max_model_len=max_len, num_attention_heads=Hq, num_kv_heads=Hkv, head_size=D),
+    cache_config=CacheConfig(block_size=page),
+    scheduler_config=SchedulerConfig(max_num_seqs=max_reqs, max_num_batched_tokens=max_tokens),
+)
 spec = FullAttentionSpec(block_size=page, num_kv_heads=Hkv, head_size=D, dtype=dtype)
 num_blocks = 128
 # the runner's persistent buffers (v1/worker/gpu/input_batch.py InputBuffers, gpu/block_table.py BlockTables)
@@ -41,7 +41,7 @@ slot_buf = torch.full((max_tokens,), -1, dtype=torch.int64, device=dev)
 
 with set_current_vllm_config(cfg):
     builder = XpuAttnMetadataBuilder(spec, ["layer.0"], cfg, dev)
-    impl = XpuAttnImpl(Hq, D, D ** -0.5, Hkv)
+    impl = XpuAttnImpl(Hq, D, D**-0.5, Hkv)
     # the vLLM layer as the impl reads it: its KV scales (1.0 unless FP8; the impl reads them since FP8 KV)
     layer = types.SimpleNamespace(_k_scale=torch.ones(1, device=dev), _v_scale=torch.ones(1, device=dev))
     assert impl.kv_quant_mode.name == "NONE"  # the verbatim AttentionImpl property vLLM's runner reads
@@ -71,10 +71,17 @@ with set_current_vllm_config(cfg):
         new_k = torch.randn(n_pad, Hkv, D, dtype=dtype, device=dev)
         new_v = torch.randn(n_pad, Hkv, D, dtype=dtype, device=dev)
         cam = CommonAttentionMetadata(
-            query_start_loc=qsl_buf[: n_pad + 1], query_start_loc_cpu=qsl_buf[: n_pad + 1].cpu(),
-            seq_lens=seq_buf[:n_pad], num_reqs=n_pad, num_actual_tokens=n_pad, max_query_len=1,
-            max_seq_len=max_len, block_table_tensor=bt_buf[:n_pad], slot_mapping=slot_buf[:n_pad],
-            seq_lens_cpu_upper_bound=seq_buf[:n_pad].cpu())
+            query_start_loc=qsl_buf[: n_pad + 1],
+            query_start_loc_cpu=qsl_buf[: n_pad + 1].cpu(),
+            seq_lens=seq_buf[:n_pad],
+            num_reqs=n_pad,
+            num_actual_tokens=n_pad,
+            max_query_len=1,
+            max_seq_len=max_len,
+            block_table_tensor=bt_buf[:n_pad],
+            slot_mapping=slot_buf[:n_pad],
+            seq_lens_cpu_upper_bound=seq_buf[:n_pad].cpu(),
+        )
         md = builder.build(0, cam)
         q = torch.randn(n_pad, Hq, D, dtype=dtype, device=dev)
         out = torch.zeros(n_pad, Hq, D, dtype=dtype, device=dev)
@@ -82,9 +89,9 @@ with set_current_vllm_config(cfg):
         impl.forward(layer, q, new_k, new_v, kv_cache, md, out)
         g = Hq // Hkv
         for r, c in enumerate(ctx):
-            k = torch.cat([hist_k[r], new_k[r:r + 1]]).float().repeat_interleave(g, 1)  # [c+1, Hq, D]
-            v = torch.cat([hist_v[r], new_v[r:r + 1]]).float().repeat_interleave(g, 1)
-            p = torch.softmax(torch.einsum("hd,khd->hk", q[r].float(), k) * D ** -0.5, -1)
+            k = torch.cat([hist_k[r], new_k[r : r + 1]]).float().repeat_interleave(g, 1)  # [c+1, Hq, D]
+            v = torch.cat([hist_v[r], new_v[r : r + 1]]).float().repeat_interleave(g, 1)
+            p = torch.softmax(torch.einsum("hd,khd->hk", q[r].float(), k) * D**-0.5, -1)
             err = (out[r].float() - torch.einsum("hk,khd->hd", p, v)).abs().max().item()
             assert err < (2e-2 if dtype == torch.float16 else 1e-4), (r, err)
 
@@ -97,5 +104,7 @@ with set_current_vllm_config(cfg):
         print("replay-shaped decode step (3 of 4 requests real, 1 orphan padded token): ok")
     except ValueError as e:
         print(f"replay-shaped decode step (3 of 4 real): REFUSED by the kernel contract: {e}")
-    print(f"ok: stub vllm {vllm.__version__}, device {dev}, providers {impl.runner.providers_used()}, "
-          f"cg support {XpuAttnMetadataBuilder.get_cudagraph_support(cfg, spec).name}")
+    print(
+        f"ok: stub vllm {vllm.__version__}, device {dev}, providers {impl.runner.providers_used()}, "
+        f"cg support {XpuAttnMetadataBuilder.get_cudagraph_support(cfg, spec).name}"
+    )

@@ -34,8 +34,13 @@ STEP_TIMEOUT = os.environ.get("VXA_INTEL_STEP_TIMEOUT", "300")  # per step of a 
 
 def _run(tmp: Path, *args: str, env: dict | None = None, timeout: int = JOB_TIMEOUT):
     out = tmp / "result.json"
-    r = subprocess.run([sys.executable, str(JOB), "--sysroot", str(SYSROOT), "--json", str(out), *args],
-                       capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    r = subprocess.run(
+        [sys.executable, str(JOB), "--sysroot", str(SYSROOT), "--json", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+    )
     data = json.loads(out.read_text()) if out.exists() else None
     return r, data
 
@@ -46,17 +51,27 @@ def job(tmp_path_factory):
         pytest.fail(f"no ocloc sysroot at {SYSROOT}: run `bash ci/venvs.sh intel`")
     tmp = tmp_path_factory.mktemp("intel")
     assert set(DPAS_TARGETS) <= set(RUN_TARGETS) and NO_FP64_TARGETS, RUN_TARGETS  # the gated ones, and one FMA target
-    r, data = _run(tmp, "--jobs", os.environ.get("VXA_INTEL_JOBS", "2"), "--timeout", STEP_TIMEOUT,
-                   "--targets", ",".join(RUN_TARGETS),
-                   "--sweep", ",".join(il.CHOSEN_BY_SWEEP), "--sweep-from-shipped")
+    r, data = _run(
+        tmp,
+        "--jobs",
+        os.environ.get("VXA_INTEL_JOBS", "2"),
+        "--timeout",
+        STEP_TIMEOUT,
+        "--targets",
+        ",".join(RUN_TARGETS),
+        "--sweep",
+        ",".join(il.CHOSEN_BY_SWEEP),
+        "--sweep-from-shipped",
+    )
     (tmp / "job.log").write_text(r.stdout + r.stderr)
     assert data is not None, f"the job wrote no result (rc={r.returncode}):\n{(r.stdout + r.stderr)[-4000:]}"
     return r, data
 
 
 def _fails(data) -> str:
-    return "\n".join(f"{x['target']}:{x['name']}: {'; '.join(x['problems'])}" for x in data["results"]
-                     if x["status"] == "fail")
+    return "\n".join(
+        f"{x['target']}:{x['name']}: {'; '.join(x['problems'])}" for x in data["results"] if x["status"] == "fail"
+    )
 
 
 def test_job_passes(job):
@@ -78,8 +93,11 @@ def test_every_launched_kernel_every_target(job):
 
 def test_dpas_in_bf16_fp16_attention_on_xmx_targets(job):
     _, data = job
-    rows = [x for x in data["results"] if x["target"] in DPAS_TARGETS and x["kernel"] == "_paged_attn_kernel"
-            and x["dtype"] in ("bf16", "fp16")]
+    rows = [
+        x
+        for x in data["results"]
+        if x["target"] in DPAS_TARGETS and x["kernel"] == "_paged_attn_kernel" and x["dtype"] in ("bf16", "fp16")
+    ]
     assert rows
     assert all(x.get("dpas", 0) > 0 for x in rows), [x["name"] for x in rows if not x.get("dpas")]
 
@@ -106,19 +124,26 @@ def test_spill_not_above_known_residual(job):
     assert gated == want and {x["kernel"] for x in gated} == set(il.launched_kernels())
     assert not set(il.KNOWN_SPILL) - {(x["target"], x["name"]) for x in gated}, "a KNOWN_SPILL entry names no case"
     # a case that failed to lower has no figures: test_job_passes names it
-    bad = [(x["target"], x["name"], x["spill"]) for x in gated
-           if x.get("spill", 0) > il.KNOWN_SPILL.get((x["target"], x["name"]), 0)]
+    bad = [
+        (x["target"], x["name"], x["spill"])
+        for x in gated
+        if x.get("spill", 0) > il.KNOWN_SPILL.get((x["target"], x["name"]), 0)
+    ]
     assert not bad, bad
 
 
-@pytest.mark.xfail(bool(il.KNOWN_SPILL), strict=True,
-                   reason="zero spill in every bf16/fp16 case on bmg/pvc/lnl: the cases in KNOWN_SPILL still spill "
-                          "(kernel change needed, docs/intel_lowering.md); when this passes, empty KNOWN_SPILL")
+@pytest.mark.xfail(
+    bool(il.KNOWN_SPILL),
+    strict=True,
+    reason="zero spill in every bf16/fp16 case on bmg/pvc/lnl: the cases in KNOWN_SPILL still spill "
+    "(kernel change needed, docs/intel_lowering.md); when this passes, empty KNOWN_SPILL",
+)
 def test_zero_spill_target(job):
     _, data = job
     gated = [x for x in data["results"] if x["zero_spill"]]
-    assert gated and all(x.get("spill", 0) == 0 for x in gated), [(x["target"], x["name"], x["spill"])
-                                                                  for x in gated if x.get("spill", 0)]
+    assert gated and all(x.get("spill", 0) == 0 for x in gated), [
+        (x["target"], x["name"], x["spill"]) for x in gated if x.get("spill", 0)
+    ]
 
 
 def test_shipped_tiles_are_the_sweeps_choice(job):
@@ -141,17 +166,21 @@ def test_rules_catch_fp64_and_signature_drift(tmp_path):
     store = "        tl.store(dst, x.to(C.dtype.element_ty), mask=msk)"
     assert store in src
     bad = tmp_path / "kernels_fp64.py"
-    fp64 = ("        tl.store(dst, (x.to(tl.float32).to(tl.float64) * 1.0000001).to(tl.float32)"
-            ".to(C.dtype.element_ty), mask=msk)")
+    fp64 = (
+        "        tl.store(dst, (x.to(tl.float32).to(tl.float64) * 1.0000001).to(tl.float32)"
+        ".to(C.dtype.element_ty), mask=msk)"
+    )
     bad.write_text(src.replace(store, fp64))
-    r, data = _run(tmp_path, "--only", r"dg2:write_kv/d128/bf16->bf16$", env={"VXA_INTEL_KERNELS": str(bad)},
-                   timeout=600)
+    r, data = _run(
+        tmp_path, "--only", r"dg2:write_kv/d128/bf16->bf16$", env={"VXA_INTEL_KERNELS": str(bad)}, timeout=600
+    )
     assert r.returncode == 1 and data["failed"] == 1, r.stdout + r.stderr
     assert "fp64 on dg2" in _fails(data) or "Double type is not supported" in _fails(data), _fails(data)
     drift = tmp_path / "kernels_drift.py"
     head = "def _write_kv_kernel(X, C, SLOT, SCALE,"
     assert head in src
     drift.write_text(src.replace(head, head[:-1] + ", NEW,"))
-    r, data = _run(tmp_path, "--only", r"bmg:write_kv/d128/bf16->bf16$", env={"VXA_INTEL_KERNELS": str(drift)},
-                   timeout=600)
+    r, data = _run(
+        tmp_path, "--only", r"bmg:write_kv/d128/bf16->bf16$", env={"VXA_INTEL_KERNELS": str(drift)}, timeout=600
+    )
     assert r.returncode == 1 and "without a type" in _fails(data), r.stdout + r.stderr

@@ -46,8 +46,9 @@ def dist(tmp_path_factory) -> Path:
         else:
             shutil.copy2(ROOT / name, src / name)
     out = tmp_path_factory.mktemp("dist")
-    r = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(src)], capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(src)], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out
 
@@ -59,8 +60,12 @@ def _one(dist: Path, pattern: str) -> Path:
 
 
 def test_metadata_passes_the_index_checks(dist):
-    r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, sorted(dist.iterdir()))],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, sorted(dist.iterdir()))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -84,8 +89,11 @@ def test_wheel_metadata_license_version_typing(dist):
     # the console script and every entry point an engine discovers
     with zipfile.ZipFile(wheel) as z:
         eps = z.read(f"vllm_xpu_attn-{version}.dist-info/entry_points.txt").decode()
-    for line in ("vllm-xpu-attn = vllm_xpu_attn.cli:main", "xpu_attn = vllm_xpu_attn.vllm.plugin:platform_plugin",
-                 "xpu_attn = sglang_compat.plugin:register"):
+    for line in (
+        "vllm-xpu-attn = vllm_xpu_attn.cli:main",
+        "xpu_attn = vllm_xpu_attn.vllm.plugin:platform_plugin",
+        "xpu_attn = sglang_compat.plugin:register",
+    ):
         assert line in eps, eps
 
 
@@ -93,8 +101,14 @@ def test_sdist_carries_license_and_long_description(dist):
     sdist = _one(dist, "vllm_xpu_attn-*.tar.gz")
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
-    assert {"LICENSE", "docs/pypi.md", "pyproject.toml", "vllm_xpu_attn/__init__.py", "vllm_xpu_attn/py.typed",
-            "sglang_compat/plugin.py"} <= names, sorted(names)[:40]
+    assert {
+        "LICENSE",
+        "docs/pypi.md",
+        "pyproject.toml",
+        "vllm_xpu_attn/__init__.py",
+        "vllm_xpu_attn/py.typed",
+        "sglang_compat/plugin.py",
+    } <= names, sorted(names)[:40]
 
 
 def test_wheel_in_a_clean_venv_runs_the_doctor(dist, tmp_path):
@@ -103,15 +117,31 @@ def test_wheel_in_a_clean_venv_runs_the_doctor(dist, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
     wheel = _one(dist, "vllm_xpu_attn-*.whl")
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", "torch==2.13.0", str(wheel)],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-cache-dir", "torch==2.13.0", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     env = {"PATH": "/usr/bin:/bin", "COLUMNS": "200"}
-    where = subprocess.run([str(py), "-c", "import vllm_xpu_attn, sys; print(vllm_xpu_attn.__file__)"],
-                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    where = subprocess.run(
+        [str(py), "-c", "import vllm_xpu_attn, sys; print(vllm_xpu_attn.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert where.returncode == 0 and str(venv) in where.stdout, where.stdout + where.stderr
-    r = subprocess.run([str(venv / "bin" / "vllm-xpu-attn"), "doctor", "--device", "cpu"], capture_output=True,
-                       text=True, timeout=300, cwd=tmp_path, env=env)
+    r = subprocess.run(
+        [str(venv / "bin" / "vllm-xpu-attn"), "doctor", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert re.search(rf"vllm-xpu-attn\s+{re.escape(_version())}\b", r.stdout), r.stdout[:2000]
     assert "-> torch_sdpa" in r.stdout, r.stdout[-2000:]

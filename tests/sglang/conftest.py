@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import sglang  # noqa: F401  (hard requirement of this suite)
-
 from engine_runs import Runs, collect  # tests/support/ is on sys.path (tests/conftest.py)
 from tiny_model import make_tiny_model
 
@@ -30,8 +29,10 @@ def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     import families  # Gemma-3: a window SGLang honours (its Mistral, a Llama, drops the window)
 
-    return {"llama": make_tiny_model(root / "llama", "llama", seed=1),
-            "gemma3": families.make(str(root / "gemma3"), "gemma3", 0)}
+    return {
+        "llama": make_tiny_model(root / "llama", "llama", seed=1),
+        "gemma3": families.make(str(root / "gemma3"), "gemma3", 0),
+    }
 
 
 def run_sglang(model: str, tmp_path: Path, backend: str, args=(), tag="run", kernel: str | None = None) -> dict:
@@ -41,8 +42,13 @@ def run_sglang(model: str, tmp_path: Path, backend: str, args=(), tag="run", ker
     env.pop("XPU_ATTN_KERNEL", None)
     if kernel:
         env["XPU_ATTN_KERNEL"] = kernel
-    proc = subprocess.run([sys.executable, str(HERE / "run_sglang.py"), model, str(out), "--backend", backend,
-                           *map(str, args)], env=env, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "run_sglang.py"), model, str(out), "--backend", backend, *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     log = proc.stdout + proc.stderr
     if proc.returncode != 0 or not out.exists():
         raise AssertionError(f"SGLang run failed (rc {proc.returncode}):\n{log[-6000:]}")
@@ -63,13 +69,20 @@ def run_sglang_batch(jobs: dict[str, tuple], tmp_path: Path, name: str = "batch"
     for tag, (model, backend, args, *extra) in jobs.items():
         kernel, env = (list(extra) + [None, None])[:2]
         env = dict(env or {}, **({"XPU_ATTN_KERNEL": kernel} if kernel else {}))
-        plan.append({"model": str(model), "out": str(outs[tag]), "args": ["--backend", backend, *map(str, args)],
-                     "env": env})
+        plan.append(
+            {"model": str(model), "out": str(outs[tag]), "args": ["--backend", backend, *map(str, args)], "env": env}
+        )
     spec.write_text(json.dumps(plan))
     env = sglang_env()
     env.pop("XPU_ATTN_KERNEL", None)
-    proc = subprocess.run([sys.executable, str(HERE / "run_sglang.py"), "--batch", str(spec)], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600 + 400 * len(jobs))
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "run_sglang.py"), "--batch", str(spec)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600 + 400 * len(jobs),
+    )
     log = proc.stdout
     return collect("SGLang", outs, log, proc.returncode)
 

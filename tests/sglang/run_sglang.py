@@ -40,36 +40,58 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--then-prompts-json", action="append", default=[])
     ap.add_argument("--kv-cache-dtype", default=None, help="SGLang's kv_cache_dtype (default: SGLang's own, auto)")
     ap.add_argument("--tp", type=int, default=1, help="tp_size (one scheduler process per rank)")
-    ap.add_argument("--teacher-force-json", default=None,
-                    help="JSON list of token-id sequences: after generating, score each (input logprobs from "
-                         "position 0, top-5 and the given token at every position after the first) into "
-                         "'teacher_forced'")
-    ap.add_argument("--whisper", action="store_true",
-                    help="the model is whisper_model.py's: requests are its N_INPUTS audio inputs (float WAV files "
-                         "written next to OUT_JSON), language en, no text prompt; context length 2048")
-    ap.add_argument("--speculative-json", default=None,
-                    help="JSON dict of speculative Engine kwargs (speculative_algorithm, speculative_draft_model_path, "
-                         "speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens, ...)")
+    ap.add_argument(
+        "--teacher-force-json",
+        default=None,
+        help="JSON list of token-id sequences: after generating, score each (input logprobs from "
+        "position 0, top-5 and the given token at every position after the first) into "
+        "'teacher_forced'",
+    )
+    ap.add_argument(
+        "--whisper",
+        action="store_true",
+        help="the model is whisper_model.py's: requests are its N_INPUTS audio inputs (float WAV files "
+        "written next to OUT_JSON), language en, no text prompt; context length 2048",
+    )
+    ap.add_argument(
+        "--speculative-json",
+        default=None,
+        help="JSON dict of speculative Engine kwargs (speculative_algorithm, speculative_draft_model_path, "
+        "speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens, ...)",
+    )
     return ap
 
 
 def run(a: argparse.Namespace) -> None:
     t0 = time.time()
     import sglang
-
     from tiny_model import PROMPTS
 
     prompts = json.load(open(a.prompts_json)) if a.prompts_json else PROMPTS
     audio = None
     if a.whisper:
         audio = whisper_audio_files(Path(a.out).parent)
-        prompts, a.context_length = [""] * len(audio), 2048  # SGLang's Whisper ignores text prompts; 1,500 encoder tokens lead each row
+        prompts, a.context_length = (
+            [""] * len(audio),
+            2048,
+        )  # SGLang's Whisper ignores text prompts; 1,500 encoder tokens lead each row
     # The KV pool: a fixed 65,536-token cap under a high static fraction. SGLang sizes the pool from the host's free
     # memory, measured before the weights load and again after; a low fraction fails start-up when another process
     # on a shared host (CI's background lane) takes memory in between. 65,536 holds 48 requests at 1,024 tokens.
-    kw = dict(model_path=a.model, device="cpu", attention_backend=a.backend, dtype="float32", context_length=a.context_length,
-              mem_fraction_static=0.7, max_total_tokens=65536, disable_cuda_graph=True, random_seed=0, skip_server_warmup=True,
-              log_level="info", disable_radix_cache=a.disable_radix_cache)
+    kw = dict(
+        model_path=a.model,
+        device="cpu",
+        attention_backend=a.backend,
+        dtype="float32",
+        context_length=a.context_length,
+        mem_fraction_static=0.7,
+        max_total_tokens=65536,
+        disable_cuda_graph=True,
+        random_seed=0,
+        skip_server_warmup=True,
+        log_level="info",
+        disable_radix_cache=a.disable_radix_cache,
+    )
     if a.chunked_prefill_size:
         kw["chunked_prefill_size"] = a.chunked_prefill_size
     if a.page_size:
@@ -91,28 +113,41 @@ def run(a: argparse.Namespace) -> None:
     try:
         rounds = [prompts] * a.repeat + [json.load(open(f)) for f in a.then_prompts_json]
         for round_prompts in rounds:
-            res = engine.generate(prompt=round_prompts, sampling_params=sp, return_logprob=True, top_logprobs_num=5,
-                                  **({"audio_data": [[f] for f in audio]} if audio else {}))
+            res = engine.generate(
+                prompt=round_prompts,
+                sampling_params=sp,
+                return_logprob=True,
+                top_logprobs_num=5,
+                **({"audio_data": [[f] for f in audio]} if audio else {}),
+            )
             for r in res:
                 mi = r["meta_info"]
                 cached.append(mi.get("cached_tokens", 0))
                 spec.append({k: v for k, v in mi.items() if k.startswith("spec_")})
-                outs.append({
-                    "text": r["text"],
-                    "token_ids": [t[1] for t in mi["output_token_logprobs"]],
-                    "logprobs": [{str(t[1]): t[0] for t in step} for step in mi["output_top_logprobs"]],
-                })
+                outs.append(
+                    {
+                        "text": r["text"],
+                        "token_ids": [t[1] for t in mi["output_token_logprobs"]],
+                        "logprobs": [{str(t[1]): t[0] for t in step} for step in mi["output_top_logprobs"]],
+                    }
+                )
         if a.teacher_force_json:
             seqs = json.load(open(a.teacher_force_json))
-            tf_res = engine.generate(input_ids=seqs, sampling_params={"temperature": 0.0, "max_new_tokens": 1},
-                                     return_logprob=True, logprob_start_len=0, top_logprobs_num=5)
+            tf_res = engine.generate(
+                input_ids=seqs,
+                sampling_params={"temperature": 0.0, "max_new_tokens": 1},
+                return_logprob=True,
+                logprob_start_len=0,
+                top_logprobs_num=5,
+            )
             teacher_forced = []
             for seq, r in zip(seqs, tf_res):
                 mi = r["meta_info"]
                 given = mi["input_token_logprobs"]  # (logprob, id, text) per position, from position 0
                 # SGLang reports ids >= vocab_size - 1 as 0 (its image-hash clipping); the logprob is the given token's
-                assert len(given) == len(seq) and all(g[1] in (t, 0) for g, t in zip(given, seq)), \
+                assert len(given) == len(seq) and all(g[1] in (t, 0) for g, t in zip(given, seq)), (
                     "input logprobs not from position 0"
+                )
                 rows = []
                 for pos in range(1, len(seq)):  # nothing predicts the first token
                     row = {str(t[1]): t[0] for t in (mi["input_top_logprobs"][pos] or [])}

@@ -8,11 +8,12 @@ import sys
 
 import pytest
 import whisper_model
-
 from conftest import assert_parity, run_sglang_batch
 
-SHARED = ("a paged attention kernel reads keys and values from pages of a cache. intel gpus run vllm and sglang "
-          "with this backend. sliding windows, sinks, softcap and alibi change which keys a query sees. ")
+SHARED = (
+    "a paged attention kernel reads keys and values from pages of a cache. intel gpus run vllm and sglang "
+    "with this backend. sliding windows, sinks, softcap and alibi change which keys a query sees. "
+)
 SUFFIXES = ["the quick", "once upon", "one token", "model", "pages of", "intel", "a query", "the lazy dog"]
 
 
@@ -38,11 +39,19 @@ def runs(models, whisper, tmp_path_factory):
     radix = ["--max-tokens", "32", "--prompts-json", prompts, "--repeat", "2"]
     jobs = {}
     for arch in ARCHS:
-        jobs.update({f"{arch}/radix/own": (models[arch], "torch_native", radix),
-                     f"{arch}/radix/ours": (models[arch], "xpu_attn", radix),
-                     f"{arch}/radix/reference": (models[arch], "xpu_attn", radix, "reference")})
-    jobs.update({"gemma3/chunked/own": (models["gemma3"], "torch_native", CHUNKED),
-                 "gemma3/chunked/ours": (models["gemma3"], "xpu_attn", CHUNKED)})
+        jobs.update(
+            {
+                f"{arch}/radix/own": (models[arch], "torch_native", radix),
+                f"{arch}/radix/ours": (models[arch], "xpu_attn", radix),
+                f"{arch}/radix/reference": (models[arch], "xpu_attn", radix, "reference"),
+            }
+        )
+    jobs.update(
+        {
+            "gemma3/chunked/own": (models["gemma3"], "torch_native", CHUNKED),
+            "gemma3/chunked/ours": (models["gemma3"], "xpu_attn", CHUNKED),
+        }
+    )
     for page in WHISPER_PAGES:
         for side, backend in (("own", "torch_native"), ("ours", "xpu_attn")):
             jobs[f"whisper/page{page}/{side}"] = (whisper["path"], backend, [*WHISPER, "--page-size", page])
@@ -54,13 +63,13 @@ def test_parity_with_radix_prefix_hits(runs, arch):
     """8 varied prompts sharing a long prefix, sent twice: the second round hits the radix cache."""
     base, ours = runs[f"{arch}/radix/own"], runs[f"{arch}/radix/ours"]
     assert "xpu_attn (SGLang): providers {'prefill': 'torch_sdpa', 'decode': 'torch_sdpa'}" in ours["log"]
-    assert sum(ours["cached_tokens"][len(SUFFIXES):]) > 0, ours["cached_tokens"]  # prefix hits in round 2
+    assert sum(ours["cached_tokens"][len(SUFFIXES) :]) > 0, ours["cached_tokens"]  # prefix hits in round 2
     print(f"{arch}/radix: cached {ours['cached_tokens']}, max diff {assert_parity(base, ours):.2e}")
     # the reference (the oracle, CPU's second choice) stays covered end to end: forced
     ref = runs[f"{arch}/radix/reference"]
     assert "xpu_attn (SGLang): providers {'prefill': 'reference', 'decode': 'reference'}" in ref["log"]
     assert "forced by XPU_ATTN_KERNEL" in ref["log"]
-    assert sum(ref["cached_tokens"][len(SUFFIXES):]) > 0, ref["cached_tokens"]
+    assert sum(ref["cached_tokens"][len(SUFFIXES) :]) > 0, ref["cached_tokens"]
     print(f"{arch}/radix/forced reference: max diff {assert_parity(base, ref):.2e}")
 
 

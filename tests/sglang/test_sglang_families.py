@@ -9,17 +9,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from layouts import assert_close_to
 from naive import naive_paged_attention
 from sgl_objects import forward_batch as _fb
-from test_sglang_graphs import D, H, HKV, _backend, _pools, _runner, _World
+from test_sglang_graphs import HKV, D, H, _backend, _pools, _runner, _World
 
 
 def _layer(layer_id, **kw):
     from sglang.srt.layers.radix_attention import RadixAttention
 
-    return RadixAttention(H, D, D ** -0.5, HKV, layer_id=layer_id, **kw)
+    return RadixAttention(H, D, D**-0.5, HKV, layer_id=layer_id, **kw)
 
 
 def _table(world, reqs):
@@ -33,8 +32,9 @@ def _table(world, reqs):
 def _chunked_oracle(world, q, reqs, q_lens, chunk):
     pt, lens = _table(world, reqs)
     cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0).tolist()))
-    return naive_paged_attention(q.view(-1, H, D), world.keys[:, None], world.vals[:, None], pt, lens, cu,
-                                 scale=D ** -0.5, chunk_size=chunk)[0]
+    return naive_paged_attention(
+        q.view(-1, H, D), world.keys[:, None], world.vals[:, None], pt, lens, cu, scale=D**-0.5, chunk_size=chunk
+    )[0]
 
 
 def _extend(backend, world, reqs, lens, layers):
@@ -118,8 +118,15 @@ def test_bf16_query_on_an_fp32_model_returns_model_dtype():
     world.keys[loc] = world.keys[loc].bfloat16().float()  # what the pool stored
     world.vals[loc] = world.vals[loc].bfloat16().float()
     pt, lens = _table(world, [1, 2])
-    want = naive_paged_attention(q.float().view(-1, H, D), world.keys[:, None], world.vals[:, None], pt, lens,
-                                 torch.tensor([0, 5, 9]), scale=D ** -0.5)[0]
+    want = naive_paged_attention(
+        q.float().view(-1, H, D),
+        world.keys[:, None],
+        world.vals[:, None],
+        pt,
+        lens,
+        torch.tensor([0, 5, 9]),
+        scale=D**-0.5,
+    )[0]
     assert_close_to(out.view(-1, H, D), want, torch.float32)
 
 

@@ -11,7 +11,6 @@ import json
 import sys
 
 import pytest
-
 from conftest import run_sglang_batch
 from families import PROMPTS, agreement, build_all
 

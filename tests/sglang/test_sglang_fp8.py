@@ -22,11 +22,19 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import run_sglang_batch
 from families import PROMPTS
-from fp8_oracle import (FP8_TOL, KV_DTYPES, Oracle, agreement, assert_matches_rounded, engine_tf_diff, fmt_score,
-                        score, step_logprob_diff)
+from fp8_oracle import (
+    FP8_TOL,
+    KV_DTYPES,
+    Oracle,
+    agreement,
+    assert_matches_rounded,
+    engine_tf_diff,
+    fmt_score,
+    score,
+    step_logprob_diff,
+)
 
 DEFAULT_SCALE_LOG = "Using FP8 KV cache but no scaling factors provided. Defaulting to scaling factors of 1.0."
 
@@ -35,7 +43,6 @@ def report(capsys, msg: str) -> None:
     """Printed past pytest's capture: the reported (not asserted) figures show in a plain -q run."""
     with capsys.disabled():
         print(f"\n[fp8 sglang] {msg}", flush=True)
-
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +57,15 @@ def fp8(models, tmp_path_factory):
     runs = {}
 
     def args(kv: str, chunked: bool = False) -> list:
-        return ["--max-tokens", "32", "--prompts-json", prompts, "--kv-cache-dtype", kv,
-                *(["--chunked-prefill-size", "16"] if chunked else [])]
+        return [
+            "--max-tokens",
+            "32",
+            "--prompts-json",
+            prompts,
+            "--kv-cache-dtype",
+            kv,
+            *(["--chunked-prefill-size", "16"] if chunked else []),
+        ]
 
     def run(backend: str, kv: str, chunked: bool = False, teacher_force=None) -> dict:
         """Our runs (every FP8 format, and e4m3 chunked) in one SGLang process at first use; torch_native's
@@ -66,7 +80,9 @@ def fp8(models, tmp_path_factory):
             tf.write_text(json.dumps(teacher_force))
             runs[backend][key] = run_sglang_batch(
                 {key: (model, backend, [*args(kv, chunked), "--teacher-force-json", tf, "--disable-radix-cache"])},
-                root, name=f"fp8-{backend}")[key]
+                root,
+                name=f"fp8-{backend}",
+            )[key]
         return runs[backend][key]
 
     return SimpleNamespace(run=run, oracle=oracle, ids=ids)
@@ -103,8 +119,11 @@ def test_fp8_chunked_prefill_same_tokens(fp8, capsys):
         assert a["token_ids"] == b["token_ids"], f"prompt {i}: chunked prefill changed the tokens"
     d = step_logprob_diff(whole["outputs"], chunked["outputs"])
     vs_oracle = score(fp8.oracle.use(kv), fp8.ids, chunked["outputs"])
-    report(capsys, f"{kv} chunked (16) vs whole: {agreement(whole['outputs'], chunked['outputs'])}/12 identical, "
-                   f"max |dlogprob| {d:.2e}; vs rounded oracle: {fmt_score(vs_oracle)}")
+    report(
+        capsys,
+        f"{kv} chunked (16) vs whole: {agreement(whole['outputs'], chunked['outputs'])}/12 identical, "
+        f"max |dlogprob| {d:.2e}; vs rounded oracle: {fmt_score(vs_oracle)}",
+    )
     assert d < FP8_TOL and vs_oracle["tf_max"] < FP8_TOL
 
 
@@ -117,8 +136,11 @@ def test_fp8_report_torch_native(fp8, capsys):
     assert "xpu_attn (SGLang)" not in native["log"]
     check_fp8_run(native, kv)
     tf = engine_tf_diff(fp8.ids, ours["outputs"], native["teacher_forced"])
-    report(capsys, f"{kv} xpu_attn vs torch_native: {agreement(ours['outputs'], native['outputs'])}/12 greedy, "
-                   f"teacher-forced (torch_native on our tokens) max |dlogprob| {tf:.2e}")
+    report(
+        capsys,
+        f"{kv} xpu_attn vs torch_native: {agreement(ours['outputs'], native['outputs'])}/12 greedy, "
+        f"teacher-forced (torch_native on our tokens) max |dlogprob| {tf:.2e}",
+    )
     for name, setting in (("rounded oracle", kv), ("full-precision oracle", None)):
         s = score(fp8.oracle.use(setting), fp8.ids, native["outputs"])
         report(capsys, f"{kv} torch_native vs {name}: {fmt_score(s)}")

@@ -13,7 +13,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from layouts import assert_close_to
 from naive import naive_paged_attention
 from sgl_objects import forward_batch as _fb
@@ -24,11 +23,18 @@ WIDTH = 64  # token table width (max context length)
 
 def _runner(req_pool, kv_pool, page_size=1, chunk=None, topk=None, num_draft=None, encoder_decoder=False):
     return SimpleNamespace(
-        device="cpu", page_size=page_size, req_to_token_pool=req_pool, token_to_kv_pool=kv_pool,
-        model_config=SimpleNamespace(is_encoder_decoder=encoder_decoder), dtype=torch.float32,
+        device="cpu",
+        page_size=page_size,
+        req_to_token_pool=req_pool,
+        token_to_kv_pool=kv_pool,
+        model_config=SimpleNamespace(is_encoder_decoder=encoder_decoder),
+        dtype=torch.float32,
         kv_cache_dtype=torch.float32,
-        server_args=SimpleNamespace(speculative_eagle_topk=topk, speculative_num_draft_tokens=num_draft), model=None,
-        attention_chunk_size=chunk, use_mla_backend=False)
+        server_args=SimpleNamespace(speculative_eagle_topk=topk, speculative_num_draft_tokens=num_draft),
+        model=None,
+        attention_chunk_size=chunk,
+        use_mla_backend=False,
+    )
 
 
 def _pools(swa=False, page_size=1):
@@ -36,12 +42,29 @@ def _pools(swa=False, page_size=1):
 
     req_pool = ReqToTokenPool(size=8, max_context_len=WIDTH, device="cpu", enable_memory_saver=False)
     if not swa:
-        return req_pool, MHATokenToKVPool(size=512, page_size=page_size, dtype=torch.float32, head_num=HKV, head_dim=D,
-                                          layer_num=2, device="cpu", enable_memory_saver=False)
+        return req_pool, MHATokenToKVPool(
+            size=512,
+            page_size=page_size,
+            dtype=torch.float32,
+            head_num=HKV,
+            head_dim=D,
+            layer_num=2,
+            device="cpu",
+            enable_memory_saver=False,
+        )
     from sglang_compat.compat import SWAKVPool
 
-    pool = SWAKVPool(size=512, size_swa=256, page_size=page_size, dtype=torch.float32, head_num=HKV, head_dim=D,
-                     swa_attention_layer_ids=[1], full_attention_layer_ids=[0], device="cpu")
+    pool = SWAKVPool(
+        size=512,
+        size_swa=256,
+        page_size=page_size,
+        dtype=torch.float32,
+        head_num=HKV,
+        head_dim=D,
+        swa_attention_layer_ids=[1],
+        full_attention_layer_ids=[0],
+        device="cpu",
+    )
     # full slot -> SWA slot: a shuffled injection into the smaller pool (slot 0 stays the padding slot)
     g = torch.Generator().manual_seed(11)
     mapping = torch.zeros(512 + 1, dtype=torch.int64)
@@ -59,8 +82,10 @@ def _backend(runner):
 def _layers():
     from sglang.srt.layers.radix_attention import RadixAttention
 
-    return [RadixAttention(H, D, D ** -0.5, HKV, layer_id=0),
-            RadixAttention(H, D, D ** -0.5, HKV, layer_id=1, sliding_window_size=3, logit_cap=5.0)]
+    return [
+        RadixAttention(H, D, D**-0.5, HKV, layer_id=0),
+        RadixAttention(H, D, D**-0.5, HKV, layer_id=1, sliding_window_size=3, logit_cap=5.0),
+    ]
 
 
 class _World:
@@ -81,7 +106,7 @@ class _World:
             new = [self.free.pop() for _ in range(n)]  # shuffled, non-contiguous slots
         else:  # whole pages: each request owns a contiguous, page-aligned region
             new = list(range(64 * req + len(have), 64 * req + len(have) + n))
-        self.req_pool.req_to_token[req, len(have): len(have) + n] = torch.tensor(new, dtype=torch.int32)
+        self.req_pool.req_to_token[req, len(have) : len(have) + n] = torch.tensor(new, dtype=torch.int32)
         have.extend(new)
         return new
 
@@ -92,8 +117,17 @@ class _World:
             pt[i, : lens[i]] = torch.tensor(self.slots[r], dtype=torch.int32)
         cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0).tolist()))
         window, softcap = ((3, 0), 5.0) if layer_idx == 1 else ((-1, -1), 0.0)
-        return naive_paged_attention(q.view(-1, H, D), self.keys[:, None], self.vals[:, None], pt, torch.tensor(lens),
-                                     cu, scale=D ** -0.5, window=window, softcap=softcap)[0]
+        return naive_paged_attention(
+            q.view(-1, H, D),
+            self.keys[:, None],
+            self.vals[:, None],
+            pt,
+            torch.tensor(lens),
+            cu,
+            scale=D**-0.5,
+            window=window,
+            softcap=softcap,
+        )[0]
 
 
 def _prefill(backend, world, reqs, lens):
@@ -171,7 +205,7 @@ def test_graph_mode_with_local_attention_matches_oracle():
     req_pool, kv_pool = _pools()
     backend = _backend(_runner(req_pool, kv_pool, chunk=4))
     backend.init_cuda_graph_state(max_bs=4, max_num_tokens=4)
-    layer = RadixAttention(H, D, D ** -0.5, HKV, layer_id=0, use_irope=True)
+    layer = RadixAttention(H, D, D**-0.5, HKV, layer_id=0, use_irope=True)
     world = _World(req_pool, kv_pool, [layer], seed=4)
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -189,8 +223,16 @@ def test_graph_mode_with_local_attention_matches_oracle():
     pt = torch.zeros(2, 12, dtype=torch.int32)
     pt[0, :7] = torch.tensor(world.slots[1])
     pt[1, :12] = torch.tensor(world.slots[2])
-    want = naive_paged_attention(q[:2].view(2, H, D), world.keys[:, None], world.vals[:, None], pt,
-                                 torch.tensor([7, 12]), torch.tensor([0, 1, 2]), scale=D ** -0.5, chunk_size=4)[0]
+    want = naive_paged_attention(
+        q[:2].view(2, H, D),
+        world.keys[:, None],
+        world.vals[:, None],
+        pt,
+        torch.tensor([7, 12]),
+        torch.tensor([0, 1, 2]),
+        scale=D**-0.5,
+        chunk_size=4,
+    )[0]
     assert_close_to(out.view(-1, H, D)[:2], want, torch.float32)
 
 
@@ -205,10 +247,16 @@ def test_graph_planning_reads_no_device_values():
     mapping = torch.empty(513, dtype=torch.int64, device=M)
     backend.req_to_token_pool = SimpleNamespace(req_to_token=torch.empty(8, WIDTH, dtype=torch.int32, device=M))
     backend.token_to_kv_pool = SimpleNamespace(translate_loc_from_full_to_swa=lambda x: mapping[x.long()])
-    fb = SimpleNamespace(forward_mode=ForwardMode.DECODE, batch_size=4, spec_info=None, encoder_lens=None,
-                         req_pool_indices=torch.empty(4, dtype=torch.int64, device=M),
-                         seq_lens=torch.empty(4, dtype=torch.int32, device=M), seq_lens_cpu=None,
-                         out_cache_loc=torch.empty(4, dtype=torch.int64, device=M))
+    fb = SimpleNamespace(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=4,
+        spec_info=None,
+        encoder_lens=None,
+        req_pool_indices=torch.empty(4, dtype=torch.int64, device=M),
+        seq_lens=torch.empty(4, dtype=torch.int32, device=M),
+        seq_lens_cpu=None,
+        out_cache_loc=torch.empty(4, dtype=torch.int64, device=M),
+    )
     backend.init_forward_metadata_out_graph(fb, in_capture=True)  # host part: nothing for decode
     backend.init_forward_metadata_in_graph(fb)
     plan = backend.forward_metadata
@@ -240,7 +288,9 @@ def test_graph_target_verify_topk1_static_bound_leaves_room_for_drafts():
     assert_close_to(out.view(-1, H, D), world.oracle(q, [1, 2], [3, 3], 0), torch.float32)
 
 
-@pytest.mark.parametrize("kw,match", [(dict(topk=4, num_draft=8), "top-k"), (dict(encoder_decoder=True), "encoder-decoder")])
+@pytest.mark.parametrize(
+    "kw,match", [(dict(topk=4, num_draft=8), "top-k"), (dict(encoder_decoder=True), "encoder-decoder")]
+)
 def test_graph_capture_refused_where_unsupported(kw, match):
     req_pool, kv_pool = _pools()
     backend = _backend(_runner(req_pool, kv_pool, **kw))

@@ -28,7 +28,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from conftest import run_sglang_batch
 from naive_mla import naive_mla
 from sgl_objects import forward_batch as _fb
@@ -63,16 +62,31 @@ def _setup(page_size=1, kv_dtype=torch.float32, layers=None, width=128):
     from sglang_compat.backend import XpuAttnSGLangBackend
 
     req_pool = ReqToTokenPool(size=8, max_context_len=width, device="cpu", enable_memory_saver=False)
-    kv_pool = MLATokenToKVPool(size=1024, page_size=page_size, dtype=kv_dtype, kv_lora_rank=D_C, qk_rope_head_dim=D_R,
-                               layer_num=2, device="cpu", enable_memory_saver=False)
+    kv_pool = MLATokenToKVPool(
+        size=1024,
+        page_size=page_size,
+        dtype=kv_dtype,
+        kv_lora_rank=D_C,
+        qk_rope_head_dim=D_R,
+        layer_num=2,
+        device="cpu",
+        enable_memory_saver=False,
+    )
     layers = layers if layers is not None else _layers()
     hf = SimpleNamespace(kv_lora_rank=D_C, qk_rope_head_dim=D_R, qk_nope_head_dim=D_H, v_head_dim=D_V)
     runner = SimpleNamespace(
-        device="cpu", page_size=page_size, req_to_token_pool=req_pool, token_to_kv_pool=kv_pool,
-        model_config=SimpleNamespace(is_encoder_decoder=False, hf_text_config=hf), dtype=torch.float32,
-        kv_cache_dtype=kv_dtype, server_args=SimpleNamespace(speculative_eagle_topk=None,
-                                                             speculative_num_draft_tokens=None),
-        model=torch.nn.ModuleList(layers), attention_chunk_size=None, use_mla_backend=True)
+        device="cpu",
+        page_size=page_size,
+        req_to_token_pool=req_pool,
+        token_to_kv_pool=kv_pool,
+        model_config=SimpleNamespace(is_encoder_decoder=False, hf_text_config=hf),
+        dtype=torch.float32,
+        kv_cache_dtype=kv_dtype,
+        server_args=SimpleNamespace(speculative_eagle_topk=None, speculative_num_draft_tokens=None),
+        model=torch.nn.ModuleList(layers),
+        attention_chunk_size=None,
+        use_mla_backend=True,
+    )
     return XpuAttnSGLangBackend(runner), req_pool, kv_pool
 
 
@@ -82,8 +96,8 @@ class _World:
     def __init__(self, req_pool, kv_pool, seed, page_size=1, kv_dtype=torch.float32):
         self.g = torch.Generator().manual_seed(seed)
         self.req_pool, self.kv_pool, self.page_size, self.kv_dtype = req_pool, kv_pool, page_size, kv_dtype
-        self.w_uk = torch.randn(H, D_H, D_C, generator=self.g) * D_C ** -0.5
-        self.w_uv = torch.randn(H, D_V, D_C, generator=self.g) * D_C ** -0.5
+        self.w_uk = torch.randn(H, D_H, D_C, generator=self.g) * D_C**-0.5
+        self.w_uv = torch.randn(H, D_V, D_C, generator=self.g) * D_C**-0.5
         self.free = (torch.randperm(900, generator=self.g) + 1).tolist()  # slot 0 is SGLang's padding slot
         self.slots: dict[int, list[int]] = {}
         self.c: dict[int, torch.Tensor] = {}
@@ -96,7 +110,7 @@ class _World:
         else:  # whole pages: each request owns a page-aligned region (pages 1.. of 16)
             base = 128 * req + self.page_size
             new = list(range(base + len(have), base + len(have) + n))
-        self.req_pool.req_to_token[req, len(have): len(have) + n] = torch.tensor(new, dtype=torch.int32)
+        self.req_pool.req_to_token[req, len(have) : len(have) + n] = torch.tensor(new, dtype=torch.int32)
         have.extend(new)
         c = torch.randn(n, D_C, generator=self.g)
         kr = torch.randn(n, D_R, generator=self.g)
@@ -115,8 +129,18 @@ class _World:
         outs, at = [], 0
         for r, ql in zip(reqs, q_lens):
             c, kr = self.seen(r, cached)
-            outs.append(naive_mla(q_nope[at:at + ql], q_rope[at:at + ql], c, kr, self.w_uk, self.w_uv,
-                                  q_start=c.shape[0] - ql, scale=SCALE))
+            outs.append(
+                naive_mla(
+                    q_nope[at : at + ql],
+                    q_rope[at : at + ql],
+                    c,
+                    kr,
+                    self.w_uk,
+                    self.w_uv,
+                    q_start=c.shape[0] - ql,
+                    scale=SCALE,
+                )
+            )
             at += ql
         return torch.cat(outs)
 
@@ -162,11 +186,20 @@ def _absorbed(backend, world, mqa, fb, reqs, q_lens, new_rows, form):
         q = torch.cat([q_lat, q_rope], -1).reshape(q_lat.shape[0], -1)
         k = torch.cat([c, kr], -1)[:, None]
         out = (backend.forward_decode if fb.forward_mode.is_decode() else backend.forward_extend)(
-            q, k, c[:, None], mqa, fb, save_kv_cache=True)
+            q, k, c[:, None], mqa, fb, save_kv_cache=True
+        )
     else:  # intel_xpu: q_nope_out, k_nope with q_rope/k_rope kwargs
         fwd = backend.forward_decode if fb.forward_mode.is_decode() else backend.forward_extend
-        out = fwd(q_lat.reshape(q_lat.shape[0], -1), c[:, None], c[:, None], mqa, fb, save_kv_cache=True,
-                  q_rope=q_rope.reshape(q_rope.shape[0], -1), k_rope=kr[:, None])
+        out = fwd(
+            q_lat.reshape(q_lat.shape[0], -1),
+            c[:, None],
+            c[:, None],
+            mqa,
+            fb,
+            save_kv_cache=True,
+            q_rope=q_rope.reshape(q_rope.shape[0], -1),
+            k_rope=kr[:, None],
+        )
     assert out.shape == (sum(q_lens), H * D_C)
     got = torch.einsum("thc,hvc->thv", out.view(-1, H, D_C).double(), world.w_uv.double())
     return got, world.oracle(reqs, q_lens, q_nope, q_rope)
@@ -197,8 +230,14 @@ def test_mla_prefill_extend_with_prefix_and_decode_match_naive_mla(page_size, fo
     _close(got, want)
     # the MHA layer on a step with a cached prefix must refuse, never drop the prefix
     with pytest.raises(ValueError, match="cached prefix"):
-        backend.forward_extend(torch.zeros(11, H * (D_H + D_R)), torch.zeros(11, H, D_H + D_R),
-                               torch.zeros(11, H, D_V), mha, fb, save_kv_cache=False)
+        backend.forward_extend(
+            torch.zeros(11, H * (D_H + D_R)),
+            torch.zeros(11, H, D_H + D_R),
+            torch.zeros(11, H, D_V),
+            mha,
+            fb,
+            save_kv_cache=False,
+        )
 
     # 3. two decode steps
     for _ in range(2):
@@ -223,6 +262,7 @@ def test_mla_graph_mode_decode_with_padded_rows(monkeypatch):
     CPU provider is then declared graph-safe for the test; the MHA-prefill provider, which never runs in a
     graph, must not block capture even when it is not graph-safe."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
     from vllm_xpu_attn.kernels.api import get_provider
     from vllm_xpu_attn.kernels.providers.cpu_sdpa import TorchSdpaProvider
     from vllm_xpu_attn.kernels.providers.reference import ReferenceProvider
@@ -249,8 +289,12 @@ def test_mla_graph_mode_decode_with_padded_rows(monkeypatch):
         reqs = [1, 2, 3]
         rows = [world.grow(r, 1) for r in reqs]
         fill = backend.get_cuda_graph_seq_len_fill_value()
-        fb = _fb(ForwardMode.DECODE, reqs + [0], [len(world.slots[r]) for r in reqs] + [fill],
-                 torch.tensor([r[0][0] for r in rows] + [0]))
+        fb = _fb(
+            ForwardMode.DECODE,
+            reqs + [0],
+            [len(world.slots[r]) for r in reqs] + [fill],
+            torch.tensor([r[0][0] for r in rows] + [0]),
+        )
         backend.init_forward_metadata_out_graph(fb, in_capture=True)
         backend.init_forward_metadata_in_graph(fb)
         plan = backend.forward_metadata
@@ -309,22 +353,35 @@ def _yarn(path: Path) -> None:
     its mscale also enters the attention scale (layer.scaling), so that is checked end to end too."""
     cfg_path = path / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["rope_parameters"] = {"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0,
-                              "original_max_position_embeddings": 256, "beta_fast": 32.0, "beta_slow": 1.0,
-                              "mscale": 0.707, "mscale_all_dim": 0.707}
+    cfg["rope_parameters"] = {
+        "rope_theta": 10000.0,
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 256,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 0.707,
+        "mscale_all_dim": 0.707,
+    }
     cfg_path.write_text(json.dumps(cfg, indent=2))
 
 
 def _hf_greedy(path: Path, prompts: list, out: Path) -> list:
     """transformers' eager greedy tokens (tests/support/families.py greedy) for these prompts, in a subprocess."""
     tests = Path(__file__).resolve().parent.parent / "support"
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import families; "
-            "families.PROMPTS[:] = json.load(open(sys.argv[2])); "
-            "json.dump(families.greedy(sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))")
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import families; "
+        "families.PROMPTS[:] = json.load(open(sys.argv[2])); "
+        "json.dump(families.greedy(sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))"
+    )
     pj = out.with_suffix(".prompts.json")
     pj.write_text(json.dumps(prompts))
-    subprocess.run([sys.executable, "-c", code, str(tests), str(pj), str(path), str(N_TOKENS), str(out)], check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-c", code, str(tests), str(pj), str(path), str(N_TOKENS), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return json.loads(out.read_text())
 
 
@@ -334,26 +391,53 @@ def deepseek(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("mla")
     path = root / "deepseek-v2"
-    subprocess.run([sys.executable, str(Path(families.__file__)), "make", str(path), "deepseek-v2", "0"], check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, str(Path(families.__file__)), "make", str(path), "deepseek-v2", "0"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     _yarn(path)
     prompts = list(families.PROMPTS)
     shared = [prompts[i] + SUFFIXES[i % len(SUFFIXES)] for i in range(0, len(prompts), 2)]
     (root / "prompts.json").write_text(json.dumps(prompts))
     (root / "shared.json").write_text(json.dumps(shared))
-    return {"path": str(path), "root": root, "prompts": root / "prompts.json", "shared": root / "shared.json",
-            "hf": _hf_greedy(path, prompts, root / "hf.json"), "hf_shared": _hf_greedy(path, shared, root / "hf2.json")}
+    return {
+        "path": str(path),
+        "root": root,
+        "prompts": root / "prompts.json",
+        "shared": root / "shared.json",
+        "hf": _hf_greedy(path, prompts, root / "hf.json"),
+        "hf_shared": _hf_greedy(path, shared, root / "hf2.json"),
+    }
 
 
 @pytest.fixture(scope="module")
 def e2e(deepseek):
     """The runs below in one SGLang process (each its own Engine), SGLang's refusal last (it may end the process)."""
     d = deepseek
-    jobs = {"radix": (d["path"], "xpu_attn", ["--max-tokens", N_TOKENS, "--prompts-json", d["prompts"], "--repeat", 2,
-                                             "--then-prompts-json", d["shared"]]),
-            "chunked": (d["path"], "xpu_attn", ["--max-tokens", N_TOKENS, "--prompts-json", d["prompts"],
-                                               "--chunked-prefill-size", 16, "--page-size", 16]),
-            "torch_native": (d["path"], "torch_native", ["--max-tokens", 2, "--prompts-json", d["shared"]])}
+    jobs = {
+        "radix": (
+            d["path"],
+            "xpu_attn",
+            [
+                "--max-tokens",
+                N_TOKENS,
+                "--prompts-json",
+                d["prompts"],
+                "--repeat",
+                2,
+                "--then-prompts-json",
+                d["shared"],
+            ],
+        ),
+        "chunked": (
+            d["path"],
+            "xpu_attn",
+            ["--max-tokens", N_TOKENS, "--prompts-json", d["prompts"], "--chunked-prefill-size", 16, "--page-size", 16],
+        ),
+        "torch_native": (d["path"], "torch_native", ["--max-tokens", 2, "--prompts-json", d["shared"]]),
+    }
     return run_sglang_batch(jobs, d["root"], name="mla")
 
 
@@ -370,8 +454,8 @@ def test_deepseek_v2_e2e_matches_transformers_with_radix_hits(deepseek, e2e):
     assert len(got) == 2 * n + len(deepseek["hf_shared"])
     assert all(c > 0 for c in cached[n:]), f"rounds 2 and 3 must hit the radix cache: {cached}"
     assert got[:n] == deepseek["hf"], "first round differs from transformers"
-    assert got[n:2 * n] == deepseek["hf"], "radix-cache round differs from transformers"
-    assert got[2 * n:] == deepseek["hf_shared"], "shared-prefix round differs from transformers"
+    assert got[n : 2 * n] == deepseek["hf"], "radix-cache round differs from transformers"
+    assert got[2 * n :] == deepseek["hf_shared"], "shared-prefix round differs from transformers"
 
 
 def test_deepseek_v2_e2e_chunked_prefill_page_16(deepseek, e2e):

@@ -102,7 +102,8 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.arg_groups.model_override_base import resolved_view
 def page(**kw):
     sa = ServerArgs(model_path={model!r}, device="cpu", **kw); sa.resolve_once(); return resolved_view(sa).page_size
-print(page(attention_backend="xpu_attn"), page(attention_backend="xpu_attn", page_size=16), page(attention_backend="torch_native"))
+print(page(attention_backend="xpu_attn"), page(attention_backend="xpu_attn", page_size=16),
+      page(attention_backend="torch_native"))
 """
     assert _py(code).splitlines()[-1] == "64 16 1"
 
@@ -126,7 +127,8 @@ b.XpuAttnSGLangBackend = Fake
 runner = SimpleNamespace(draft_attention_backend="xpu_attn",
                          model_config=SimpleNamespace(hf_config=None, hf_text_config=None))
 f = DraftBackendFactory(runner, topk=1, speculative_num_steps=3)
-dec = f._create_backend("decode_attention_backend", {}, "EAGLE is not supported in {backend_type}", stamps_children=True)
+dec = f._create_backend("decode_attention_backend", {}, "EAGLE is not supported in {backend_type}",
+                        stamps_children=True)
 ext = f._create_backend("prefill_attention_backend", {}, "EAGLE is not supported in {backend_type}")
 print("xpu_attn" in DRAFT_ATTENTION_BACKEND_CHOICES, type(dec).__name__, len(dec.attn_backends), type(ext).__name__)
 print(made)

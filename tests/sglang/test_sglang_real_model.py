@@ -26,7 +26,6 @@ The bf16, FP8 and NGRAM runs use the 8 SUBSET prompts (the first four chat and t
 from types import SimpleNamespace
 
 import pytest
-
 import real_model as rm
 from conftest import sglang_env
 from parity import LOGPROB_TOL
@@ -55,8 +54,15 @@ def real(tmp_path_factory):
     ]
     root = tmp_path_factory.mktemp("real-sglang")
     own = launch("sglang", "own", model, ref["ids"], common, root, sglang_env())
-    ours = launch("sglang", "ours", model, ref["ids"], common + [
-        {"name": "ngram", "budget": BUDGET, "subset": SUBSET, "spec": "ngram"}], root, sglang_env())
+    ours = launch(
+        "sglang",
+        "ours",
+        model,
+        ref["ids"],
+        common + [{"name": "ngram", "budget": BUDGET, "subset": SUBSET, "spec": "ngram"}],
+        root,
+        sglang_env(),
+    )
     print(f"SGLang processes: torch_native {own['wall_s']:.0f} s, xpu_attn {ours['wall_s']:.0f} s")
     return SimpleNamespace(model=model, ref=ref, own=own, ours=ours)
 
@@ -77,8 +83,11 @@ def test_fp32_parity_with_torch_native_and_transformers(real, capsys):
     s_own = rm.compare(real.ref, own["tokens"], logprobs=own["logprobs"])
     report(capsys, f"fp32 xpu_attn vs transformers: {rm.fmt(s_ours)}")
     report(capsys, f"fp32 torch_native vs transformers: {rm.fmt(s_own)}")
-    report(capsys, f"fp32 xpu_attn vs torch_native: {len(ours['tokens'])}/{len(own['tokens'])} identical, "
-                   f"max |dlogprob| {d_own:.2e}")
+    report(
+        capsys,
+        f"fp32 xpu_attn vs torch_native: {len(ours['tokens'])}/{len(own['tokens'])} identical, "
+        f"max |dlogprob| {d_own:.2e}",
+    )
     assert {d[0] for d in s_ours["diverged"]} <= {d[0] for d in s_own["diverged"]}, s_ours["diverged"]
     assert s_ours["tf_max"] < TF_TOL and s_own["tf_max"] < TF_TOL, (s_ours["tf_max"], s_own["tf_max"])
 
@@ -88,14 +97,23 @@ def test_fp32_radix_cache_hits(real, capsys):
         r = ok(res, "fp32")
         assert r["cache_hits"] > 0, r["cache_hits"]
         assert r["again_tokens"] == [r["tokens"][i] for i in rm.SHARED_PAIR]
-    report(capsys, f"radix cache hits on the shared-prefix prompts sent again (cached tokens): xpu_attn "
-                   f"{ok(real.ours, 'fp32')['cache_hits']}, torch_native {ok(real.own, 'fp32')['cache_hits']}")
+    report(
+        capsys,
+        f"radix cache hits on the shared-prefix prompts sent again (cached tokens): xpu_attn "
+        f"{ok(real.ours, 'fp32')['cache_hits']}, torch_native {ok(real.own, 'fp32')['cache_hits']}",
+    )
 
 
 def no_worse(real, capsys, name: str) -> None:
     """tests/support/real_model.py no_worse on the SUBSET prompts."""
-    rm.no_worse(sub(real.ref, SUBSET), ok(real.ours, name), ok(real.own, name), name=name, labels=("xpu_attn", "torch_native"),
-                report=lambda msg: report(capsys, msg))
+    rm.no_worse(
+        sub(real.ref, SUBSET),
+        ok(real.ours, name),
+        ok(real.own, name),
+        name=name,
+        labels=("xpu_attn", "torch_native"),
+        report=lambda msg: report(capsys, msg),
+    )
 
 
 def test_bf16_vs_fp32_reference(real, capsys):
@@ -117,17 +135,19 @@ def test_ngram_speculative_decoding(real, capsys):
             assert spec["tokens"][k] == base[i], f"prompt {i}: NGRAM speculation changed the tokens vs {name}"
     m = spec["spec"]
     assert m["spec_num_proposed_drafts"] > 0 and m["spec_num_correct_drafts"] > 0, m
-    report(capsys, f"NGRAM: {len(SUBSET)}/{len(SUBSET)} identical to non-speculative xpu_attn and torch_native; "
-                   f"accepted {m['spec_num_correct_drafts']}/{m['spec_num_proposed_drafts']} drafts, "
-                   f"{len(SUBSET) * 32 / max(1, m['spec_verify_ct']):.2f} tokens per verify")
+    report(
+        capsys,
+        f"NGRAM: {len(SUBSET)}/{len(SUBSET)} identical to non-speculative xpu_attn and torch_native; "
+        f"accepted {m['spec_num_correct_drafts']}/{m['spec_num_proposed_drafts']} drafts, "
+        f"{len(SUBSET) * 32 / max(1, m['spec_verify_ct']):.2f} tokens per verify",
+    )
 
 
 def test_openai_server_chat_completion(real, tmp_path, capsys):
     """`python -m sglang.launch_server --attention-backend xpu_attn` serves the model: a greedy chat completion, not
     streamed and streamed, answers what transformers answers, then a clean SIGTERM stop."""
-    from transformers import AutoTokenizer
-
     from real_model_engine import chat_over_http
+    from transformers import AutoTokenizer
 
     want = rm.answer_text(AutoTokenizer.from_pretrained(real.model), real.ref["tokens"][0])  # prompt 0: the question
     assert "Paris" in want
@@ -136,5 +156,8 @@ def test_openai_server_chat_completion(real, tmp_path, capsys):
     assert r["plain"].strip() == want and r["finish"] == "stop", r["plain"]
     assert r["streamed"].strip() == want and r["chunks"] > 1, r["streamed"]
     assert r["shutdown"]["clean"], r["shutdown"]
-    report(capsys, f"HTTP chat completion (started in {r['startup_s']:.0f} s): {r['plain']!r}; streamed in "
-                   f"{r['chunks']} chunks: {r['streamed']!r}")
+    report(
+        capsys,
+        f"HTTP chat completion (started in {r['startup_s']:.0f} s): {r['plain']!r}; streamed in "
+        f"{r['chunks']} chunks: {r['streamed']!r}",
+    )

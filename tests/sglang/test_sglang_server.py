@@ -8,7 +8,6 @@ pool by itself, see benchmarks/serve_compare.py SGLANG_PRESSURE): requests retra
 in both, and the tokens are still those of the unpressured torch_native run."""
 
 import pytest
-
 from server_load import check_identical, check_load, serve_compare
 
 
@@ -30,8 +29,9 @@ def test_server_load_identical(unpressured):
 
 
 def test_server_load_under_retraction(models, unpressured, tmp_path):
-    rep = serve_compare("sglang", models["llama"], tmp_path / "load-sglang-pressure.json", pressure=True,
-                        reference=unpressured["_path"])
+    rep = serve_compare(
+        "sglang", models["llama"], tmp_path / "load-sglang-pressure.json", pressure=True, reference=unpressured["_path"]
+    )
     check_load(rep)
     check_identical(rep)
     for b in ("own", "ours"):

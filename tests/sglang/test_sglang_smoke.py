@@ -9,7 +9,6 @@ import os
 import sys
 
 import sglang
-
 from conftest import run_sglang
 from families import PROMPTS, build_all
 
@@ -21,8 +20,11 @@ def test_plugin_discovered_and_a_tiny_model_generates_through_the_backend(tmp_pa
     if os.environ.get("VXA_EXPECT_WHEEL") == "1":  # CI's oldest-release run: the installed wheel, not the sources
         assert "site-packages" in vllm_xpu_attn.__file__, vllm_xpu_attn.__file__
     assert versions.unsupported_reason("sglang", sglang.__version__) is None, sglang.__version__
-    ours = {ep.value for ep in md.entry_points(group="sglang.srt.plugins") if ep.name == "xpu_attn" and ep.dist
-            and ep.dist.name == "vllm-xpu-attn"}
+    ours = {
+        ep.value
+        for ep in md.entry_points(group="sglang.srt.plugins")
+        if ep.name == "xpu_attn" and ep.dist and ep.dist.name == "vllm-xpu-attn"
+    }
     assert ours == {"sglang_compat.plugin:register"}, ours
     fam = build_all(tmp_path / "models", sys.executable, families=("qwen3",))["qwen3"]
     prompts = tmp_path / "prompts.json"

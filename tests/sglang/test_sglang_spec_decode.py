@@ -24,7 +24,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import STUBS, assert_parity, run_sglang_batch
 from spec_models import SPEC_PROMPTS as PROMPTS
 from spec_models import make_eagle_draft, make_spec_target
@@ -32,17 +31,33 @@ from spec_models import make_eagle_draft, make_spec_target
 SHIMS = str(Path(__file__).parent / "spec_cpu_shims")
 CONFIGS = {
     # EAGLE chain: 3 draft steps, 4 tokens verified per request
-    "eagle-topk1": ({"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-                     "speculative_num_draft_tokens": 4}, 1),
+    "eagle-topk1": (
+        {
+            "speculative_algorithm": "EAGLE",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4,
+        },
+        1,
+    ),
     # EAGLE tree: 2 branches per step, 6 of the tree's tokens verified (tree mask, cascade)
-    "eagle-topk2": ({"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
-                     "speculative_num_draft_tokens": 6}, 2),
+    "eagle-topk2": (
+        {
+            "speculative_algorithm": "EAGLE",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 2,
+            "speculative_num_draft_tokens": 6,
+        },
+        2,
+    ),
     # NGRAM: SGLang sets top-k to its BFS breadth (10) itself; the prompts run twice, so round 2 finds
     # round 1's continuations in the corpus (long accepted paths through the tree)
     "ngram": ({"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": 6}, 10),
 }
-STEP = re.compile(r"xpu_attn \(SGLang\): step role=(\w+) forward_mode=(\w+) plan=(\w+) bs=(\d+) tokens=(\d+) "
-                  r"max_q=(\d+) topk=(\d+) num_draft=(\d+) step_id=(\d+) tree_mask=(\w+)")
+STEP = re.compile(
+    r"xpu_attn \(SGLang\): step role=(\w+) forward_mode=(\w+) plan=(\w+) bs=(\d+) tokens=(\d+) "
+    r"max_q=(\d+) topk=(\d+) num_draft=(\d+) step_id=(\d+) tree_mask=(\w+)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +78,13 @@ def spec(tmp_path_factory):
         if cfg["speculative_algorithm"] == "EAGLE":
             cfg["speculative_draft_model_path"] = draft
         rounds = 2 if name == "ngram" else 1
-        jobs[name] = (target, "xpu_attn", [*args, "--repeat", rounds, "--speculative-json", json.dumps(cfg)], None,
-                      spec_env)
+        jobs[name] = (
+            target,
+            "xpu_attn",
+            [*args, "--repeat", rounds, "--speculative-json", json.dumps(cfg)],
+            None,
+            spec_env,
+        )
     return run_sglang_batch(jobs, root, name="spec")
 
 
@@ -82,7 +102,7 @@ def test_spec_decode_identical_to_non_spec(spec, name):
     assert "spec_cpu_shims:" in log  # the Triton routing for SGLang's own speculative kernels took effect
     n = len(PROMPTS)
     for r in range(rounds):  # every round identical to both non-speculative runs
-        this = dict(res, outputs=res["outputs"][r * n:(r + 1) * n])
+        this = dict(res, outputs=res["outputs"][r * n : (r + 1) * n])
         d_ours, d_base = assert_parity(spec["ours"], this), assert_parity(spec["base"], this)
     correct = sum(s.get("spec_num_correct_drafts", 0) for s in res["spec"])
     proposed = sum(s.get("spec_num_proposed_drafts", 0) for s in res["spec"])
@@ -93,12 +113,16 @@ def test_spec_decode_identical_to_non_spec(spec, name):
     assert verify and all(s["plan"] == "target_verify" for s in verify), "this backend planned no verify step"
     assert all(int(s["topk"]) == topk for s in st), {s["topk"] for s in st}  # as SGLang resolved it
     assert all(s["tree_mask"] == "True" for s in verify) or topk == 1  # trees: verified under SGLang's tree mask
-    summary = (f"{name}: accepted {correct}/{proposed} drafts ({100 * correct / proposed:.1f}%), "
-               f"{len(res['outputs']) * 32 / verify_ct:.2f} tokens per verify; this backend planned {len(verify)} "
-               f"target verify steps (top-k {topk})")
+    summary = (
+        f"{name}: accepted {correct}/{proposed} drafts ({100 * correct / proposed:.1f}%), "
+        f"{len(res['outputs']) * 32 / verify_ct:.2f} tokens per verify; this backend planned {len(verify)} "
+        f"target verify steps (top-k {topk})"
+    )
     if name == "ngram":
         late = res["spec"][n:]
-        assert sum(s["spec_num_correct_drafts"] for s in late) > sum(s["spec_num_correct_drafts"] for s in res["spec"][:n])
+        assert sum(s["spec_num_correct_drafts"] for s in late) > sum(
+            s["spec_num_correct_drafts"] for s in res["spec"][:n]
+        )
         assert not [s for s in st if s["role"] == "draft"]
     else:
         draft = [s for s in st if s["role"] == "draft"]
@@ -120,11 +144,14 @@ def test_spec_params_are_read_as_sglang_resolved_them(monkeypatch):
 
     from sglang_compat.compat import spec_params
 
-    runner = SimpleNamespace(server_args=SimpleNamespace(speculative_eagle_topk=None, speculative_num_draft_tokens=None))
+    runner = SimpleNamespace(
+        server_args=SimpleNamespace(speculative_eagle_topk=None, speculative_num_draft_tokens=None)
+    )
     assert spec_params(runner) == (0, 0)  # not published (no engine in this process): the ServerArgs fields
     runner.server_args.speculative_eagle_topk, runner.server_args.speculative_num_draft_tokens = 2, 6
     assert spec_params(runner) == (2, 6)
-    monkeypatch.setattr(rc, "get_spec", lambda: SimpleNamespace(speculative_eagle_topk=10,
-                                                                 speculative_num_draft_tokens=12))
+    monkeypatch.setattr(
+        rc, "get_spec", lambda: SimpleNamespace(speculative_eagle_topk=10, speculative_num_draft_tokens=12)
+    )
     runner.server_args.speculative_eagle_topk = runner.server_args.speculative_num_draft_tokens = None
     assert spec_params(runner) == (10, 12)  # what SGLang chose for NGRAM

@@ -36,14 +36,24 @@ def layer_specs(log: str) -> dict[tuple[int, int], dict[int, tuple[int, int, int
 
 def test_tp2_matches_tp1_and_torch_native(models, tmp_path):
     cfg = json.loads((Path(models["llama"]) / "config.json").read_text())
-    hq, hkv, d, n_layers = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
-                            cfg["num_hidden_layers"])
+    hq, hkv, d, n_layers = (
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg["head_dim"],
+        cfg["num_hidden_layers"],
+    )
     assert hq % 2 == 0 and hkv % 2 == 0, "the TP=2 model must split its heads evenly"
 
     tp_env = {"SGLANG_NCCL_SO_PATH": str(tmp_path / "no-nccl-on-the-cpu.so"), "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
-    runs = run_sglang_batch({"tp1": (models["llama"], "xpu_attn", ["--max-tokens", "32"]),
-                             "tp2": (models["llama"], "xpu_attn", TP_ARGS, None, tp_env),
-                             "tp2-base": (models["llama"], "torch_native", TP_ARGS, None, tp_env)}, tmp_path, name="tp")
+    runs = run_sglang_batch(
+        {
+            "tp1": (models["llama"], "xpu_attn", ["--max-tokens", "32"]),
+            "tp2": (models["llama"], "xpu_attn", TP_ARGS, None, tp_env),
+            "tp2-base": (models["llama"], "torch_native", TP_ARGS, None, tp_env),
+        },
+        tmp_path,
+        name="tp",
+    )
     tp1, tp2, tp2_base = runs["tp1"], runs["tp2"], runs["tp2-base"]
 
     for rank in (0, 1):  # really two ranks, pynccl off

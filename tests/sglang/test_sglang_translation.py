@@ -5,10 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
+from layouts import assert_close_to
 from naive import naive_paged_attention
 from sgl_objects import forward_batch as _fb
-from layouts import assert_close_to
 
 H, HKV, D = 4, 2, 16
 
@@ -17,13 +16,29 @@ def _setup(page_size=1, kv_dtype=torch.float32, chunk=None, encoder_decoder=Fals
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
     req_pool = ReqToTokenPool(size=4, max_context_len=64, device="cpu", enable_memory_saver=False)
-    kv_pool = MHATokenToKVPool(size=512, page_size=page_size, dtype=kv_dtype, head_num=HKV, head_dim=D,
-                               layer_num=3, device="cpu", enable_memory_saver=False)
+    kv_pool = MHATokenToKVPool(
+        size=512,
+        page_size=page_size,
+        dtype=kv_dtype,
+        head_num=HKV,
+        head_dim=D,
+        layer_num=3,
+        device="cpu",
+        enable_memory_saver=False,
+    )
     runner = SimpleNamespace(
-        device="cpu", page_size=page_size, req_to_token_pool=req_pool, token_to_kv_pool=kv_pool,
-        model_config=SimpleNamespace(is_encoder_decoder=encoder_decoder), dtype=torch.float32, kv_cache_dtype=kv_dtype,
-        server_args=SimpleNamespace(speculative_eagle_topk=None, speculative_num_draft_tokens=None), model=None,
-        attention_chunk_size=chunk, use_mla_backend=False)
+        device="cpu",
+        page_size=page_size,
+        req_to_token_pool=req_pool,
+        token_to_kv_pool=kv_pool,
+        model_config=SimpleNamespace(is_encoder_decoder=encoder_decoder),
+        dtype=torch.float32,
+        kv_cache_dtype=kv_dtype,
+        server_args=SimpleNamespace(speculative_eagle_topk=None, speculative_num_draft_tokens=None),
+        model=None,
+        attention_chunk_size=chunk,
+        use_mla_backend=False,
+    )
     from sglang_compat.backend import XpuAttnSGLangBackend
 
     return XpuAttnSGLangBackend(runner), req_pool, kv_pool
@@ -32,8 +47,10 @@ def _setup(page_size=1, kv_dtype=torch.float32, chunk=None, encoder_decoder=Fals
 def _layers():
     from sglang.srt.layers.radix_attention import RadixAttention
 
-    return [RadixAttention(H, D, D ** -0.5, HKV, layer_id=0),
-            RadixAttention(H, D, D ** -0.5, HKV, layer_id=1, sliding_window_size=3, logit_cap=5.0)]
+    return [
+        RadixAttention(H, D, D**-0.5, HKV, layer_id=0),
+        RadixAttention(H, D, D**-0.5, HKV, layer_id=1, sliding_window_size=3, logit_cap=5.0),
+    ]
 
 
 @pytest.mark.parametrize("layer_idx", [0, 1])
@@ -50,7 +67,7 @@ def test_extend_with_prefix_then_decode_matches_oracle(layer_idx):
     vals = torch.randn(sum(total) + 2, HKV, D, generator=g)
     rows, start = [], 0
     for b, t in enumerate(total):
-        req_pool.req_to_token[b + 1, : t + 1] = slots[start: start + t + 1].int()
+        req_pool.req_to_token[b + 1, : t + 1] = slots[start : start + t + 1].int()
         rows.append(list(range(start, start + t + 1)))
         start += t + 1
     # the cached prefix is already in the pool (written by an earlier step)
@@ -69,8 +86,17 @@ def test_extend_with_prefix_then_decode_matches_oracle(layer_idx):
     pt[1, :5] = torch.tensor(rows[1][:5])
     window = (3, 0) if layer_idx == 1 else (-1, -1)
     softcap = 5.0 if layer_idx == 1 else 0.0
-    want, _ = naive_paged_attention(q.view(9, H, D), kc, vc, pt, torch.tensor(total), torch.tensor([0, 4, 9]),
-                                    scale=D ** -0.5, window=window, softcap=softcap)
+    want, _ = naive_paged_attention(
+        q.view(9, H, D),
+        kc,
+        vc,
+        pt,
+        torch.tensor(total),
+        torch.tensor([0, 4, 9]),
+        scale=D**-0.5,
+        window=window,
+        softcap=softcap,
+    )
     assert_close_to(out.view(9, H, D), want, torch.float32)
 
     # decode: one more token each (slots already reserved in the token table)
@@ -81,8 +107,17 @@ def test_extend_with_prefix_then_decode_matches_oracle(layer_idx):
     out = backend.forward_decode(qd, keys[dec_idx], vals[dec_idx], layer, fb)
     pt[0, 14] = rows[0][14]
     pt[1, 5] = rows[1][5]
-    want, _ = naive_paged_attention(qd.view(2, H, D), kc, vc, pt, torch.tensor([15, 6]), torch.tensor([0, 1, 2]),
-                                    scale=D ** -0.5, window=window, softcap=softcap)
+    want, _ = naive_paged_attention(
+        qd.view(2, H, D),
+        kc,
+        vc,
+        pt,
+        torch.tensor([15, 6]),
+        torch.tensor([0, 1, 2]),
+        scale=D**-0.5,
+        window=window,
+        softcap=softcap,
+    )
     assert_close_to(out.view(2, H, D), want, torch.float32)
 
 
@@ -131,8 +166,9 @@ def _prefill_one(backend, req_pool, layer, n, g, q_scale=3.0, **fb_extra):
 
 def _contiguous_oracle(q, keys, vals, n, **kw):
     pt = torch.arange(n, dtype=torch.int32).reshape(1, n)
-    return naive_paged_attention(q.view(n, H, D), keys[:, None], vals[:, None], pt, torch.tensor([n]),
-                                 torch.tensor([0, n]), scale=D ** -0.5, **kw)[0]
+    return naive_paged_attention(
+        q.view(n, H, D), keys[:, None], vals[:, None], pt, torch.tensor([n]), torch.tensor([0, n]), scale=D**-0.5, **kw
+    )[0]
 
 
 @pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
@@ -163,7 +199,7 @@ def test_local_attention_layer_uses_chunks():
     from sglang.srt.layers.radix_attention import RadixAttention
 
     backend, req_pool, _ = _setup(chunk=4)
-    layer = RadixAttention(H, D, D ** -0.5, HKV, layer_id=0, use_irope=True)
+    layer = RadixAttention(H, D, D**-0.5, HKV, layer_id=0, use_irope=True)
     g = torch.Generator().manual_seed(7)
     q, keys, vals, slots, fb = _prefill_one(backend, req_pool, layer, 10, g)
     out = backend.forward_extend(q, keys, vals, layer, fb)
@@ -176,7 +212,7 @@ def test_cross_attention_reads_encoder_tokens_non_causal():
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     backend, req_pool, kv_pool = _setup(encoder_decoder=True)
-    layer = RadixAttention(H, D, D ** -0.5, HKV, layer_id=2, is_cross_attention=True)
+    layer = RadixAttention(H, D, D**-0.5, HKV, layer_id=2, is_cross_attention=True)
     g = torch.Generator().manual_seed(8)
     enc, dec = 6, 3
     slots = (torch.randperm(400, generator=g)[: enc + dec] + 1).long()
@@ -190,8 +226,16 @@ def test_cross_attention_reads_encoder_tokens_non_causal():
     q = torch.randn(dec, H * D, generator=g) * 3
     out = backend.forward_extend(q, enc_k, enc_v, layer, fb)  # cross layer writes the encoder's K/V
     pt = torch.arange(enc, dtype=torch.int32).reshape(1, enc)
-    want = naive_paged_attention(q.view(dec, H, D), enc_k[:, None], enc_v[:, None], pt, torch.tensor([enc]),
-                                 torch.tensor([0, dec]), scale=D ** -0.5, causal=False)[0]
+    want = naive_paged_attention(
+        q.view(dec, H, D),
+        enc_k[:, None],
+        enc_v[:, None],
+        pt,
+        torch.tensor([enc]),
+        torch.tensor([0, dec]),
+        scale=D**-0.5,
+        causal=False,
+    )[0]
     assert_close_to(out.view(dec, H, D), want, torch.float32)
 
 
@@ -203,8 +247,8 @@ def test_encoder_decoder_with_encoder_ending_mid_page():
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     backend, req_pool, _ = _setup(page_size=4, encoder_decoder=True)
-    cross = RadixAttention(H, D, D ** -0.5, HKV, layer_id=2, is_cross_attention=True)
-    self_attn = RadixAttention(H, D, D ** -0.5, HKV, layer_id=0)
+    cross = RadixAttention(H, D, D**-0.5, HKV, layer_id=2, is_cross_attention=True)
+    self_attn = RadixAttention(H, D, D**-0.5, HKV, layer_id=0)
     g = torch.Generator().manual_seed(9)
     enc, dec = 6, 3
     slots = torch.arange(8, 8 + enc + dec + 1)  # the request's pages 2, 3, 4: its tokens in page order
@@ -214,10 +258,18 @@ def test_encoder_decoder_with_encoder_ending_mid_page():
 
     def oracle(q, k, v, n_q, causal):
         pt = torch.arange(k.shape[0], dtype=torch.int32).reshape(1, -1)
-        return naive_paged_attention(q.view(n_q, H, D), k[:, None], v[:, None], pt, torch.tensor([k.shape[0]]),
-                                     torch.tensor([0, n_q]), scale=D ** -0.5, causal=causal)[0]
+        return naive_paged_attention(
+            q.view(n_q, H, D),
+            k[:, None],
+            v[:, None],
+            pt,
+            torch.tensor([k.shape[0]]),
+            torch.tensor([0, n_q]),
+            scale=D**-0.5,
+            causal=causal,
+        )[0]
 
-    fb = _fb(ForwardMode.EXTEND, [1], [dec], slots[enc: enc + dec], [dec], [0])
+    fb = _fb(ForwardMode.EXTEND, [1], [dec], slots[enc : enc + dec], [dec], [0])
     fb.encoder_lens, fb.encoder_lens_cpu = torch.tensor([enc], dtype=torch.int32), [enc]
     fb.encoder_out_cache_loc = slots[:enc]
     backend.init_forward_metadata(fb)
@@ -227,7 +279,7 @@ def test_encoder_decoder_with_encoder_ending_mid_page():
     out = backend.forward_extend(q, dec_k[:dec], dec_v[:dec], self_attn, fb)
     assert_close_to(out.view(dec, H, D), oracle(q, dec_k[:dec], dec_v[:dec], dec, causal=True), torch.float32)
 
-    fb = _fb(ForwardMode.DECODE, [1], [dec + 1], slots[enc + dec:], None, None)
+    fb = _fb(ForwardMode.DECODE, [1], [dec + 1], slots[enc + dec :], None, None)
     fb.encoder_lens, fb.encoder_lens_cpu = torch.tensor([enc], dtype=torch.int32), [enc]
     backend.init_forward_metadata(fb)
     q = torch.randn(1, H * D, generator=g) * 3

@@ -35,7 +35,10 @@ def base(seed: int = 0, dtype=torch.float32):
         q=torch.randn(3, HQ, D, generator=g).to(dtype),
         k_cache=torch.randn(PAGES, PAGE, HKV, D, generator=g).to(dtype),
         v_cache=torch.randn(PAGES, PAGE, HKV, D, generator=g).to(dtype),
-        page_table=i32([[0, 1], [2, 3]]), cache_seqlens=i32([10, 5]), cu_seqlens_q=i32([0, 2, 3]), max_seqlen_q=2,
+        page_table=i32([[0, 1], [2, 3]]),
+        cache_seqlens=i32([10, 5]),
+        cu_seqlens_q=i32([0, 2, 3]),
+        max_seqlen_q=2,
     )
 
 
@@ -45,15 +48,18 @@ def with_(**over):
         for k, v in over.items():
             kw[k] = v() if callable(v) and not isinstance(v, torch.Tensor) else v
         return kw
+
     return make
 
 
 def _edit(fn):
     """A case built by editing base()'s tensors in place."""
+
     def make():
         kw = base()
         fn(kw)
         return kw
+
     return make
 
 
@@ -95,8 +101,13 @@ def _zero_length_queries(kw):
 
 
 def _empty_batch(kw):
-    kw.update(q=torch.randn(0, HQ, D), page_table=torch.zeros(0, 2, dtype=torch.int32),
-              cache_seqlens=i32([]), cu_seqlens_q=i32([0]), max_seqlen_q=0)
+    kw.update(
+        q=torch.randn(0, HQ, D),
+        page_table=torch.zeros(0, 2, dtype=torch.int32),
+        cache_seqlens=i32([]),
+        cu_seqlens_q=i32([0]),
+        max_seqlen_q=0,
+    )
 
 
 def _sinks_no_key(kw):
@@ -138,32 +149,52 @@ CASES = {
     # dtypes
     "q float64": (with_(q=lambda: torch.randn(3, HQ, D, dtype=torch.float64)), (ERR, TypeError, "q dtype")),
     "q int": (with_(q=lambda: torch.ones(3, HQ, D, dtype=torch.int32)), (ERR, TypeError, "q dtype")),
-    "kv dtype != q": (with_(k_cache=lambda: torch.randn(PAGES, PAGE, HKV, D, dtype=torch.float16),
-                            v_cache=lambda: torch.randn(PAGES, PAGE, HKV, D, dtype=torch.float16)),
-                      (ERR, TypeError, "KV cache dtype")),
-    "k/v cache dtypes differ": (with_(v_cache=lambda: torch.randn(PAGES, PAGE, HKV, D, dtype=torch.float16)),
-                                (ERR, TypeError, "k_cache dtype .* != v_cache dtype")),
-    "int8 cache": (with_(k_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.int8),
-                         v_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.int8)),
-                   (ERR, TypeError, "KV cache dtype")),
-    "float page_table": (with_(page_table=lambda: torch.tensor([[0.0, 1.0], [2.0, 3.0]])),
-                         (ERR, TypeError, "page_table must be int32")),
-    "float cache_seqlens": (with_(cache_seqlens=lambda: torch.tensor([10.0, 5.0])),
-                            (ERR, TypeError, "cache_seqlens must be int32")),
+    "kv dtype != q": (
+        with_(
+            k_cache=lambda: torch.randn(PAGES, PAGE, HKV, D, dtype=torch.float16),
+            v_cache=lambda: torch.randn(PAGES, PAGE, HKV, D, dtype=torch.float16),
+        ),
+        (ERR, TypeError, "KV cache dtype"),
+    ),
+    "k/v cache dtypes differ": (
+        with_(v_cache=lambda: torch.randn(PAGES, PAGE, HKV, D, dtype=torch.float16)),
+        (ERR, TypeError, "k_cache dtype .* != v_cache dtype"),
+    ),
+    "int8 cache": (
+        with_(
+            k_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.int8),
+            v_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.int8),
+        ),
+        (ERR, TypeError, "KV cache dtype"),
+    ),
+    "float page_table": (
+        with_(page_table=lambda: torch.tensor([[0.0, 1.0], [2.0, 3.0]])),
+        (ERR, TypeError, "page_table must be int32"),
+    ),
+    "float cache_seqlens": (
+        with_(cache_seqlens=lambda: torch.tensor([10.0, 5.0])),
+        (ERR, TypeError, "cache_seqlens must be int32"),
+    ),
     "sinks int": (with_(sinks=lambda: torch.ones(HQ, dtype=torch.int32)), (ERR, TypeError, "sinks must be a floating")),
-    "descale fp16": (with_(k_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.float8_e4m3fn),
-                           v_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.float8_e4m3fn),
-                           k_descale=lambda: torch.ones(1, dtype=torch.float16),
-                           v_descale=lambda: torch.ones(1, dtype=torch.float16)),
-                     (ERR, TypeError, "k_descale must be float32")),
+    "descale fp16": (
+        with_(
+            k_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.float8_e4m3fn),
+            v_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.float8_e4m3fn),
+            k_descale=lambda: torch.ones(1, dtype=torch.float16),
+            v_descale=lambda: torch.ones(1, dtype=torch.float16),
+        ),
+        (ERR, TypeError, "k_descale must be float32"),
+    ),
     "out dtype": (with_(out=lambda: torch.empty(3, HQ, D, dtype=torch.float16)), (ERR, ValueError, "out must be")),
     # shapes
     "q 2-D": (with_(q=lambda: torch.randn(3, HQ * D)), (ERR, ValueError, "q must be")),
     "cache 3-D": (with_(k_cache=lambda: torch.randn(PAGES, PAGE, HKV * D)), (ERR, ValueError, "NHD pages")),
     "head_dim mismatch": (with_(q=lambda: torch.randn(3, HQ, 2 * D)), (ERR, ValueError, "head_dim")),
     "heads not a multiple": (with_(q=lambda: torch.randn(3, 3, D)), (ERR, ValueError, "multiple of num_kv_heads")),
-    "v_cache pages differ": (with_(v_cache=lambda: torch.randn(PAGES - 1, PAGE, HKV, D)),
-                             (ERR, ValueError, "v_cache shape .* does not match k_cache")),
+    "v_cache pages differ": (
+        with_(v_cache=lambda: torch.randn(PAGES - 1, PAGE, HKV, D)),
+        (ERR, ValueError, "v_cache shape .* does not match k_cache"),
+    ),
     "page_table 1-D": (with_(page_table=lambda: i32([0, 1])), (ERR, ValueError, "page_table must be \\[batch")),
     "cache_seqlens length": (with_(cache_seqlens=lambda: i32([10, 5, 1])), (ERR, ValueError, "cache_seqlens must be")),
     "cu_seqlens_q length": (with_(cu_seqlens_q=lambda: i32([0, 3])), (ERR, ValueError, "cu_seqlens_q must be")),
@@ -171,10 +202,15 @@ CASES = {
     "out shape": (with_(out=lambda: torch.empty(3, HQ, 8)), (ERR, ValueError, "out must be")),
     "sinks shape": (with_(sinks=lambda: torch.zeros(2)), (ERR, ValueError, "sinks must have shape")),
     "alibi shape": (with_(alibi_slopes=lambda: torch.zeros(HQ, 1)), (ERR, ValueError, "alibi_slopes must have shape")),
-    "descale shape": (with_(k_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.float8_e4m3fn),
-                            v_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.float8_e4m3fn),
-                            k_descale=lambda: torch.ones(3, 3), v_descale=lambda: torch.ones(3, 3)),
-                      (ERR, ValueError, "k_descale must be a scalar")),
+    "descale shape": (
+        with_(
+            k_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.float8_e4m3fn),
+            v_cache=lambda: torch.zeros(PAGES, PAGE, HKV, D, dtype=torch.float8_e4m3fn),
+            k_descale=lambda: torch.ones(3, 3),
+            v_descale=lambda: torch.ones(3, 3),
+        ),
+        (ERR, ValueError, "k_descale must be a scalar"),
+    ),
     "descale on a bf16 cache": (with_(k_descale=lambda: torch.ones(1)), (ERR, ValueError, "not FP8")),
     # strides
     "column-major page_table": (_edit(_colmajor_table), (ERR, ValueError, "page_table must have a contiguous last")),
@@ -204,11 +240,13 @@ CASES = {
     "sinks of -inf, no key": (_edit(_sinks_all_minus_inf_no_key), (RES, dict(sinks="sinks"))),
     "sinks of -inf, no key, non-causal": (_edit(_sinks_noncausal_no_key), (RES, dict(sinks="sinks", causal=False))),
     # values only the device sees
-    "page id past the cache": (with_(page_table=lambda: i32([[0, 10 ** 6], [2, 3]])), (FLAG, "page_table", [0])),
+    "page id past the cache": (with_(page_table=lambda: i32([[0, 10**6], [2, 3]])), (FLAG, "page_table", [0])),
     "negative page id": (with_(page_table=lambda: i32([[0, 1], [-7, 3]])), (FLAG, "page_table", [1])),
     "table too narrow": (with_(cache_seqlens=lambda: i32([10, 17])), (FLAG, "page_table|cache_seqlens", [1])),
     "negative cache_seqlens": (with_(cache_seqlens=lambda: i32([10, -1])), (FLAG, "cache_seqlens", [1])),
     "cu_seqlens_q past q": (with_(cu_seqlens_q=lambda: i32([0, 2, 40]), max_seqlen_q=38), (FLAG, "cu_seqlens_q", [1])),
-    "cu_seqlens_q decreasing": (with_(cu_seqlens_q=lambda: i32([0, 3, 2]), max_seqlen_q=3),
-                                (FLAG, "cu_seqlens_q", [1])),
+    "cu_seqlens_q decreasing": (
+        with_(cu_seqlens_q=lambda: i32([0, 3, 2]), max_seqlen_q=3),
+        (FLAG, "cu_seqlens_q", [1]),
+    ),
 }

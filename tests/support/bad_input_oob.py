@@ -37,38 +37,69 @@ def main() -> int:
     def i32(x):
         return torch.tensor(x, dtype=torch.int32, device=dev)
 
-    good = dict(mode=core.Mode.DECODE, seq_lens=i32([40, 20]), max_seqlen_k=40, num_tokens=2, page_size=16,
-                page_table=i32([[0, 1, 2], [3, 4, 5]]))
+    good = dict(
+        mode=core.Mode.DECODE,
+        seq_lens=i32([40, 20]),
+        max_seqlen_k=40,
+        num_tokens=2,
+        page_size=16,
+        page_table=i32([[0, 1, 2], [3, 4, 5]]),
+    )
     rows = None  # the output rows the case expects as NaN
     out = None
     try:
         if args.case == "page id 10**6":
-            plan = core.plan_step(core.StepInputs(**{**good, "page_table": i32([[0, 10 ** 6, 2], [3, 4, 5]])}))
+            plan = core.plan_step(core.StepInputs(**{**good, "page_table": i32([[0, 10**6, 2], [3, 4, 5]])}))
             out = runner.forward(plan, torch.randn(2, 4, 64, device=dev, dtype=dt), kc, vc)
             rows = [0]
         elif args.case == "cu_seqlens_q[-1] past q":
             # 3 real query rows, but the last sequence claims rows up to 4096 (a kernel would write past out)
-            plan = core.plan_step(core.StepInputs(mode=core.Mode.EXTEND, seq_lens=i32([40, 20]), max_seqlen_k=40,
-                                                  num_tokens=3, page_size=16, page_table=good["page_table"],
-                                                  cu_seqlens_q=i32([0, 2, 4096]), max_seqlen_q=64))
+            plan = core.plan_step(
+                core.StepInputs(
+                    mode=core.Mode.EXTEND,
+                    seq_lens=i32([40, 20]),
+                    max_seqlen_k=40,
+                    num_tokens=3,
+                    page_size=16,
+                    page_table=good["page_table"],
+                    cu_seqlens_q=i32([0, 2, 4096]),
+                    max_seqlen_q=64,
+                )
+            )
             out = runner.forward(plan, torch.randn(3, 4, 64, device=dev, dtype=dt), kc, vc)
             rows = [2]
         elif args.case == "write_kv slot 10**9":
             k = torch.randn(2, 2, 64, device=dev, dtype=dt)
-            core.write_kv(runner.decode_provider, k, k.clone(), kc, vc, torch.tensor([3, 10 ** 9], device=dev))
+            core.write_kv(runner.decode_provider, k, k.clone(), kc, vc, torch.tensor([3, 10**9], device=dev))
             core.plan_step(core.StepInputs(**good))  # the step boundary
         elif args.case == "token table cut short":
             # SGLang style: token table rows, max_seqlen_k below a real length -> a page table one page short
             table = torch.arange(2 * 48, dtype=torch.int32, device=dev).reshape(2, 48)
-            plan = core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=i32([40, 20]), max_seqlen_k=20,
-                                                  num_tokens=2, page_size=16, token_table=table))
+            plan = core.plan_step(
+                core.StepInputs(
+                    mode=core.Mode.DECODE,
+                    seq_lens=i32([40, 20]),
+                    max_seqlen_k=20,
+                    num_tokens=2,
+                    page_size=16,
+                    token_table=table,
+                )
+            )
             out = runner.forward(plan, torch.randn(2, 4, 64, device=dev, dtype=dt), kc, vc)
             rows = [0]
         elif args.case == "token_rows past the pool":
             pool = torch.arange(4 * 48, dtype=torch.int32, device=dev).reshape(4, 48) % (pages * 16)
-            plan = core.plan_step(core.StepInputs(mode=core.Mode.DECODE, seq_lens=i32([40, 20]), max_seqlen_k=40,
-                                                  num_tokens=2, page_size=16, token_table=pool,
-                                                  token_rows=i32([1, 1000])))
+            plan = core.plan_step(
+                core.StepInputs(
+                    mode=core.Mode.DECODE,
+                    seq_lens=i32([40, 20]),
+                    max_seqlen_k=40,
+                    num_tokens=2,
+                    page_size=16,
+                    token_table=pool,
+                    token_rows=i32([1, 1000]),
+                )
+            )
             out = runner.forward(plan, torch.randn(2, 4, 64, device=dev, dtype=dt), kc, vc)
             rows = [1]
         else:

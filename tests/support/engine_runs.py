@@ -46,8 +46,9 @@ class Runs(dict):
     def __getitem__(self, tag: str) -> dict:
         res = super().__getitem__(tag)
         if "error" in res:
-            raise AssertionError(f"{self.engine} run {tag!r} failed:\n{res['error']}\n--- its log ---\n"
-                                 f"{res['log'][-4000:]}")
+            raise AssertionError(
+                f"{self.engine} run {tag!r} failed:\n{res['error']}\n--- its log ---\n{res['log'][-4000:]}"
+            )
         return res
 
 
@@ -57,8 +58,11 @@ def collect(engine: str, outs: dict[str, Path], log: str, returncode: int) -> Ru
     runs = Runs(engine)
     for tag, out in outs.items():
         part = log.partition(BATCH_BEGIN + str(out))[2].partition(BATCH_END + str(out))[0]
-        res = json.loads(out.read_text()) if out.exists() else {
-            "error": f"no result: the process ended with rc {returncode}"}
+        res = (
+            json.loads(out.read_text())
+            if out.exists()
+            else {"error": f"no result: the process ended with rc {returncode}"}
+        )
         res.update(log=part, process_log=log)
         dict.__setitem__(runs, tag, res)
     return runs

@@ -38,39 +38,81 @@ def config(family: str, vocab: int):
     """The transformers config of a family's tiny model (fp32, 4 heads / 2 KV heads, D=32 or 64)."""
     import transformers as tf
 
-    common = dict(vocab_size=vocab, hidden_size=HIDDEN, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                  max_position_embeddings=1024, bos_token_id=0, eos_token_id=1, pad_token_id=1,
-                  tie_word_embeddings=False, initializer_range=0.15)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=1024,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+        tie_word_embeddings=False,
+        initializer_range=0.15,
+    )
     if family == "qwen3":
         cfg = tf.Qwen3Config(num_hidden_layers=2, intermediate_size=256, head_dim=HEAD_DIM, **common)
         cfg.architectures = ["Qwen3ForCausalLM"]
     elif family == "gemma3":
-        cfg = tf.Gemma3TextConfig(num_hidden_layers=4, intermediate_size=256, head_dim=HEAD_DIM,
-                                  sliding_window=GEMMA_WINDOW, query_pre_attn_scalar=HEAD_DIM,
-                                  layer_types=["sliding_attention", "sliding_attention", "sliding_attention",
-                                               "full_attention"], **{**common, "tie_word_embeddings": True})
+        cfg = tf.Gemma3TextConfig(
+            num_hidden_layers=4,
+            intermediate_size=256,
+            head_dim=HEAD_DIM,
+            sliding_window=GEMMA_WINDOW,
+            query_pre_attn_scalar=HEAD_DIM,
+            layer_types=["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            **{**common, "tie_word_embeddings": True},
+        )
         cfg.architectures = ["Gemma3ForCausalLM"]
     elif family == "gpt-oss":
         # sinks on every layer, alternating sliding (16) / full layers, a 4-expert MoE; D=64
-        cfg = tf.GptOssConfig(num_hidden_layers=2, intermediate_size=128, head_dim=64, num_local_experts=4,
-                              num_experts_per_tok=2, sliding_window=WINDOW,
-                              layer_types=["sliding_attention", "full_attention"], **common)
+        cfg = tf.GptOssConfig(
+            num_hidden_layers=2,
+            intermediate_size=128,
+            head_dim=64,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+            **common,
+        )
         cfg.architectures = ["GptOssForCausalLM"]
     elif family == "llama4":
         # chunked local attention (chunk 32) on layers 0-2, a global no-rope layer 3; a 2-expert MoE
-        cfg = tf.Llama4TextConfig(num_hidden_layers=4, intermediate_size=128, intermediate_size_mlp=256,
-                                  head_dim=HEAD_DIM, num_local_experts=2, num_experts_per_tok=1,
-                                  attention_chunk_size=CHUNK, interleave_moe_layer_step=2,
-                                  no_rope_layers=[1, 1, 1, 0], **common)
+        cfg = tf.Llama4TextConfig(
+            num_hidden_layers=4,
+            intermediate_size=128,
+            intermediate_size_mlp=256,
+            head_dim=HEAD_DIM,
+            num_local_experts=2,
+            num_experts_per_tok=1,
+            attention_chunk_size=CHUNK,
+            interleave_moe_layer_step=2,
+            no_rope_layers=[1, 1, 1, 0],
+            **common,
+        )
         cfg.architectures = ["Llama4ForCausalLM"]
     elif family == "deepseek-v2":
         # MLA on both layers (dense MLPs: first_k_dense_replace covers them), no q LoRA; latent 512 + rope 64
-        cfg = tf.DeepseekV2Config(num_hidden_layers=2, intermediate_size=256, moe_intermediate_size=32,
-                                  n_routed_experts=2, n_shared_experts=1, num_experts_per_tok=1,
-                                  first_k_dense_replace=2, moe_layer_freq=1, n_group=1, topk_group=1,
-                                  topk_method="greedy", q_lora_rank=None, kv_lora_rank=512, qk_rope_head_dim=64,
-                                  qk_nope_head_dim=16, v_head_dim=16,
-                                  **{**common, "num_key_value_heads": HEADS, "initializer_range": 0.2})
+        cfg = tf.DeepseekV2Config(
+            num_hidden_layers=2,
+            intermediate_size=256,
+            moe_intermediate_size=32,
+            n_routed_experts=2,
+            n_shared_experts=1,
+            num_experts_per_tok=1,
+            first_k_dense_replace=2,
+            moe_layer_freq=1,
+            n_group=1,
+            topk_group=1,
+            topk_method="greedy",
+            q_lora_rank=None,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=16,
+            v_head_dim=16,
+            **{**common, "num_key_value_heads": HEADS, "initializer_range": 0.2},
+        )
         cfg.architectures = ["DeepseekV2ForCausalLM"]
     else:
         raise ValueError(f"unknown family {family!r}; choose from {FAMILIES + MLA_FAMILIES}")
@@ -82,7 +124,6 @@ def make(path: str, family: str, seed: int) -> str:
     """Write config, tokenizer and seeded random weights (safetensors) of a family into ``path``."""
     import torch
     import transformers as tf
-
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +145,9 @@ def make(path: str, family: str, seed: int) -> str:
 
 
 ABLATIONS = {  # family -> what turning its attention feature off means (to show the prompts exercise it)
-    "gemma3": "window", "gpt-oss": "sinks+window", "llama4": "chunk",
+    "gemma3": "window",
+    "gpt-oss": "sinks+window",
+    "llama4": "chunk",
 }
 
 
@@ -124,8 +167,9 @@ def greedy(path: str, max_tokens: int, ablate: bool = False) -> list[list[int]]:
             cfg.sliding_window = 4096
         if getattr(cfg, "attention_chunk_size", None):
             cfg.attention_chunk_size = 4096
-    model = tf.AutoModelForCausalLM.from_pretrained(path, config=cfg, torch_dtype=torch.float32,
-                                                    attn_implementation="eager")
+    model = tf.AutoModelForCausalLM.from_pretrained(
+        path, config=cfg, torch_dtype=torch.float32, attn_implementation="eager"
+    )
     model.eval()
     if ablate and cfg.model_type == "gpt_oss":
         with torch.no_grad():
@@ -135,9 +179,15 @@ def greedy(path: str, max_tokens: int, ablate: bool = False) -> list[list[int]]:
     with torch.no_grad():
         for p in PROMPTS:
             ids = tok(p, return_tensors="pt").input_ids
-            gen = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
-                                 eos_token_id=None, pad_token_id=1)
-            res.append(gen[0, ids.shape[1]:].tolist())
+            gen = model.generate(
+                ids,
+                max_new_tokens=max_tokens,
+                min_new_tokens=max_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=1,
+            )
+            res.append(gen[0, ids.shape[1] :].tolist())
     return res
 
 
@@ -161,8 +211,11 @@ def build_all(root: Path, python: str, families=FAMILIES) -> dict:
             cmds.append(["greedy", str(path), str(abl), "32", "ablate"])
         for c in cmds:
             subprocess.run([python, str(Path(here) / "families.py"), *c], check=True, capture_output=True, timeout=600)
-        res[fam] = {"path": str(path), "hf": json.loads(ref.read_text()),
-                    "hf_ablated": json.loads(abl.read_text()) if fam in ABLATIONS else None}
+        res[fam] = {
+            "path": str(path),
+            "hf": json.loads(ref.read_text()),
+            "hf_ablated": json.loads(abl.read_text()) if fam in ABLATIONS else None,
+        }
     (root / "prompts.json").write_text(json.dumps(PROMPTS))
     return res
 

@@ -55,8 +55,9 @@ def quant_dequant(x: torch.Tensor, dtype, scale: float = 1.0, rounding: str = "r
     return (r.float() * scale).to(x.dtype)
 
 
-def attn_implementation(kv_cache_dtype: str | None, k_scale: float = 1.0, v_scale: float = 1.0,
-                        rounding: str = "rne") -> str:
+def attn_implementation(
+    kv_cache_dtype: str | None, k_scale: float = 1.0, v_scale: float = 1.0, rounding: str = "rne"
+) -> str:
     """Register (once) and return the name of an eager attention whose K/V are read as the cache stores them."""
     dtype = fp8_dtype(kv_cache_dtype)
     if dtype is None:
@@ -69,8 +70,14 @@ def attn_implementation(kv_cache_dtype: str | None, k_scale: float = 1.0, v_scal
 
     def attention(module, query, key, value, attention_mask, **kw):
         # key/value: post-RoPE, after the cache update (every token the query attends to)
-        return eager_attention_forward(module, query, quant_dequant(key, dtype, k_scale, rounding),
-                                       quant_dequant(value, dtype, v_scale, rounding), attention_mask, **kw)
+        return eager_attention_forward(
+            module,
+            query,
+            quant_dequant(key, dtype, k_scale, rounding),
+            quant_dequant(value, dtype, v_scale, rounding),
+            attention_mask,
+            **kw,
+        )
 
     AttentionInterface.register(name, attention)
     AttentionMaskInterface.register(name, eager_mask)  # REQUIRED: without it the mask is None (non-causal)
@@ -127,7 +134,7 @@ class Oracle:
     def teacher_forced(self, prompt_ids: list[int], cont: list[int]) -> torch.Tensor:
         """[len(cont), vocab] logprobs predicting each token of ``cont`` after prompt + cont[:i]."""
         lp = self.logprobs(list(prompt_ids) + list(cont))
-        return lp[len(prompt_ids) - 1: len(prompt_ids) - 1 + len(cont)]
+        return lp[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(cont)]
 
 
 def max_dlogprob(engine_logprobs: list[dict], rows: torch.Tensor) -> float:
@@ -185,7 +192,8 @@ def fmt_score(s: dict) -> str:
     """One line for a ``score`` result: greedy agreement, the teacher-forced diff, where it diverged."""
     near = ", ".join(f"p{i}@{k} margin {m:.1e}" for i, k, m in s["diverged"])
     return f"{s['agree']}/{s['n']} greedy, teacher-forced max |dlogprob| {s['tf_max']:.2e}" + (
-        f" (diverged: {near})" if 0 < len(s["diverged"]) <= 2 else "")
+        f" (diverged: {near})" if 0 < len(s["diverged"]) <= 2 else ""
+    )
 
 
 def assert_matches_rounded(rounded: dict, full: dict) -> None:
@@ -204,8 +212,13 @@ def agreement(a: list[dict], b: list[dict]) -> int:
 
 def step_logprob_diff(a: list[dict], b: list[dict]) -> float:
     """Max |dlogprob| between two runs with identical tokens, over the top-k tokens both report."""
-    return max(abs(lp - y[t]) for x, yy in zip(a, b) for d, y in zip(x["logprobs"], yy["logprobs"])
-               for t, lp in d.items() if t in y)
+    return max(
+        abs(lp - y[t])
+        for x, yy in zip(a, b)
+        for d, y in zip(x["logprobs"], yy["logprobs"])
+        for t, lp in d.items()
+        if t in y
+    )
 
 
 if __name__ == "__main__":

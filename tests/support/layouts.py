@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
 import torch
 from hypothesis import strategies as st
 
@@ -26,11 +27,27 @@ class Layout:
 
     def to(self, device) -> "Layout":
         mv = lambda t: t.to(device) if isinstance(t, torch.Tensor) else t  # noqa: E731
-        return Layout(mv(self.q), mv(self.k_cache), mv(self.v_cache), mv(self.page_table), mv(self.cache_seqlens),
-                      mv(self.cu_seqlens_q), self.max_seqlen_q, {k: mv(v) for k, v in self.kwargs.items()})
+        return Layout(
+            mv(self.q),
+            mv(self.k_cache),
+            mv(self.v_cache),
+            mv(self.page_table),
+            mv(self.cache_seqlens),
+            mv(self.cu_seqlens_q),
+            self.max_seqlen_q,
+            {k: mv(v) for k, v in self.kwargs.items()},
+        )
 
     def args(self):
-        return (self.q, self.k_cache, self.v_cache, self.page_table, self.cache_seqlens, self.cu_seqlens_q, self.max_seqlen_q)
+        return (
+            self.q,
+            self.k_cache,
+            self.v_cache,
+            self.page_table,
+            self.cache_seqlens,
+            self.cu_seqlens_q,
+            self.max_seqlen_q,
+        )
 
     def logit_bound(self) -> float:
         """An upper bound of |logit| (Cauchy-Schwarz: scale * max ||q_t|| * max ||k|| * max k_descale)."""
@@ -43,14 +60,34 @@ class Layout:
 
     def naive_kwargs(self) -> dict:
         k = self.kwargs
-        return dict(scale=k["softmax_scale"], causal=k["causal"], window=k["window_size"], softcap=k["softcap"],
-                    sinks=k["sinks"], alibi=k["alibi_slopes"], k_descale=k["k_descale"], v_descale=k["v_descale"])
+        return dict(
+            scale=k["softmax_scale"],
+            causal=k["causal"],
+            window=k["window_size"],
+            softcap=k["softcap"],
+            sinks=k["sinks"],
+            alibi=k["alibi_slopes"],
+            k_descale=k["k_descale"],
+            v_descale=k["v_descale"],
+        )
 
 
 @st.composite
-def layouts(draw, *, page_sizes=(1, 16, 64, 128), max_batch=4, max_ctx=300, max_new=12, head_dims=(16, 32),
-            dtypes=DTYPES, allow_fp8=True, allow_features=True, gqa=(1, 2, 4), max_kv_heads=2,
-            always_fp8=False) -> Layout:
+def layouts(
+    draw,
+    *,
+    page_sizes=(1, 16, 64, 128),
+    max_batch=4,
+    max_ctx=300,
+    max_new=12,
+    head_dims=(16, 32),
+    dtypes=DTYPES,
+    allow_fp8=True,
+    allow_features=True,
+    gqa=(1, 2, 4),
+    max_kv_heads=2,
+    always_fp8=False,
+) -> Layout:
     seed = draw(st.integers(0, 2**31 - 1))
     gen = torch.Generator().manual_seed(seed)
     dtype = draw(st.sampled_from(dtypes))
@@ -84,12 +121,12 @@ def layouts(draw, *, page_sizes=(1, 16, 64, 128), max_batch=4, max_ctx=300, max_
     table = torch.randint(0, num_pages, (batch, width), generator=gen, dtype=torch.int32)  # padding: any page
     used = 0
     for b, n in enumerate(pages_needed):
-        table[b, :n] = perm[used: used + n].to(torch.int32)
+        table[b, :n] = perm[used : used + n].to(torch.int32)
         used += n
     if draw(st.booleans()) and batch:  # a non-contiguous page-table tensor (a column slice of a wider one)
         wide = torch.zeros(batch, width + 3, dtype=torch.int32)
-        wide[:, 1: width + 1] = table
-        table = wide[:, 1: width + 1]
+        wide[:, 1 : width + 1] = table
+        table = wide[:, 1 : width + 1]
 
     fp8 = always_fp8 or (allow_fp8 and draw(st.booleans()) and draw(st.booleans()))  # ~25% of layouts
     kv_dtype = draw(st.sampled_from(FP8)) if fp8 else dtype
@@ -99,8 +136,16 @@ def layouts(draw, *, page_sizes=(1, 16, 64, 128), max_batch=4, max_ctx=300, max_
     k_cache = torch.randn(num_pages, page_size, hkv, d, generator=gen).to(kv_dtype)
     v_cache = torch.randn(num_pages, page_size, hkv, d, generator=gen).to(kv_dtype)
 
-    kw = dict(softmax_scale=None, causal=causal, window_size=(-1, -1), softcap=0.0, sinks=None,
-              alibi_slopes=None, k_descale=None, v_descale=None)
+    kw = dict(
+        softmax_scale=None,
+        causal=causal,
+        window_size=(-1, -1),
+        softcap=0.0,
+        sinks=None,
+        alibi_slopes=None,
+        k_descale=None,
+        v_descale=None,
+    )
     if draw(st.booleans()):
         kw["softmax_scale"] = draw(st.floats(0.05, 0.5))
     if allow_features:
@@ -121,14 +166,26 @@ def layouts(draw, *, page_sizes=(1, 16, 64, 128), max_batch=4, max_ctx=300, max_
         else:
             kw["k_descale"] = torch.rand(batch, hkv, generator=gen) + 0.5
             kw["v_descale"] = torch.rand(batch, hkv, generator=gen) + 0.5
-    cu = torch.tensor([0] + list(torch.cumsum(torch.tensor(q_lens, dtype=torch.int64), 0)), dtype=torch.int32) \
-        if batch else torch.zeros(1, dtype=torch.int32)
-    return Layout(q, k_cache, v_cache, table, torch.tensor(k_lens, dtype=torch.int32), cu,
-                  max(q_lens + [0]) + draw(st.integers(0, 2)), kw)
+    cu = (
+        torch.tensor([0] + list(torch.cumsum(torch.tensor(q_lens, dtype=torch.int64), 0)), dtype=torch.int32)
+        if batch
+        else torch.zeros(1, dtype=torch.int32)
+    )
+    return Layout(
+        q,
+        k_cache,
+        v_cache,
+        table,
+        torch.tensor(k_lens, dtype=torch.int32),
+        cu,
+        max(q_lens + [0]) + draw(st.integers(0, 2)),
+        kw,
+    )
 
 
-def assert_close_to(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "out",
-                    logit_bound: float = 0.0) -> None:
+def assert_close_to(
+    out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "out", logit_bound: float = 0.0
+) -> None:
     """out (any dtype) vs an oracle ref; tolerance from the q dtype.
 
     fp32: an fp32 logit s carries a rounding error of ~eps32 * |s|, which exp() turns into a *relative*
@@ -142,8 +199,10 @@ def assert_close_to(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, wh
     bound = atol + atol * ref.double().abs()
     if err.numel() and not bool((err <= bound).all()):
         idx = int(torch.argmax(err - bound))
-        raise AssertionError(f"{what}: max excess error {float((err - bound).max()):.3g} at flat index {idx}"
-                             f" (got {float(out.flatten()[idx]):.6g}, want {float(ref.flatten()[idx]):.6g}, atol {atol:.3g})")
+        raise AssertionError(
+            f"{what}: max excess error {float((err - bound).max()):.3g} at flat index {idx}"
+            f" (got {float(out.flatten()[idx]):.6g}, want {float(ref.flatten()[idx]):.6g}, atol {atol:.3g})"
+        )
 
 
 def assert_lse_close(lse: torch.Tensor, ref: torch.Tensor, tol: float = 1e-3) -> None:
@@ -152,4 +211,3 @@ def assert_lse_close(lse: torch.Tensor, ref: torch.Tensor, tol: float = 1e-3) ->
     assert torch.equal(torch.isfinite(lse), fin), "lse: -inf pattern differs"
     if fin.any():
         assert float((lse[fin] - ref[fin]).abs().max()) <= tol * (1 + float(ref[fin].abs().max())), "lse differs"
-

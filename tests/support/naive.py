@@ -23,9 +23,23 @@ def _descale(d: Optional[torch.Tensor], b: int, kv_head: int) -> float:
 
 
 def naive_paged_attention(
-    q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, *, scale=None, causal=True,
-    window=(-1, -1), softcap=0.0, sinks=None, alibi=None, k_descale=None, v_descale=None,
-    chunk_size=None, allowed=None,
+    q,
+    k_cache,
+    v_cache,
+    page_table,
+    cache_seqlens,
+    cu_seqlens_q,
+    *,
+    scale=None,
+    causal=True,
+    window=(-1, -1),
+    softcap=0.0,
+    sinks=None,
+    alibi=None,
+    k_descale=None,
+    v_descale=None,
+    chunk_size=None,
+    allowed=None,
 ):
     """Returns (out [total_q, Hq, Dv] fp64, lse [Hq, total_q] fp64).
 
@@ -68,7 +82,9 @@ def naive_paged_attention(
             dist = torch.tensor([abs(pos - j) for j in visible], dtype=torch.float64)
             for h in range(hq):
                 g = h // group
-                k_vis = torch.stack([keys[j][g] for j in visible]) if visible else torch.zeros(0, d, dtype=torch.float64)
+                k_vis = (
+                    torch.stack([keys[j][g] for j in visible]) if visible else torch.zeros(0, d, dtype=torch.float64)
+                )
                 v_vis = torch.stack([values[j][g] for j in visible]) if visible else None
                 logits = (k_vis @ q[row, h].double()) * _descale(k_descale, b, g) * scale
                 if softcap > 0:

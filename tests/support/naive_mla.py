@@ -21,8 +21,16 @@ from typing import Optional
 import torch
 
 
-def naive_mla(q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
-              w_uk: torch.Tensor, w_uv: torch.Tensor, q_start: int, scale: Optional[float] = None) -> torch.Tensor:
+def naive_mla(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    c_kv: torch.Tensor,
+    k_rope: torch.Tensor,
+    w_uk: torch.Tensor,
+    w_uv: torch.Tensor,
+    q_start: int,
+    scale: Optional[float] = None,
+) -> torch.Tensor:
     """One sequence. q_nope [Lq, H, d_h], q_rope [Lq, H, d_R] for the tokens at positions q_start..q_start+Lq-1;
     c_kv [Lk, d_c], k_rope [Lk, d_R] for every token 0..Lk-1 the sequence has (prefix + new);
     w_uk [H, d_h, d_c], w_uv [H, d_v, d_c] (k_C = W_UK c, v_C = W_UV c). Returns o [Lq, H, d_v] fp64."""

@@ -111,15 +111,18 @@ def _wait_for_ci_preparation(timeout_s: float = 1800) -> None:
     while Path(status).exists() and Path(status).read_text().startswith("running"):
         pid = Path(status).read_text().split()[1:2]
         if pid and not Path(f"/proc/{pid[0]}").exists():
-            raise RuntimeError(f"the real model's preparation (ci/test.sh, pid {pid[0]}) ended without a result "
-                               f"({status})")
+            raise RuntimeError(
+                f"the real model's preparation (ci/test.sh, pid {pid[0]}) ended without a result ({status})"
+            )
         if time.monotonic() - t0 > timeout_s:
             raise RuntimeError(f"the real model's preparation (ci/test.sh) still runs after {timeout_s:.0f} s")
         time.sleep(5)
     if Path(status).exists() and Path(status).read_text().strip() == "failed":
         log = Path(status).with_suffix(".log")
-        raise RuntimeError(f"the real model's preparation failed (ci/real_model.sh):\n"
-                           f"{log.read_text()[-3000:] if log.exists() else status}")
+        raise RuntimeError(
+            f"the real model's preparation failed (ci/real_model.sh):\n"
+            f"{log.read_text()[-3000:] if log.exists() else status}"
+        )
 
 
 def model_dir() -> str:
@@ -129,21 +132,27 @@ def model_dir() -> str:
     if (dest / ".vxa-ready").exists():
         return str(dest)
     env = dict(os.environ, VXA_REAL_MODEL_PYTHON=os.environ.get("VXA_REAL_MODEL_PYTHON", sys.executable))
-    proc = subprocess.run(["bash", str(ROOT / "ci" / "real_model.sh")], capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "ci" / "real_model.sh")], capture_output=True, text=True, env=env, timeout=900
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"ci/real_model.sh failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
     return proc.stdout.strip().splitlines()[-1]
 
 
 def chat_ids(tok, text: str) -> list[int]:
-    return list(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                        tokenize=True, return_dict=True)["input_ids"])
+    return list(
+        tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+    )
 
 
 def prompt_ids(tok, prompts=PROMPTS) -> list[list[int]]:
-    return [chat_ids(tok, t) if kind == "chat" else list(tok(t, add_special_tokens=False)["input_ids"])
-            for kind, t in prompts]
+    return [
+        chat_ids(tok, t) if kind == "chat" else list(tok(t, add_special_tokens=False)["input_ids"])
+        for kind, t in prompts
+    ]
 
 
 def _greedy(model, ids: list[int], n: int) -> list[int]:
@@ -167,7 +176,7 @@ def teacher_forced(model, ids: list[int], gen: list[int]) -> tuple[list[float], 
     import torch
 
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids + gen])).logits[0, len(ids) - 1: len(ids) + len(gen) - 1]
+        logits = model(input_ids=torch.tensor([ids + gen])).logits[0, len(ids) - 1 : len(ids) + len(gen) - 1]
         lp = torch.log_softmax(logits.double(), -1)
     top2 = lp.topk(2, -1).values
     return ([float(lp[k, t]) for k, t in enumerate(gen)], [float(a - b) for a, b in top2.tolist()])
@@ -213,8 +222,9 @@ def reference(model: str, ids: list[list[int]] | None = None) -> dict:
     return res
 
 
-def compare(ref: dict, tokens: list[list[int]], tf: list[list] | None = None,
-            logprobs: list[list[float]] | None = None) -> dict:
+def compare(
+    ref: dict, tokens: list[list[int]], tf: list[list] | None = None, logprobs: list[list[float]] | None = None
+) -> dict:
     """Greedy agreement with the oracle and max |dlogprob| against its teacher-forced log-probabilities.
 
     tf: the engine teacher-forced on the oracle's sequences, [logprob, is the engine's argmax] per step (all
@@ -234,8 +244,13 @@ def compare(ref: dict, tokens: list[list[int]], tf: list[list] | None = None,
             steps += len(tf[i])
         elif logprobs is not None:
             diffs += [abs(x - y) for x, y in zip(ref["tf"][i][:k], logprobs[i][:k])]
-    out = {"agree": len(tokens) - len(diverged), "n": len(tokens), "diverged": diverged,
-           "tf_max": max(diffs) if diffs else None, "tf_mean": sum(diffs) / len(diffs) if diffs else None}
+    out = {
+        "agree": len(tokens) - len(diverged),
+        "n": len(tokens),
+        "diverged": diverged,
+        "tf_max": max(diffs) if diffs else None,
+        "tf_mean": sum(diffs) / len(diffs) if diffs else None,
+    }
     if tf is not None:
         out.update(top1=top1, steps=steps)
     return out
@@ -243,8 +258,11 @@ def compare(ref: dict, tokens: list[list[int]], tf: list[list] | None = None,
 
 def fmt(s: dict) -> str:
     d = "".join(f"; p{i} diverges at step {k} (oracle top-2 gap {g:.1e})" for i, k, g in s["diverged"])
-    tf = (f", teacher-forced max |dlogprob| {s['tf_max']:.2e} (mean {s['tf_mean']:.2e})"
-          if s.get("tf_max") is not None else "")
+    tf = (
+        f", teacher-forced max |dlogprob| {s['tf_max']:.2e} (mean {s['tf_mean']:.2e})"
+        if s.get("tf_max") is not None
+        else ""
+    )
     if "top1" in s:
         tf += f", oracle's token the argmax at {s['top1']}/{s['steps']} teacher-forced steps"
     return f"{s['agree']}/{s['n']} greedy identical{tf}{d}"
@@ -268,8 +286,10 @@ def no_worse(ref: dict, ours: dict, own: dict, *, name: str, labels: tuple[str, 
     real_own = [d for d in s_own["diverged"] if d[2] >= tie]
     n = s_ours["n"]
     for label, s, real in ((labels[0], s_ours, real_ours), (labels[1], s_own, real_own)):
-        report(f"{name} {label} vs fp32 transformers: {fmt(s)}; agreeing but for near ties (top-2 gap < {tie:.2e}): "
-               f"{n - len(real)}/{n}")
+        report(
+            f"{name} {label} vs fp32 transformers: {fmt(s)}; agreeing but for near ties (top-2 gap < {tie:.2e}): "
+            f"{n - len(real)}/{n}"
+        )
     assert s_ours["tf_max"] <= 1.5 * s_own["tf_max"], (s_ours["tf_max"], s_own["tf_max"])
     assert n - len(real_ours) >= n - len(real_own) - 1, (real_ours, real_own)
     assert s_ours["top1"] >= s_own["top1"] - 32, (s_ours["top1"], s_own["top1"])

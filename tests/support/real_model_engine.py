@@ -56,8 +56,15 @@ def run_vllm(model: str, prompts: list[list[int]], runs: list[dict], save=lambda
         llm = None
         try:
             idx = r.get("subset") or list(range(len(prompts)))
-            kw = dict(model=model, dtype=r.get("dtype", "float32"), seed=0, max_model_len=MAX_MODEL_LEN,
-                      enforce_eager=True, enable_prefix_caching=True, disable_log_stats=False)
+            kw = dict(
+                model=model,
+                dtype=r.get("dtype", "float32"),
+                seed=0,
+                max_model_len=MAX_MODEL_LEN,
+                enforce_eager=True,
+                enable_prefix_caching=True,
+                disable_log_stats=False,
+            )
             if r.get("budget"):
                 kw.update(max_num_batched_tokens=r["budget"], enable_chunked_prefill=True)
             if r.get("kv_cache_dtype"):
@@ -65,14 +72,16 @@ def run_vllm(model: str, prompts: list[list[int]], runs: list[dict], save=lambda
             if r.get("spec") == "ngram":
                 kw["speculative_config"] = dict(VLLM_SPEC)
             llm = LLM(**kw)
-            sp = SamplingParams(temperature=0.0, max_tokens=r.get("max_tokens", 32), logprobs=1,
-                                ignore_eos=r.get("ignore_eos", True))
+            sp = SamplingParams(
+                temperature=0.0, max_tokens=r.get("max_tokens", 32), logprobs=1, ignore_eos=r.get("ignore_eos", True)
+            )
             t0 = time.perf_counter()
             outs = llm.generate([{"prompt_token_ids": prompts[i]} for i in idx], sp, use_tqdm=False)
             res["seconds"] = time.perf_counter() - t0
             res["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
-            res["logprobs"] = [[lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
-                               for o in outs]
+            res["logprobs"] = [
+                [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)] for o in outs
+            ]
             if r.get("again"):
                 again = llm.generate([{"prompt_token_ids": prompts[i]} for i in r["again"]], sp, use_tqdm=False)
                 res["again_tokens"] = [list(o.outputs[0].token_ids) for o in again]
@@ -82,11 +91,19 @@ def run_vllm(model: str, prompts: list[list[int]], runs: list[dict], save=lambda
                 res["spec"] = {k: v for k, v in metrics.items() if "spec_decode" in k and not isinstance(v, list)}
             if r.get("teacher_force"):
                 seqs = [r["teacher_force"][i] for i in idx]
-                tf = llm.generate([{"prompt_token_ids": s} for s in seqs],
-                                  SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1), use_tqdm=False)
-                res["tf"] = [_tf_rows(len(prompts[i]), s, [None] + [{k: v.logprob for k, v in lp.items()}
-                                                                   for lp in o.prompt_logprobs[1:]])
-                             for i, s, o in zip(idx, seqs, tf)]
+                tf = llm.generate(
+                    [{"prompt_token_ids": s} for s in seqs],
+                    SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1),
+                    use_tqdm=False,
+                )
+                res["tf"] = [
+                    _tf_rows(
+                        len(prompts[i]),
+                        s,
+                        [None] + [{k: v.logprob for k, v in lp.items()} for lp in o.prompt_logprobs[1:]],
+                    )
+                    for i, s, o in zip(idx, seqs, tf)
+                ]
         except Exception:  # noqa: BLE001  (recorded; the next configuration still runs)
             res["error"] = traceback.format_exc()[-4000:]
         finally:
@@ -105,9 +122,18 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
         engine = None
         try:
             idx = r.get("subset") or list(range(len(prompts)))
-            kw = dict(model_path=model, device="cpu", attention_backend="xpu_attn" if ours else "torch_native",
-                      dtype=r.get("dtype", "float32"), context_length=MAX_MODEL_LEN, **SGLANG_KV_POOL,
-                      disable_cuda_graph=True, random_seed=0, skip_server_warmup=True, log_level="info")
+            kw = dict(
+                model_path=model,
+                device="cpu",
+                attention_backend="xpu_attn" if ours else "torch_native",
+                dtype=r.get("dtype", "float32"),
+                context_length=MAX_MODEL_LEN,
+                **SGLANG_KV_POOL,
+                disable_cuda_graph=True,
+                random_seed=0,
+                skip_server_warmup=True,
+                log_level="info",
+            )
             if r.get("budget"):
                 kw["chunked_prefill_size"] = r["budget"]
             if r.get("kv_cache_dtype"):
@@ -119,19 +145,28 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
                 os.environ["PYTHONPATH"] = SGLANG_SHIMS + os.pathsep + os.environ.get("PYTHONPATH", "")
                 kw.update(SGLANG_SPEC)
             engine = sglang.Engine(**kw)
-            sp = {"temperature": 0.0, "max_new_tokens": r.get("max_tokens", 32), "ignore_eos": r.get("ignore_eos", True)}
+            sp = {
+                "temperature": 0.0,
+                "max_new_tokens": r.get("max_tokens", 32),
+                "ignore_eos": r.get("ignore_eos", True),
+            }
 
             def gen(ids):
                 rs = engine.generate(input_ids=ids, sampling_params=sp, return_logprob=True, top_logprobs_num=0)
-                return ([[t[1] for t in x["meta_info"]["output_token_logprobs"]] for x in rs],
-                        [[t[0] for t in x["meta_info"]["output_token_logprobs"]] for x in rs], rs)
+                return (
+                    [[t[1] for t in x["meta_info"]["output_token_logprobs"]] for x in rs],
+                    [[t[0] for t in x["meta_info"]["output_token_logprobs"]] for x in rs],
+                    rs,
+                )
 
             t0 = time.perf_counter()
             res["tokens"], res["logprobs"], rs = gen([prompts[i] for i in idx])
             res["seconds"] = time.perf_counter() - t0
             if r.get("spec"):
-                res["spec"] = {k: sum(x["meta_info"].get(k, 0) or 0 for x in rs)
-                               for k in ("spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct")}
+                res["spec"] = {
+                    k: sum(x["meta_info"].get(k, 0) or 0 for x in rs)
+                    for k in ("spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct")
+                }
             if r.get("again"):
                 res["again_tokens"], _, again = gen([prompts[i] for i in r["again"]])
                 res["cache_hits"] = sum(x["meta_info"].get("cached_tokens", 0) for x in again)
@@ -139,16 +174,23 @@ def run_sglang(model: str, prompts: list[list[int]], runs: list[dict], ours: boo
                 seqs = [r["teacher_force"][i] for i in idx]
                 # SGLang gives None for the first position of the range: start one before the first scored token
                 starts = [len(prompts[i]) - 1 for i in idx]
-                tf = engine.generate(input_ids=seqs, sampling_params={"temperature": 0.0, "max_new_tokens": 1},
-                                     return_logprob=True, logprob_start_len=starts, top_logprobs_num=1)
+                tf = engine.generate(
+                    input_ids=seqs,
+                    sampling_params={"temperature": 0.0, "max_new_tokens": 1},
+                    return_logprob=True,
+                    logprob_start_len=starts,
+                    top_logprobs_num=1,
+                )
                 res["tf"] = []
                 for s, start, x in zip(seqs, starts, tf):
                     n = len(s) - start - 1
                     given = x["meta_info"]["input_token_logprobs"][-n:]  # (logprob, id, text) up to the last position
                     top = x["meta_info"]["input_top_logprobs"][-n:]
-                    # SGLang reports ids >= vocab_size - 1 as 0 (its image-hash clipping); the logprob is the given token's
-                    assert len(given) == len(top) == n and all(g[1] in (t, 0) for g, t in zip(given, s[start + 1:])), \
+                    # SGLang reports ids >= vocab_size - 1 as 0 (its image-hash clipping); the logprob is the given
+                    # token's
+                    assert len(given) == len(top) == n and all(g[1] in (t, 0) for g, t in zip(given, s[start + 1 :])), (
                         "teacher-forced rows out of place"
+                    )
                     res["tf"].append([[g[0], g[0] >= tp[0][0]] for g, tp in zip(given, top)])
         except Exception:  # noqa: BLE001
             res["error"] = traceback.format_exc()[-4000:]
@@ -181,8 +223,10 @@ def main() -> int:
         else:
             backend_name = "xpu_attn" if ours else "torch_native"
         tmp = out_path + ".tmp"
-        json.dump({"engine": engine, "ours": ours, "backend": backend_name, "providers": providers, "runs": runs},
-                  open(tmp, "w"))
+        json.dump(
+            {"engine": engine, "ours": ours, "backend": backend_name, "providers": providers, "runs": runs},
+            open(tmp, "w"),
+        )
         os.replace(tmp, out_path)
 
     if engine == "vllm":
@@ -197,8 +241,16 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def launch(engine: str, backend: str, model: str, prompts: list[list[int]], runs: list[dict], workdir,
-           env: dict, timeout: int = 1500) -> dict:
+def launch(
+    engine: str,
+    backend: str,
+    model: str,
+    prompts: list[list[int]],
+    runs: list[dict],
+    workdir,
+    env: dict,
+    timeout: int = 1500,
+) -> dict:
     """Run this file as one engine process (the caller's env: vLLM's or SGLang's) and return its JSON, with the
     process's whole log under "log" and its wall time under "wall_s"."""
     import subprocess
@@ -208,8 +260,13 @@ def launch(engine: str, backend: str, model: str, prompts: list[list[int]], runs
     plan, out = workdir / f"plan-{engine}-{backend}.json", workdir / f"out-{engine}-{backend}.json"
     plan.write_text(json.dumps({"model": model, "prompts": prompts, "runs": runs}))
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), engine, backend, str(plan), str(out)],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), engine, backend, str(plan), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     log = proc.stdout + proc.stderr
     (workdir / f"log-{engine}-{backend}.txt").write_text(log)
     if not out.exists():
@@ -217,8 +274,9 @@ def launch(engine: str, backend: str, model: str, prompts: list[list[int]], runs
     res = json.loads(out.read_text())
     for r in runs:  # a configuration the process died in (or never reached): its error is the log's end
         if r["name"] not in res["runs"] or proc.returncode != 0 and not res["runs"][r["name"]]:
-            res["runs"][r["name"]] = {"error": f"process ended (rc {proc.returncode}) before this run finished:\n"
-                                               f"{log[-4000:]}"}
+            res["runs"][r["name"]] = {
+                "error": f"process ended (rc {proc.returncode}) before this run finished:\n{log[-4000:]}"
+            }
     res["log"], res["wall_s"] = log, time.perf_counter() - t0
     return res
 
@@ -230,8 +288,9 @@ def ok(res: dict, name: str) -> dict:
     return r
 
 
-def chat_over_http(engine: str, model: str, workdir, question: str, max_tokens: int = 32,
-                   startup_s: float = 300) -> dict:
+def chat_over_http(
+    engine: str, model: str, workdir, question: str, max_tokens: int = 32, startup_s: float = 300
+) -> dict:
     """The engine's OpenAI-compatible server with this backend (vLLM: XPU_ATTN_ENABLE=1; SGLang:
     --attention-backend xpu_attn), started as benchmarks/serve_compare.py starts it: one greedy chat completion
     not streamed and one streamed (server-sent events, the deltas joined), then the engine's graceful stop.
@@ -247,13 +306,20 @@ def chat_over_http(engine: str, model: str, workdir, question: str, max_tokens: 
     cmd, env = sc.server_cmd(engine, "ours", model, port, False, [])
     log_path = workdir / f"http-{engine}.log"
     base = f"http://127.0.0.1:{port}"
-    body = {"model": sc.SERVED, "messages": [{"role": "user", "content": question}], "temperature": 0.0,
-            "max_tokens": max_tokens}
+    body = {
+        "model": sc.SERVED,
+        "messages": [{"role": "user", "content": question}],
+        "temperature": 0.0,
+        "max_tokens": max_tokens,
+    }
     out: dict = {}
 
     def post(payload: dict):
-        req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            base + "/v1/chat/completions",
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         return urllib.request.urlopen(req, timeout=120)
 
     t0 = time.perf_counter()
@@ -262,8 +328,9 @@ def chat_over_http(engine: str, model: str, workdir, question: str, max_tokens: 
     try:
         while sc.http_get(base + "/health", 2)[0] != 200:
             if proc.poll() is not None or time.perf_counter() - t0 > startup_s:
-                raise AssertionError(f"{engine} server did not start (rc {proc.poll()}):\n"
-                                     f"{log_path.read_text(errors='replace')[-4000:]}")
+                raise AssertionError(
+                    f"{engine} server did not start (rc {proc.poll()}):\n{log_path.read_text(errors='replace')[-4000:]}"
+                )
             time.sleep(1)
         out["startup_s"] = time.perf_counter() - t0
         with post(body) as r:

@@ -11,8 +11,16 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVE_COMPARE = ROOT / "benchmarks" / "serve_compare.py"
 
 
-def serve_compare(engine: str, model: str, out: Path, *, pressure: bool = False, reference: Path | None = None,
-                  env: dict | None = None, timeout: int = 900) -> dict:
+def serve_compare(
+    engine: str,
+    model: str,
+    out: Path,
+    *,
+    pressure: bool = False,
+    reference: Path | None = None,
+    env: dict | None = None,
+    timeout: int = 900,
+) -> dict:
     cmd = [sys.executable, str(SERVE_COMPARE), "--engine", engine, "--model", model, "--out", str(out)]
     if pressure:
         cmd.append("--pressure")
@@ -20,8 +28,9 @@ def serve_compare(engine: str, model: str, out: Path, *, pressure: bool = False,
         cmd += ["--reference", str(reference)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if not out.exists():
-        raise AssertionError(f"serve_compare wrote no report (rc {proc.returncode}):\n"
-                             f"{(proc.stdout + proc.stderr)[-6000:]}")
+        raise AssertionError(
+            f"serve_compare wrote no report (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}"
+        )
     rep = json.loads(out.read_text())
     rep["_stdout"], rep["_rc"] = proc.stdout + proc.stderr[-3000:], proc.returncode
     return rep

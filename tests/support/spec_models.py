@@ -26,9 +26,7 @@ import shutil
 from pathlib import Path
 
 import torch
-
 from tiny_model import make_tiny_model
-
 
 # text that repeats, so prompt lookup (n-gram) finds matches: both engines' speculative-decoding prompts
 SPEC_PROMPTS = [
@@ -55,8 +53,9 @@ def make_spec_target(path: str | os.PathLike, *, seed: int = 1, **kw) -> str:
     return out
 
 
-def make_eagle_draft(target: str | os.PathLike, path: str | os.PathLike, engine: str, *, noise: float = 0.0,
-                     seed: int = 0) -> str:
+def make_eagle_draft(
+    target: str | os.PathLike, path: str | os.PathLike, engine: str, *, noise: float = 0.0, seed: int = 0
+) -> str:
     from safetensors.torch import load_file, save_file
 
     if engine not in ("vllm", "sglang"):
@@ -75,7 +74,7 @@ def make_eagle_draft(target: str | os.PathLike, path: str | os.PathLike, engine:
     for name, t in w.items():
         if not name.startswith("model.layers."):
             continue  # embeddings, final norm and LM head: the target's (shared by the engine)
-        short = name[len("model."):]
+        short = name[len("model.") :]
         if short == "layers.0.input_layernorm.weight":
             continue  # EAGLE's layer 0 has no input norm
         if noise and t.dim() == 2:
@@ -93,4 +92,6 @@ if __name__ == "__main__":  # python tests/support/spec_models.py ROOT: writes R
 
     root = Path(sys.argv[1])
     tgt = make_spec_target(root / "target")
-    print(tgt, make_eagle_draft(tgt, root / "eagle-vllm", "vllm"), make_eagle_draft(tgt, root / "eagle-sglang", "sglang"))
+    print(
+        tgt, make_eagle_draft(tgt, root / "eagle-vllm", "vllm"), make_eagle_draft(tgt, root / "eagle-sglang", "sglang")
+    )

@@ -45,21 +45,43 @@ def make_tokenizer(path: Path, vocab_size: int) -> int:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator([CORPUS] * 20, trainer=trainer)
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "model_max_length": 4096, "add_bos_token": False, "clean_up_tokenization_spaces": False,
-    }))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "model_max_length": 4096,
+                "add_bos_token": False,
+                "clean_up_tokenization_spaces": False,
+            }
+        )
+    )
     (path / "special_tokens_map.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
     return tok.get_vocab_size()
 
 
-def make_tiny_model(path: str | os.PathLike, arch: str = "llama", *, seed: int = 0, sliding_window: int = 16,
-                    hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2, head_dim: int = 32,
-                    max_positions: int = 1024) -> str:
+def make_tiny_model(
+    path: str | os.PathLike,
+    arch: str = "llama",
+    *,
+    seed: int = 0,
+    sliding_window: int = 16,
+    hidden: int = 128,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 32,
+    max_positions: int = 1024,
+) -> str:
     """Write config.json, tokenizer and safetensors weights into ``path``; returns the path."""
     from safetensors.torch import save_file
 
@@ -72,11 +94,21 @@ def make_tiny_model(path: str | os.PathLike, arch: str = "llama", *, seed: int =
     cfg = {
         "architectures": ["LlamaForCausalLM" if arch == "llama" else "MistralForCausalLM"],
         "model_type": "llama" if arch == "llama" else "mistral",
-        "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
-        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
-        "vocab_size": vocab, "max_position_embeddings": max_positions, "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
-        "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "float32",
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "max_position_embeddings": max_positions,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "torch_dtype": "float32",
     }
     if arch == "mistral-swa":
         cfg["sliding_window"] = sliding_window
@@ -88,22 +120,27 @@ def make_tiny_model(path: str | os.PathLike, arch: str = "llama", *, seed: int =
     def w(*shape, std):
         return (torch.randn(*shape, generator=g) * std).contiguous()
 
-    tensors = {"model.embed_tokens.weight": w(vocab, hidden, std=1.0), "model.norm.weight": torch.ones(hidden),
-               "lm_head.weight": w(vocab, hidden, std=hidden ** -0.5 * 2)}
+    tensors = {
+        "model.embed_tokens.weight": w(vocab, hidden, std=1.0),
+        "model.norm.weight": torch.ones(hidden),
+        "lm_head.weight": w(vocab, hidden, std=hidden**-0.5 * 2),
+    }
     for i in range(layers):
         p = f"model.layers.{i}."
-        tensors.update({
-            # q/k scaled up: sharp, position-dependent attention patterns
-            p + "self_attn.q_proj.weight": w(heads * head_dim, hidden, std=0.5 / hidden ** 0.5 * 4),
-            p + "self_attn.k_proj.weight": w(kv_heads * head_dim, hidden, std=0.5 / hidden ** 0.5 * 4),
-            p + "self_attn.v_proj.weight": w(kv_heads * head_dim, hidden, std=hidden ** -0.5),
-            p + "self_attn.o_proj.weight": w(hidden, heads * head_dim, std=(heads * head_dim) ** -0.5),
-            p + "mlp.gate_proj.weight": w(inter, hidden, std=hidden ** -0.5),
-            p + "mlp.up_proj.weight": w(inter, hidden, std=hidden ** -0.5),
-            p + "mlp.down_proj.weight": w(hidden, inter, std=inter ** -0.5),
-            p + "input_layernorm.weight": torch.ones(hidden),
-            p + "post_attention_layernorm.weight": torch.ones(hidden),
-        })
+        tensors.update(
+            {
+                # q/k scaled up: sharp, position-dependent attention patterns
+                p + "self_attn.q_proj.weight": w(heads * head_dim, hidden, std=0.5 / hidden**0.5 * 4),
+                p + "self_attn.k_proj.weight": w(kv_heads * head_dim, hidden, std=0.5 / hidden**0.5 * 4),
+                p + "self_attn.v_proj.weight": w(kv_heads * head_dim, hidden, std=hidden**-0.5),
+                p + "self_attn.o_proj.weight": w(hidden, heads * head_dim, std=(heads * head_dim) ** -0.5),
+                p + "mlp.gate_proj.weight": w(inter, hidden, std=hidden**-0.5),
+                p + "mlp.up_proj.weight": w(inter, hidden, std=hidden**-0.5),
+                p + "mlp.down_proj.weight": w(hidden, inter, std=inter**-0.5),
+                p + "input_layernorm.weight": torch.ones(hidden),
+                p + "post_attention_layernorm.weight": torch.ones(hidden),
+            }
+        )
     save_file(tensors, str(out / "model.safetensors"))
     return str(out)
 

@@ -26,17 +26,21 @@ SAMPLE_RATE = 16000
 N_INPUTS = 8
 DECODER_PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 D_MODEL, HEADS, LAYERS = 128, 4, 2  # head dim 32
-CORPUS = ("the quick brown fox jumps over the lazy dog. speech turns into text one token at a time while the "
-          "decoder attends to the encoder's view of the sound. ") * 20
+CORPUS = (
+    "the quick brown fox jumps over the lazy dog. speech turns into text one token at a time while the "
+    "decoder attends to the encoder's view of the sound. "
+) * 20
 
 
 def _specials() -> list[str]:
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
     langs = [f"<|{code}|>" for code in LANGUAGES]
-    return (["<|endoftext|>", "<|startoftranscript|>"] + langs
-            + ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>",
-               "<|notimestamps|>"])
+    return (
+        ["<|endoftext|>", "<|startoftranscript|>"]
+        + langs
+        + ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>"]
+    )
 
 
 def make_tokenizer(out: Path) -> int:
@@ -46,19 +50,36 @@ def make_tokenizer(out: Path) -> int:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=560, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=560, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     tok.train_from_iterator([CORPUS], trainer=trainer)
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in _specials()])
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "WhisperTokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
-        "unk_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "model_max_length": 448,
-        "clean_up_tokenization_spaces": False, "errors": "replace",
-    }))
-    (out / "special_tokens_map.json").write_text(json.dumps({
-        "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>"}))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "WhisperTokenizer",
+                "bos_token": "<|endoftext|>",
+                "eos_token": "<|endoftext|>",
+                "unk_token": "<|endoftext|>",
+                "pad_token": "<|endoftext|>",
+                "model_max_length": 448,
+                "clean_up_tokenization_spaces": False,
+                "errors": "replace",
+            }
+        )
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<|endoftext|>",
+                "eos_token": "<|endoftext|>",
+                "unk_token": "<|endoftext|>",
+                "pad_token": "<|endoftext|>",
+            }
+        )
+    )
     return tok.get_vocab_size()
 
 
@@ -74,12 +95,28 @@ def make(path: str, seed: int = 0) -> str:
     eot, sot = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|startoftranscript|>")
     vocab = (vocab + 63) // 64 * 64
     cfg = tf.WhisperConfig(
-        vocab_size=vocab, num_mel_bins=80, d_model=D_MODEL, encoder_layers=LAYERS, decoder_layers=LAYERS,
-        encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=2 * D_MODEL,
-        decoder_ffn_dim=2 * D_MODEL, max_source_positions=1500, max_target_positions=448,
-        decoder_start_token_id=sot, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot,
-        begin_suppress_tokens=None, suppress_tokens=None, forced_decoder_ids=None, scale_embedding=False,
-        tie_word_embeddings=True, torch_dtype="float32")
+        vocab_size=vocab,
+        num_mel_bins=80,
+        d_model=D_MODEL,
+        encoder_layers=LAYERS,
+        decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=2 * D_MODEL,
+        decoder_ffn_dim=2 * D_MODEL,
+        max_source_positions=1500,
+        max_target_positions=448,
+        decoder_start_token_id=sot,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        pad_token_id=eot,
+        begin_suppress_tokens=None,
+        suppress_tokens=None,
+        forced_decoder_ids=None,
+        scale_embedding=False,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
     torch.manual_seed(seed)
     model = tf.WhisperForConditionalGeneration(cfg).float().eval()
     g = torch.Generator().manual_seed(seed)
@@ -99,8 +136,9 @@ def make(path: str, seed: int = 0) -> str:
             p.copy_(torch.randn(p.shape, generator=g) * std)
     model.save_pretrained(out, safe_serialization=True)
     tf.WhisperFeatureExtractor(feature_size=80, sampling_rate=SAMPLE_RATE).save_pretrained(out)
-    (out / "generation_config.json").write_text(json.dumps({
-        "decoder_start_token_id": sot, "bos_token_id": eot, "eos_token_id": eot, "pad_token_id": eot}))
+    (out / "generation_config.json").write_text(
+        json.dumps({"decoder_start_token_id": sot, "bos_token_id": eot, "eos_token_id": eot, "pad_token_id": eot})
+    )
     return str(out)
 
 
@@ -114,7 +152,7 @@ def audio(i: int):
     sig = np.zeros_like(t)
     for k in range(3):
         f0 = 150.0 * (k + 1) * (1 + 0.37 * i)
-        sig += np.sin(2 * np.pi * (f0 * t + 40.0 * (i + 1) * t ** 2)) / (k + 1)
+        sig += np.sin(2 * np.pi * (f0 * t + 40.0 * (i + 1) * t**2)) / (k + 1)
     sig += 0.05 * rng.standard_normal(t.shape)
     return (0.3 * sig / np.abs(sig).max()).astype(np.float32)
 
@@ -134,8 +172,9 @@ def greedy(path: str, n_tokens: int) -> list[list[int]]:
 
     tok = tf.AutoTokenizer.from_pretrained(path)
     prompt = tok.convert_tokens_to_ids(tok.tokenize(DECODER_PROMPT))
-    model = tf.WhisperForConditionalGeneration.from_pretrained(path, torch_dtype=torch.float32,
-                                                               attn_implementation="eager").eval()
+    model = tf.WhisperForConditionalGeneration.from_pretrained(
+        path, torch_dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     res = []
     with torch.no_grad():
         for i in range(N_INPUTS):
@@ -144,7 +183,7 @@ def greedy(path: str, n_tokens: int) -> list[list[int]]:
             for _ in range(n_tokens):  # full recompute each step: no cache, nothing to get wrong
                 logits = model(encoder_outputs=(enc,), decoder_input_ids=torch.tensor([ids])).logits
                 ids.append(int(logits[0, -1].argmax()))
-            res.append(ids[len(prompt):])
+            res.append(ids[len(prompt) :])
     return res
 
 

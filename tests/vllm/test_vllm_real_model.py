@@ -30,7 +30,6 @@ import os
 from types import SimpleNamespace
 
 import pytest
-
 import real_model as rm
 from conftest import BASE_ENV
 from parity import LOGPROB_TOL
@@ -60,8 +59,15 @@ def real(tmp_path_factory):
     root = tmp_path_factory.mktemp("real-vllm")
     env = dict(os.environ, **BASE_ENV)
     own = launch("vllm", "own", model, ref["ids"], common, root, env)
-    ours = launch("vllm", "ours", model, ref["ids"], common + [
-        {"name": "ngram", "budget": BUDGET, "subset": SUBSET, "spec": "ngram"}], root, env)
+    ours = launch(
+        "vllm",
+        "ours",
+        model,
+        ref["ids"],
+        common + [{"name": "ngram", "budget": BUDGET, "subset": SUBSET, "spec": "ngram"}],
+        root,
+        env,
+    )
     print(f"vLLM processes: own {own['wall_s']:.0f} s, ours {ours['wall_s']:.0f} s")
     return SimpleNamespace(model=model, ref=ref, own=own, ours=ours)
 
@@ -88,8 +94,10 @@ def test_fp32_parity_with_cpu_attn_and_transformers(real, capsys):
     s_own = rm.compare(real.ref, own["tokens"], logprobs=own["logprobs"])
     report(capsys, f"fp32 ours vs transformers: {rm.fmt(s_ours)}")
     report(capsys, f"fp32 CPU_ATTN vs transformers: {rm.fmt(s_own)}")
-    report(capsys, f"fp32 ours vs CPU_ATTN: {len(ours['tokens'])}/{len(own['tokens'])} identical, max |dlogprob| "
-                   f"{d_own:.2e}")
+    report(
+        capsys,
+        f"fp32 ours vs CPU_ATTN: {len(ours['tokens'])}/{len(own['tokens'])} identical, max |dlogprob| {d_own:.2e}",
+    )
     assert {d[0] for d in s_ours["diverged"]} <= {d[0] for d in s_own["diverged"]}, s_ours["diverged"]
     assert s_ours["tf_max"] < TF_TOL and s_own["tf_max"] < TF_TOL, (s_ours["tf_max"], s_own["tf_max"])
 
@@ -100,14 +108,23 @@ def test_fp32_prefix_cache_hits(real, capsys):
         r = ok(res, "fp32")
         assert r["cache_hits"] > 0, r["cache_hits"]
         assert r["again_tokens"] == [r["tokens"][i] for i in rm.SHARED_PAIR]
-    report(capsys, f"prefix cache hits (tokens): ours {ok(real.ours, 'fp32')['cache_hits']}, "
-                   f"CPU_ATTN {ok(real.own, 'fp32')['cache_hits']}")
+    report(
+        capsys,
+        f"prefix cache hits (tokens): ours {ok(real.ours, 'fp32')['cache_hits']}, "
+        f"CPU_ATTN {ok(real.own, 'fp32')['cache_hits']}",
+    )
 
 
 def bf16_rule(real, capsys, name: str) -> None:
     """tests/support/real_model.py no_worse on the SUBSET prompts."""
-    rm.no_worse(sub(real.ref, SUBSET), ok(real.ours, name), ok(real.own, name), name=name, labels=("ours", "CPU_ATTN"),
-                report=lambda msg: report(capsys, msg))
+    rm.no_worse(
+        sub(real.ref, SUBSET),
+        ok(real.ours, name),
+        ok(real.own, name),
+        name=name,
+        labels=("ours", "CPU_ATTN"),
+        report=lambda msg: report(capsys, msg),
+    )
 
 
 def test_bf16_vs_fp32_reference(real, capsys):
@@ -125,8 +142,10 @@ def test_fp8_kv_side_by_side(real, capsys):
         # the oracle of the rule is missing on this CPU: say so (xfail, not a pass) after what can still be shown
         s = rm.compare(sub(real.ref, SUBSET), ok(real.ours, "fp8")["tokens"], ok(real.ours, "fp8")["tf"])
         report(capsys, f"fp8 ours vs fp32 transformers: {rm.fmt(s)} (CPU_ATTN: {CPU_ATTN_NO_FP8})")
-        pytest.xfail(f"no FP8 oracle here: vLLM's CPU_ATTN refuses an FP8 KV cache on this CPU ({CPU_ATTN_NO_FP8}); "
-                     "test_vllm_fp8.py still asserts this backend's FP8 against the rounded transformers oracle")
+        pytest.xfail(
+            f"no FP8 oracle here: vLLM's CPU_ATTN refuses an FP8 KV cache on this CPU ({CPU_ATTN_NO_FP8}); "
+            "test_vllm_fp8.py still asserts this backend's FP8 against the rounded transformers oracle"
+        )
     bf16_rule(real, capsys, "fp8")
 
 
@@ -140,16 +159,18 @@ def test_ngram_speculative_decoding(real, capsys):
     m = spec["spec"]
     accepted, drafted = m.get("vllm:spec_decode_num_accepted_tokens", 0), m.get("vllm:spec_decode_num_draft_tokens", 0)
     assert drafted > 0 and accepted > 0, m
-    report(capsys, f"n-gram (k=3): {len(spec['tokens'])}/{len(spec['tokens'])} identical to non-speculative ours and "
-                   f"CPU_ATTN; accepted {accepted}/{drafted} drafts ({100 * accepted / drafted:.1f}%)")
+    report(
+        capsys,
+        f"n-gram (k=3): {len(spec['tokens'])}/{len(spec['tokens'])} identical to non-speculative ours and "
+        f"CPU_ATTN; accepted {accepted}/{drafted} drafts ({100 * accepted / drafted:.1f}%)",
+    )
 
 
 def test_openai_server_chat_completion(real, tmp_path, capsys):
     """`python -m vllm.entrypoints.openai.api_server` with this backend (XPU_ATTN_ENABLE=1) serves the model: a greedy
     chat completion, not streamed and streamed, answers what transformers answers, then a clean SIGINT stop."""
-    from transformers import AutoTokenizer
-
     from real_model_engine import chat_over_http
+    from transformers import AutoTokenizer
 
     want = rm.answer_text(AutoTokenizer.from_pretrained(real.model), real.ref["tokens"][0])  # prompt 0: the question
     assert "Paris" in want
@@ -159,5 +180,8 @@ def test_openai_server_chat_completion(real, tmp_path, capsys):
     assert r["plain"].strip() == want and r["finish"] == "stop", r["plain"]
     assert r["streamed"].strip() == want and r["chunks"] > 1, r["streamed"]
     assert r["shutdown"]["clean"], r["shutdown"]
-    report(capsys, f"HTTP chat completion (started in {r['startup_s']:.0f} s): {r['plain']!r}; streamed in "
-                   f"{r['chunks']} chunks: {r['streamed']!r}")
+    report(
+        capsys,
+        f"HTTP chat completion (started in {r['startup_s']:.0f} s): {r['plain']!r}; streamed in "
+        f"{r['chunks']} chunks: {r['streamed']!r}",
+    )

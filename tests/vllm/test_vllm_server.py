@@ -6,7 +6,6 @@ errored, clean SIGINT shutdown. Then the same load on a 20-block KV pool: preemp
 and the tokens are still those of the unpressured CPU_ATTN run."""
 
 import pytest
-
 from server_load import check_identical, check_load, serve_compare
 
 
@@ -28,8 +27,9 @@ def test_server_load_identical(unpressured):
 
 
 def test_server_load_under_preemption(models, unpressured, tmp_path):
-    rep = serve_compare("vllm", models["llama"], tmp_path / "load-vllm-pressure.json", pressure=True,
-                        reference=unpressured["_path"])
+    rep = serve_compare(
+        "vllm", models["llama"], tmp_path / "load-vllm-pressure.json", pressure=True, reference=unpressured["_path"]
+    )
     check_load(rep)
     check_identical(rep)
     for b in ("own", "ours"):

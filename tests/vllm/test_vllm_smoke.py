@@ -9,7 +9,6 @@ import os
 import sys
 
 import vllm
-
 from conftest import run_vllm
 from families import PROMPTS, build_all
 
@@ -21,8 +20,12 @@ def test_plugins_discovered_and_a_tiny_model_generates_through_the_backend(tmp_p
     if os.environ.get("VXA_EXPECT_WHEEL") == "1":  # CI's oldest-release run: the installed wheel, not the sources
         assert "site-packages" in vllm_xpu_attn.__file__, vllm_xpu_attn.__file__
     assert versions.unsupported_reason("vllm", vllm.__version__) is None, vllm.__version__
-    ours = {group: ep.value for group in ("vllm.platform_plugins", "vllm.general_plugins")
-            for ep in md.entry_points(group=group) if ep.name == "xpu_attn" and ep.dist.name == "vllm-xpu-attn"}
+    ours = {
+        group: ep.value
+        for group in ("vllm.platform_plugins", "vllm.general_plugins")
+        for ep in md.entry_points(group=group)
+        if ep.name == "xpu_attn" and ep.dist.name == "vllm-xpu-attn"
+    }
     assert ours.get("vllm.platform_plugins") == "vllm_xpu_attn.vllm.plugin:platform_plugin", ours
     assert ours.get("vllm.general_plugins") == "vllm_xpu_attn.vllm.plugin:general_plugin", ours
     fam = build_all(tmp_path / "models", sys.executable, families=("qwen3",))["qwen3"]

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import Runs, assert_parity, run_vllm_batch
 from spec_models import SPEC_PROMPTS as PROMPTS
 from spec_models import make_eagle_draft, make_spec_target
@@ -32,8 +31,10 @@ SPEC = {
     "ngram": {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
     "eagle": {"method": "eagle", "num_speculative_tokens": K},  # + "model": the tiny draft
 }
-STEP = re.compile(r"vllm-xpu-attn: step role=(\w+) group=\S+ reqs=(\d+) tokens=(\d+) max_query=(\d+) "
-                  r"query_lens=\[([\d, ]*)\] prefilling=(\S+) spec_k=(\d+) spec_rows=(\d+)(?: local=(\d+))?")
+STEP = re.compile(
+    r"vllm-xpu-attn: step role=(\w+) group=\S+ reqs=(\d+) tokens=(\d+) max_query=(\d+) "
+    r"query_lens=\[([\d, ]*)\] prefilling=(\S+) spec_k=(\d+) spec_rows=(\d+)(?: local=(\d+))?"
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +48,13 @@ def spec(tmp_path_factory):
     args = ["--max-tokens", "32", "--prompts-json", prompts]
     l4 = llama4_model(root)
     ngram, eagle = dict(SPEC["ngram"]), dict(SPEC["eagle"], model=make_eagle_draft(target, root / "eagle", "vllm"))
-    ours = {"nospec": (target, args), "ngram": (target, [*args, "--speculative-config", json.dumps(ngram)]),
-            "eagle": (target, [*args, "--speculative-config", json.dumps(eagle)]),
-            "llama4-nospec": (l4["path"], l4["args"]),
-            "llama4-ngram": (l4["path"], [*l4["args"], "--speculative-config", json.dumps(ngram)])}
+    ours = {
+        "nospec": (target, args),
+        "ngram": (target, [*args, "--speculative-config", json.dumps(ngram)]),
+        "eagle": (target, [*args, "--speculative-config", json.dumps(eagle)]),
+        "llama4-nospec": (l4["path"], l4["args"]),
+        "llama4-ngram": (l4["path"], [*l4["args"], "--speculative-config", json.dumps(ngram)]),
+    }
     # One speculative LLM per process: vLLM re-registers its rejection-sampler kernels for a second one in the
     # same process and fails ("'_lib_fn_wrapper' object has no attribute 'get'").
     groups = [("nospec", "ngram"), ("llama4-nospec", "llama4-ngram"), ("eagle",)]
@@ -59,17 +63,30 @@ def spec(tmp_path_factory):
         mp.setenv("XPU_ATTN_LOG_LEVEL", "DEBUG")  # the builder's per-step lines
         for i, group in enumerate(groups):
             dict.update(runs, dict.items(run_vllm_batch({t: ours[t] for t in group}, root, ours=True, name=f"spec{i}")))
-    return {"runs": runs, "base": run_vllm_batch({"nospec": ours["nospec"]}, root, ours=False, name="spec")["nospec"],
-            "llama4": l4}
+    return {
+        "runs": runs,
+        "base": run_vllm_batch({"nospec": ours["nospec"]}, root, ours=False, name="spec")["nospec"],
+        "llama4": l4,
+    }
 
 
 def steps(log: str) -> list[dict]:
     out = []
     for m in STEP.finditer(log):
         role, reqs, tokens, maxq, q, pre, k, rows, local = m.groups()
-        out.append({"role": role, "reqs": int(reqs), "tokens": int(tokens), "max_query": int(maxq),
-                    "query_lens": [int(x) for x in q.split(",") if x.strip()], "prefilling": pre, "spec_k": int(k),
-                    "spec_rows": int(rows), "local": int(local or 0)})
+        out.append(
+            {
+                "role": role,
+                "reqs": int(reqs),
+                "tokens": int(tokens),
+                "max_query": int(maxq),
+                "query_lens": [int(x) for x in q.split(",") if x.strip()],
+                "prefilling": pre,
+                "spec_k": int(k),
+                "spec_rows": int(rows),
+                "local": int(local or 0),
+            }
+        )
     return out
 
 
@@ -93,9 +110,11 @@ def test_spec_decode_identical_to_non_spec(spec, method):
     assert verify, "this backend's builder planned no verify rows"
     assert all(s["spec_k"] == K for s in st)
     assert max(s["max_query"] for s in verify) == 1 + K  # a verify row with all K drafts
-    summary = (f"{method}: accepted {accepted}/{drafted} draft tokens ({100 * accepted / drafted:.1f}%), per position "
-               f"{res['metrics']['vllm:spec_decode_num_accepted_tokens_per_pos']}; this backend planned "
-               f"{len(verify)} target steps with {sum(s['spec_rows'] for s in verify)} verify rows")
+    summary = (
+        f"{method}: accepted {accepted}/{drafted} draft tokens ({100 * accepted / drafted:.1f}%), per position "
+        f"{res['metrics']['vllm:spec_decode_num_accepted_tokens_per_pos']}; this backend planned "
+        f"{len(verify)} target steps with {sum(s['spec_rows'] for s in verify)} verify rows"
+    )
     if method == "eagle":
         draft = [s for s in st if s["role"] == "draft"]
         multi = [s for s in draft if s["max_query"] > 1]
@@ -127,15 +146,28 @@ def llama4_model(root: Path) -> dict:
     tests, path = Path(__file__).resolve().parent.parent / "support", root / "llama4"
     prompts, hf = root / "l4-prompts.json", root / "l4-hf.json"
     prompts.write_text(json.dumps(L4_PROMPTS))
-    subprocess.run([sys.executable, str(tests / "families.py"), "make", str(path), "llama4", "0"], check=True,
-                   capture_output=True, timeout=300)
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import families; "
-            "families.PROMPTS[:] = json.load(open(sys.argv[2])); "
-            "json.dump(families.greedy(sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))")
-    subprocess.run([sys.executable, "-c", code, str(tests), str(prompts), str(path), str(L4_TOKENS), str(hf)],
-                   check=True, capture_output=True, timeout=300)
-    return {"path": str(path), "args": ["--max-tokens", str(L4_TOKENS), "--prompts-json", prompts, "--block-size", "32"],
-            "hf": json.loads(hf.read_text())}
+    subprocess.run(
+        [sys.executable, str(tests / "families.py"), "make", str(path), "llama4", "0"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import families; "
+        "families.PROMPTS[:] = json.load(open(sys.argv[2])); "
+        "json.dump(families.greedy(sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(tests), str(prompts), str(path), str(L4_TOKENS), str(hf)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return {
+        "path": str(path),
+        "args": ["--max-tokens", str(L4_TOKENS), "--prompts-json", prompts, "--block-size", "32"],
+        "hf": json.loads(hf.read_text()),
+    }
 
 
 def split_verify_rows(st: list[dict]) -> tuple[int, int]:
@@ -148,7 +180,7 @@ def split_verify_rows(st: list[dict]) -> tuple[int, int]:
     assert st and len(st) % per_step == 0, f"{len(st)} step lines: not {per_step} groups per step"
     verify_steps = split = 0
     for i in range(0, len(st), per_step):
-        block = st[i:i + per_step]
+        block = st[i : i + per_step]
         local, glob = [s for s in block if s["local"] == 32], [s for s in block if s["local"] == 0]
         assert len(local) == L4_LOCAL_LAYERS and len(glob) == 1, f"step {i // per_step}: groups {block}"
         g = glob[0]
@@ -179,7 +211,9 @@ def test_spec_decode_local_attention_verify_across_chunks(spec):
     verify_steps, split = split_verify_rows(st)
     assert verify_steps > 0, "this backend's builder planned no verify rows"
     assert split > 0, "no verify row crossed a chunk boundary on the local layers"
-    print(f"llama4 ngram: accepted {accepted}/{drafted} draft tokens ({100 * accepted / drafted:.1f}%), per position "
-          f"{res['metrics']['vllm:spec_decode_num_accepted_tokens_per_pos']}; this backend planned {verify_steps} "
-          f"verify steps on {L4_LOCAL_LAYERS} local layers + 1 global, {split} verify rows split at a chunk boundary; "
-          f"8/8 equal transformers; max logprob diff {d_ours:.1e} vs ours non-spec")
+    print(
+        f"llama4 ngram: accepted {accepted}/{drafted} draft tokens ({100 * accepted / drafted:.1f}%), per position "
+        f"{res['metrics']['vllm:spec_decode_num_accepted_tokens_per_pos']}; this backend planned {verify_steps} "
+        f"verify steps on {L4_LOCAL_LAYERS} local layers + 1 global, {split} verify rows split at a chunk boundary; "
+        f"8/8 equal transformers; max logprob diff {d_ours:.1e} vs ours non-spec"
+    )

@@ -31,8 +31,12 @@ def layer_specs(log: str) -> dict[tuple[int, int], list[tuple[int, int, int]]]:
 
 def test_tp2_matches_tp1_and_cpu_attn(models, tmp_path, monkeypatch):
     cfg = json.loads((Path(models["llama"]) / "config.json").read_text())
-    hq, hkv, d, n_layers = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
-                            cfg["num_hidden_layers"])
+    hq, hkv, d, n_layers = (
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg["head_dim"],
+        cfg["num_hidden_layers"],
+    )
     assert hq % 2 == 0 and hkv % 2 == 0, "the TP=2 model must split its heads evenly"
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
 
@@ -49,8 +53,10 @@ def test_tp2_matches_tp1_and_cpu_attn(models, tmp_path, monkeypatch):
 
     # the per-rank head counts our layers were built with
     assert layer_specs(tp1["log"]) == {(0, 1): [(hq, hkv, d)] * n_layers}
-    assert layer_specs(tp2["log"]) == {(0, 2): [(hq // 2, hkv // 2, d)] * n_layers,
-                                       (1, 2): [(hq // 2, hkv // 2, d)] * n_layers}
+    assert layer_specs(tp2["log"]) == {
+        (0, 2): [(hq // 2, hkv // 2, d)] * n_layers,
+        (1, 2): [(hq // 2, hkv // 2, d)] * n_layers,
+    }
 
     d_tp = assert_parity(tp1, tp2)  # greedy tokens identical, logprobs within LOGPROB_TOL
     d_base = assert_parity(tp2_base, tp2)

@@ -13,6 +13,17 @@ from .step import check_step_config, plan_step
 from .types import AttentionKind, LayerSpec, MLADims, Mode, SpecDecodeShape, StepInputs, StepPlan
 
 __all__ = [
-    "AttentionKind", "LayerRunner", "LayerSpec", "MLADims", "Mode", "SpecDecodeShape", "StepInputs", "StepPlan",
-    "check_step_config", "plan_step", "served", "token_table_to_page_table", "write_kv",
+    "AttentionKind",
+    "LayerRunner",
+    "LayerSpec",
+    "MLADims",
+    "Mode",
+    "SpecDecodeShape",
+    "StepInputs",
+    "StepPlan",
+    "check_step_config",
+    "plan_step",
+    "served",
+    "token_table_to_page_table",
+    "write_kv",
 ]

@@ -6,8 +6,7 @@ from typing import Optional
 
 import torch
 
-from ..kernels.api import KernelProvider
-from ..kernels.api import is_fp8
+from ..kernels.api import KernelProvider, is_fp8
 
 
 def _check_caches(k_cache: torch.Tensor, v_cache: Optional[torch.Tensor], kv_dtype: Optional[torch.dtype]) -> None:
@@ -16,8 +15,10 @@ def _check_caches(k_cache: torch.Tensor, v_cache: Optional[torch.Tensor], kv_dty
     if kv_dtype is not None and k_cache.dtype != kv_dtype:
         raise TypeError(f"KV cache dtype {k_cache.dtype} differs from the layer's configured KV dtype {kv_dtype}")
     if v_cache is not None and (v_cache.dtype != k_cache.dtype or v_cache.shape[:3] != k_cache.shape[:3]):
-        raise ValueError(f"v_cache {list(v_cache.shape)} {v_cache.dtype} must match k_cache {list(k_cache.shape)} "
-                         f"{k_cache.dtype} in dtype, pages, page size and KV heads")
+        raise ValueError(
+            f"v_cache {list(v_cache.shape)} {v_cache.dtype} must match k_cache {list(k_cache.shape)} "
+            f"{k_cache.dtype} in dtype, pages, page size and KV heads"
+        )
 
 
 def write_kv(

@@ -68,12 +68,16 @@ def local_attention_plans(
     max_pages = page_table.shape[1]
     cols = (chunk * pages_per_chunk)[..., None] + torch.arange(pages_per_chunk, device=device)  # [B, R, P]
     cols = cols.clamp(0, max(max_pages - 1, 0))  # columns past the row are never read (v_k bounds them)
+
     def gather(table: torch.Tensor) -> torch.Tensor:
         if not max_pages:
             return torch.zeros(batch * rows, pages_per_chunk, dtype=torch.int32, device=device)
         t = table[:, :max_pages]
-        return torch.gather(t[:, None, :].expand(batch, rows, max_pages), 2, cols).reshape(
-            batch * rows, pages_per_chunk).to(torch.int32)
+        return (
+            torch.gather(t[:, None, :].expand(batch, rows, max_pages), 2, cols)
+            .reshape(batch * rows, pages_per_chunk)
+            .to(torch.int32)
+        )
 
     if swa_page_table is not None and (swa_page_table.shape[0] != batch or swa_page_table.shape[1] < max_pages):
         raise ValueError(f"swa_page_table {list(swa_page_table.shape)} must cover page_table {list(page_table.shape)}")

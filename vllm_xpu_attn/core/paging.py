@@ -11,8 +11,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from ..kernels.api import flag_torch
-from ..kernels.api import device_op
+from ..kernels.api import device_op, flag_torch
 
 
 def cdiv(a: int, b: int) -> int:
@@ -32,8 +31,9 @@ def check_page_size(page_size: int) -> int:
     return page_size
 
 
-def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seqlen_k: int,
-                              row_index: Optional[torch.Tensor] = None) -> torch.Tensor:
+def token_table_to_page_table(
+    token_table: torch.Tensor, page_size: int, max_seqlen_k: int, row_index: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """Token-granularity request->slot table to a page table.
 
     token_table [B, >= max_seqlen_k] int (slot of each token; SGLang's req_to_token rows) ->
@@ -65,8 +65,9 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
         if firsts.device.type == "cpu":  # values readable for free: refuse a row outside the pool
             if row_index.numel() and (int(row_index.min()) < 0 or int(row_index.max()) >= pool_rows):
                 bad = int(torch.nonzero((row_index < 0) | (row_index >= pool_rows))[0, 0])
-                raise ValueError(f"token_rows[{bad}]={int(row_index[bad])} is outside the token table's {pool_rows} "
-                                 "rows")
+                raise ValueError(
+                    f"token_rows[{bad}]={int(row_index[bad])} is outside the token table's {pool_rows} rows"
+                )
             firsts = firsts.index_select(0, row_index)  # [B, n_pages]: one gather of the strided columns
         else:  # no host sync: such a request reads row 0, is flagged, and gets page -1 (answered with NaN rows)
             bad = (row_index < 0) | (row_index >= pool_rows)
@@ -83,8 +84,9 @@ def token_table_to_page_table(token_table: torch.Tensor, page_size: int, max_seq
     return pages if pages.dtype == torch.int32 else pages.to(torch.int32)
 
 
-def flat_slots_to_page_table(slots: torch.Tensor, cu_seqlens_k: torch.Tensor, page_size: int,
-                             max_seqlen_k: int) -> torch.Tensor:
+def flat_slots_to_page_table(
+    slots: torch.Tensor, cu_seqlens_k: torch.Tensor, page_size: int, max_seqlen_k: int
+) -> torch.Tensor:
     """Concatenated per-token slots to a page table (transformers' continuous batching: ``read_index``).
 
     slots int [total_k]: the slot of every key of every sequence, sequence b's keys at
@@ -94,8 +96,10 @@ def flat_slots_to_page_table(slots: torch.Tensor, cu_seqlens_k: torch.Tensor, pa
     """
     check_page_size(page_size)
     if slots.dim() != 1 or cu_seqlens_k.dim() != 1:
-        raise ValueError(f"slots must be [total_k] and cu_seqlens_k [batch + 1], got {list(slots.shape)} and "
-                         f"{list(cu_seqlens_k.shape)}")
+        raise ValueError(
+            f"slots must be [total_k] and cu_seqlens_k [batch + 1], got {list(slots.shape)} and "
+            f"{list(cu_seqlens_k.shape)}"
+        )
     bs = cu_seqlens_k.shape[0] - 1
     n_pages = cdiv(max(int(max_seqlen_k), 0), page_size)
     if bs <= 0 or n_pages == 0 or slots.numel() == 0:

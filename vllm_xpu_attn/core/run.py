@@ -15,9 +15,18 @@ from typing import Optional
 import torch
 
 from .. import env
-from ..kernels.api import (KernelProvider, KernelRequest, LayerConsts, LayerTensors, PagedLaunch, Phase, call_id,
-                           fp8_descale, select_provider)
-from .types import PagedStep, AttentionKind, LayerSpec, StepPlan
+from ..kernels.api import (
+    KernelProvider,
+    KernelRequest,
+    LayerConsts,
+    LayerTensors,
+    PagedLaunch,
+    Phase,
+    call_id,
+    fp8_descale,
+    select_provider,
+)
+from .types import AttentionKind, LayerSpec, PagedStep, StepPlan
 
 logger = logging.getLogger("vllm_xpu_attn")
 
@@ -27,7 +36,8 @@ _served: collections.Counter = collections.Counter()
 
 def served() -> dict[str, int]:
     """Layer calls served so far in this process by attention kind, e.g. {"decoder": 64, "cross": 64}
-    (``LayerRunner.forward`` / ``forward_mla`` / ``forward_varlen`` outside graph replay). Each kind's first call is also logged
+    (``LayerRunner.forward`` / ``forward_mla`` / ``forward_varlen`` outside graph replay). Each kind's first call is
+    also logged
     once at INFO: "vllm-xpu-attn served its first <kind> attention call (...)"."""
     return dict(_served)
 
@@ -38,13 +48,27 @@ def _count(kind: str, provider: str) -> None:
     _served[kind] += 1
 
 
-def kernel_request(spec: LayerSpec, device_type: str, page_size: int, phase: Phase, return_lse: bool = False) -> KernelRequest:
+def kernel_request(
+    spec: LayerSpec, device_type: str, page_size: int, phase: Phase, return_lse: bool = False
+) -> KernelRequest:
     return KernelRequest(
-        device_type=device_type, dtype=spec.dtype, kv_dtype=spec.kv_dtype, head_dim=spec.head_dim,
-        num_q_heads=spec.num_q_heads, num_kv_heads=spec.num_kv_heads, page_size=page_size,
-        v_head_dim=spec.v_head_dim, causal=spec.causal, window=spec.window, softcap=spec.softcap,
-        has_sinks=spec.has_sinks, has_alibi=spec.alibi_slopes is not None, return_lse=return_lse, phase=phase,
-        batch_invariant=spec.batch_invariant, mla=spec.mla is not None,
+        device_type=device_type,
+        dtype=spec.dtype,
+        kv_dtype=spec.kv_dtype,
+        head_dim=spec.head_dim,
+        num_q_heads=spec.num_q_heads,
+        num_kv_heads=spec.num_kv_heads,
+        page_size=page_size,
+        v_head_dim=spec.v_head_dim,
+        causal=spec.causal,
+        window=spec.window,
+        softcap=spec.softcap,
+        has_sinks=spec.has_sinks,
+        has_alibi=spec.alibi_slopes is not None,
+        return_lse=return_lse,
+        phase=phase,
+        batch_invariant=spec.batch_invariant,
+        mla=spec.mla is not None,
     )
 
 
@@ -52,9 +76,18 @@ def mha_request(spec: LayerSpec, device_type: str) -> KernelRequest:
     """An MLA layer's un-absorbed prefill: per-head q/k of qk_head_dim, v of v_head_dim, contiguous K/V."""
     m = spec.mla
     return KernelRequest(
-        device_type=device_type, dtype=spec.dtype, kv_dtype=spec.dtype, head_dim=m.qk_head_dim,
-        num_q_heads=spec.num_q_heads, num_kv_heads=spec.num_q_heads, page_size=1, v_head_dim=m.v_head_dim,
-        causal=True, return_lse=True, phase=Phase.PREFILL, batch_invariant=spec.batch_invariant,
+        device_type=device_type,
+        dtype=spec.dtype,
+        kv_dtype=spec.dtype,
+        head_dim=m.qk_head_dim,
+        num_q_heads=spec.num_q_heads,
+        num_kv_heads=spec.num_q_heads,
+        page_size=1,
+        v_head_dim=m.v_head_dim,
+        causal=True,
+        return_lse=True,
+        phase=Phase.PREFILL,
+        batch_invariant=spec.batch_invariant,
     )
 
 
@@ -76,8 +109,10 @@ def missing_device_reason(device: torch.device) -> Optional[str]:
     if device.type in ("cuda", "xpu"):
         mod = getattr(torch, device.type, None)
         if mod is None or not mod.is_available():
-            return (f"this host has no {device.type.upper()} device (torch {torch.__version__}: "
-                    f"torch.{device.type}.is_available() is False); it has {', '.join(here)}")
+            return (
+                f"this host has no {device.type.upper()} device (torch {torch.__version__}: "
+                f"torch.{device.type}.is_available() is False); it has {', '.join(here)}"
+            )
         if device.index is not None and device.index >= mod.device_count():
             return f"this host has {mod.device_count()} {device.type.upper()} device(s): {', '.join(here)}"
         return None
@@ -87,16 +122,28 @@ def missing_device_reason(device: torch.device) -> Optional[str]:
 class LayerRunner:
     """Runs one layer's attention for any step. Providers are chosen per phase at construction."""
 
-    def __init__(self, spec: LayerSpec, device: torch.device | str, page_size: int, *, override: Optional[str] = None,
-                 with_spec_decode: bool = False):
+    def __init__(
+        self,
+        spec: LayerSpec,
+        device: torch.device | str,
+        page_size: int,
+        *,
+        override: Optional[str] = None,
+        with_spec_decode: bool = False,
+    ):
         env.validate()  # configuration time: a bad variable is named here, not at a later launch
-        if with_spec_decode and spec.kind is not AttentionKind.CROSS and (spec.window_left >= 0 or spec.local_attention):
+        if (
+            with_spec_decode
+            and spec.kind is not AttentionKind.CROSS
+            and (spec.window_left >= 0 or spec.local_attention)
+        ):
             # The top-k > 1 cascade runs the drafts non-causally over the whole prefix; a window or
             # a chunk would need per-draft key ranges that plan does not carry. Refuse now, not mid-step.
             feature = "a sliding window" if spec.window_left >= 0 else "local (chunked) attention"
             raise ValueError(
                 f"vllm-xpu-attn: a layer with {feature} cannot run speculative decoding with top-k > 1 "
-                "(EAGLE trees); use top-k 1 (--speculative-eagle-topk 1) or n-gram speculation")
+                "(EAGLE trees); use top-k 1 (--speculative-eagle-topk 1) or n-gram speculation"
+            )
         self.spec = spec
         self.device = torch.device(device)
         why = missing_device_reason(self.device)
@@ -104,8 +151,12 @@ class LayerRunner:
             raise ValueError(f"vllm-xpu-attn: LayerRunner(device={str(device)!r}): {why}")
         self.page_size = page_size
         dev = self.device.type
-        self.prefill_provider = select_provider(kernel_request(spec, dev, page_size, Phase.PREFILL, with_spec_decode), override)
-        self.decode_provider = select_provider(kernel_request(spec, dev, page_size, Phase.DECODE, with_spec_decode), override)
+        self.prefill_provider = select_provider(
+            kernel_request(spec, dev, page_size, Phase.PREFILL, with_spec_decode), override
+        )
+        self.decode_provider = select_provider(
+            kernel_request(spec, dev, page_size, Phase.DECODE, with_spec_decode), override
+        )
         self.spec_provider = (
             select_provider(kernel_request(spec, dev, 1, Phase.DECODE, True), override) if with_spec_decode else None
         )
@@ -113,10 +164,18 @@ class LayerRunner:
             torch.tensor(spec.alibi_slopes, dtype=torch.float32, device=self.device) if spec.alibi_slopes else None
         )
         # the non-tensor part of every call this layer makes, fixed once (one name/type to the kernel)
-        self._call = LayerConsts.make(spec.num_q_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim,
-                                    softmax_scale=spec.scale, causal=spec.causal, window=spec.window,
-                                    softcap=spec.softcap, batch_invariant=spec.batch_invariant,
-                                    mla=spec.mla is not None)
+        self._call = LayerConsts.make(
+            spec.num_q_heads,
+            spec.num_kv_heads,
+            spec.head_dim,
+            spec.v_head_dim,
+            softmax_scale=spec.scale,
+            causal=spec.causal,
+            window=spec.window,
+            softcap=spec.softcap,
+            batch_invariant=spec.batch_invariant,
+            mla=spec.mla is not None,
+        )
         # top-k > 1 cascade: both parts non-causal over their keys, with LSE for the merge
         self._cascade_call = dataclasses.replace(self._call, causal=False, window=(-1, -1), return_lse=True)
         # MLA layers: the un-absorbed prefill (engines run new tokens as plain MHA over decompressed K/V)
@@ -126,22 +185,37 @@ class LayerRunner:
         self._bound_from: Optional[tuple] = None  # (source, sinks, k_scale, v_scale) of ensure_bound's last bind
         self._bind(sinks=None, k_descale=None, v_descale=None)
 
-    def bind(self, *, sinks: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
-             v_descale: Optional[torch.Tensor] = None) -> None:
+    def bind(
+        self,
+        *,
+        sinks: Optional[torch.Tensor] = None,
+        k_descale: Optional[torch.Tensor] = None,
+        v_descale: Optional[torch.Tensor] = None,
+    ) -> None:
         """Bind the layer's own tensors once (the engine's parameters, updated in place by weight loading):
         sinks [Hq] float; k_descale / v_descale float32 scalar or [1] (FP8 caches only; None = 1.0).
         Checked here, against the layer's spec, and never again per call."""
         if sinks is not None and not self.spec.has_sinks:
-            raise ValueError("sinks bound on a layer whose LayerSpec has has_sinks=False (declare them at start-up, "
-                             "so the provider chosen can serve them)")
+            raise ValueError(
+                "sinks bound on a layer whose LayerSpec has has_sinks=False (declare them at start-up, "
+                "so the provider chosen can serve them)"
+            )
         if sinks is None and self.spec.has_sinks:
-            raise ValueError("a layer declared with sinks (LayerSpec.has_sinks=True) must be bound with its sinks "
-                             "tensor: LayerRunner.bind(sinks=...)")
+            raise ValueError(
+                "a layer declared with sinks (LayerSpec.has_sinks=True) must be bound with its sinks "
+                "tensor: LayerRunner.bind(sinks=...)"
+            )
         self._bind(sinks=sinks, k_descale=k_descale, v_descale=v_descale)
         self._unbound_sinks = False
 
-    def ensure_bound(self, source: object, *, sinks: Optional[torch.Tensor] = None,
-                     k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None) -> None:
+    def ensure_bound(
+        self,
+        source: object,
+        *,
+        sinks: Optional[torch.Tensor] = None,
+        k_scale: Optional[torch.Tensor] = None,
+        v_scale: Optional[torch.Tensor] = None,
+    ) -> None:
         """Bind the layer's tensors from the engine's layer object ``source``, unless bound from it already.
 
         sinks [Hq] float; k_scale / v_scale: the engine's per-tensor KV scales (fp32 scalar or [1]), used as
@@ -149,18 +223,29 @@ class LayerRunner:
         loading), so one bind per source is enough; another source object, or other tensor objects, bind
         again. Per call: four identity compares. Every adapter binds through this one method."""
         bound = self._bound_from
-        if bound is not None and bound[0] is source and bound[1] is sinks and bound[2] is k_scale \
-                and bound[3] is v_scale:
+        if (
+            bound is not None
+            and bound[0] is source
+            and bound[1] is sinks
+            and bound[2] is k_scale
+            and bound[3] is v_scale
+        ):
             return
         kv = self.spec.kv_dtype
         self.bind(sinks=sinks, k_descale=fp8_descale(kv, k_scale), v_descale=fp8_descale(kv, v_scale))
         self._bound_from = (source, sinks, k_scale, v_scale)
 
     def _bind(self, *, sinks, k_descale, v_descale) -> None:
-        self._args = LayerTensors.make(self._call, device=self.device, kv_dtype=self.spec.kv_dtype, sinks=sinks,
-                                    alibi_slopes=self._alibi, k_descale=k_descale, v_descale=v_descale)
+        self._args = LayerTensors.make(
+            self._call,
+            device=self.device,
+            kv_dtype=self.spec.kv_dtype,
+            sinks=sinks,
+            alibi_slopes=self._alibi,
+            k_descale=k_descale,
+            v_descale=v_descale,
+        )
         self._cascade_args = self._args.without_sinks()  # the merge adds the sinks once
-
 
     def graph_capture_reason(self, *, mha_prefill: bool = True) -> Optional[str]:
         """None when every provider this layer may run can be captured in a graph, else why not
@@ -168,8 +253,9 @@ class LayerRunner:
         provs = {self.prefill_provider, self.decode_provider, self.spec_provider} - {None}
         if mha_prefill and self.mha_provider is not None:
             provs.add(self.mha_provider)
-        why = [f"{p.name}: {p.graph_capture_reason}" for p in sorted(provs, key=lambda p: p.name)
-               if p.graph_capture_reason]
+        why = [
+            f"{p.name}: {p.graph_capture_reason}" for p in sorted(provs, key=lambda p: p.name) if p.graph_capture_reason
+        ]
         return "; ".join(why) or None
 
     def providers_used(self) -> dict[str, str]:
@@ -179,8 +265,9 @@ class LayerRunner:
         return used
 
     # ---- MLA (DeepSeek-V2/V3): absorbed attention over the latent cache ------------------
-    def forward_mla(self, plan: StepPlan, q: torch.Tensor, latent_cache: torch.Tensor,
-                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward_mla(
+        self, plan: StepPlan, q: torch.Tensor, latent_cache: torch.Tensor, out: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         """Absorbed MLA for any step: q [T, H, latent_dim] = [q_nope W_UK | q_rope], latent_cache
         [P, page, 1, latent_dim] -> out [T, H, kv_lora_rank] (the engine applies W_UV).
 
@@ -192,47 +279,103 @@ class LayerRunner:
         if m is None:
             raise ValueError("forward_mla on a layer configured without MLA dims (LayerSpec.for_mla)")
         if latent_cache.dim() != 4 or latent_cache.shape[2] != 1 or latent_cache.shape[3] != m.latent_dim:
-            raise ValueError(f"MLA latent cache must be [pages, page, 1, {m.latent_dim}], got {list(latent_cache.shape)}")
+            raise ValueError(
+                f"MLA latent cache must be [pages, page, 1, {m.latent_dim}], got {list(latent_cache.shape)}"
+            )
         return self.forward(plan, q, latent_cache, latent_cache[..., : m.kv_lora_rank], out)
 
-    def write_latent(self, c_kv: torch.Tensor, k_rope: torch.Tensor, latent_cache: torch.Tensor,
-                     slot_mapping: torch.Tensor, scale=None) -> None:
+    def write_latent(
+        self,
+        c_kv: torch.Tensor,
+        k_rope: torch.Tensor,
+        latent_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        scale=None,
+    ) -> None:
         """Store each new token's latent row: c_kv [T, kv_lora_rank] and k_rope [T, qk_rope_head_dim] (post-RoPE)
         at slot_mapping [T] (< 0 skipped) of latent_cache [P, page, 1, latent_dim]; FP8 caches quantise by scale."""
         from .kv_write import write_kv
 
         latent = torch.cat([c_kv.reshape(c_kv.shape[0], -1), k_rope.reshape(k_rope.shape[0], -1)], dim=-1)
-        write_kv(self.decode_provider, latent.unsqueeze(1), None, latent_cache, None, slot_mapping, scale, None,
-                 latent=True, kv_dtype=self.spec.kv_dtype)
+        write_kv(
+            self.decode_provider,
+            latent.unsqueeze(1),
+            None,
+            latent_cache,
+            None,
+            slot_mapping,
+            scale,
+            None,
+            latent=True,
+            kv_dtype=self.spec.kv_dtype,
+        )
 
-    def forward_mla_mha(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                        cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                        out: Optional[torch.Tensor] = None, return_lse: bool = False):
+    def forward_mla_mha(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        cu_seqlens_k: torch.Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        out: Optional[torch.Tensor] = None,
+        return_lse: bool = False,
+    ):
         """An MLA layer's un-absorbed prefill: q/k [T, H, qk_head_dim], v [Tk, H, v_head_dim], causal with the
         queries at the end of each sequence's keys -> out [T, H, v_head_dim] (, lse [H, T])."""
         if self.mha_provider is None:
             raise ValueError("forward_mla_mha on a layer configured without MLA dims")
         return self.mha_provider.flash_attn_varlen_func(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=self.spec.scale,
-            causal=True, return_softmax_lse=return_lse, out=out)
+            q,
+            k,
+            v,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            softmax_scale=self.spec.scale,
+            causal=True,
+            return_softmax_lse=return_lse,
+            out=out,
+        )
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
         from .kv_write import write_kv
 
-        write_kv(self.decode_provider, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale,
-                 kv_dtype=self.spec.kv_dtype)
+        write_kv(
+            self.decode_provider, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, kv_dtype=self.spec.kv_dtype
+        )
 
-    def forward_varlen(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
-                       max_seqlen: int, out: torch.Tensor) -> torch.Tensor:
+    def forward_varlen(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        max_seqlen: int,
+        out: torch.Tensor,
+    ) -> torch.Tensor:
         """Encoder / encoder-only self-attention straight on q/k/v (no cache): [T, H, D] each.
 
         Only the first cu_seqlens[-1] rows are real; they are written into ``out``.
         """
         _count(self.spec.kind.value, self.prefill_provider.name)
         self.prefill_provider.flash_attn_varlen_func(
-            q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=self.spec.scale,
-            causal=self.spec.causal, window_size=self.spec.window, softcap=self.spec.softcap,
-            sinks=self._args.sinks, alibi_slopes=self._alibi, out=out,
+            q,
+            k,
+            v,
+            cu_seqlens,
+            cu_seqlens,
+            max_seqlen,
+            max_seqlen,
+            softmax_scale=self.spec.scale,
+            causal=self.spec.causal,
+            window_size=self.spec.window,
+            softcap=self.spec.softcap,
+            sinks=self._args.sinks,
+            alibi_slopes=self._alibi,
+            out=out,
         )
         return out
 
@@ -285,20 +428,27 @@ class LayerRunner:
             return plan.spec_expand
         return plan.main
 
-    def forward(self, plan: StepPlan, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self,
+        plan: StepPlan,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        out: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """q [num_tokens, Hq, D] -> out [num_tokens, Hq, Dv] (written into ``out`` when given), with the
         layer's bound tensors (``bind``).
 
         Only the first plan.num_tokens rows of q/out are real; padding rows are left alone.
         """
         if self._unbound_sinks:
-            raise ValueError("a layer declared with sinks (LayerSpec.has_sinks=True) ran before its sinks were "
-                             "bound: LayerRunner.bind(sinks=...)")
+            raise ValueError(
+                "a layer declared with sinks (LayerSpec.has_sinks=True) ran before its sinks were "
+                "bound: LayerRunner.bind(sinks=...)"
+            )
         n = plan.num_tokens
         if out is None:
-            out = torch.empty(q.shape[0], self.spec.num_q_heads, self._call.v_head_dim, dtype=q.dtype,
-                              device=q.device)
+            out = torch.empty(q.shape[0], self.spec.num_q_heads, self._call.v_head_dim, dtype=q.dtype, device=q.device)
         # rows past num_tokens are the engine's padding (graphs): slice only when there are some
         q_real, out_real = (q, out) if q.shape[0] == n and out.shape[0] == n else (q[:n], out[:n])
         provider = self.decode_provider if plan.mode.is_decode else self.prefill_provider
@@ -307,13 +457,16 @@ class LayerRunner:
 
         page = self._page_size(plan, which)
         if page != self.page_size and page != 1:  # page 1: a token-level sub-plan over the same pool (below)
-            raise ValueError(f"the step plan's {which} sub-plan has page size {page}, but this LayerRunner was "
-                             f"built for page size {self.page_size} (its providers were chosen for it): plan "
-                             f"with StepInputs(page_size={self.page_size}) or build the runner for {page}")
+            raise ValueError(
+                f"the step plan's {which} sub-plan has page size {page}, but this LayerRunner was "
+                f"built for page size {self.page_size} (its providers were chosen for it): plan "
+                f"with StepInputs(page_size={self.page_size}) or build the runner for {page}"
+            )
         if k_cache.shape[1] != page:
             if page != 1:  # the plan and the cache disagree: reading on would address the wrong slots
-                raise ValueError(f"the step plan's {which} sub-plan has page size {page}, the KV cache pages of "
-                                 f"{k_cache.shape[1]}")
+                raise ValueError(
+                    f"the step plan's {which} sub-plan has page size {page}, the KV cache pages of {k_cache.shape[1]}"
+                )
             # a token-level sub-plan (an encoder-decoder's decoder rows): the same pool viewed at page size 1
             k_cache = k_cache.view(-1, 1, *k_cache.shape[2:])
             v_cache = v_cache.view(-1, 1, *v_cache.shape[2:])
@@ -325,12 +478,14 @@ class LayerRunner:
         # (Window and local layers are refused with top-k > 1 at construction.)
         o_a, o_b = torch.empty_like(out_real), torch.empty_like(out_real)
         _, lse_a = self._launch(plan, which, provider, self._cascade_call).run(
-            q_real, k_cache, v_cache, o_a, layer=self._cascade_args)
+            q_real, k_cache, v_cache, o_a, layer=self._cascade_args
+        )
         kc = k_cache.view(-1, 1, *k_cache.shape[2:])  # page size 1 view: expand tables hold slots
         vc = v_cache.view(-1, 1, *v_cache.shape[2:])
         spec_provider = self.spec_provider or provider
         _, lse_b = self._launch(plan, "spec", spec_provider, self._cascade_call).run(
-            q_real, kc, vc, o_b, layer=self._cascade_args)
+            q_real, kc, vc, o_b, layer=self._cascade_args
+        )
         merged, _ = provider.merge_state(o_a, lse_a, o_b, lse_b, sinks=self._args.sinks)  # the sink joins once
         out_real.copy_(merged)
         return out

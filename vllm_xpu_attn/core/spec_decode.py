@@ -88,7 +88,9 @@ def verify_plan_topk1(
     )
 
 
-def draft_decode_expand_plan(out_cache_loc: torch.Tensor, batch: int, topk: int, num_steps: int, step_id: int) -> PagedStep:
+def draft_decode_expand_plan(
+    out_cache_loc: torch.Tensor, batch: int, topk: int, num_steps: int, step_id: int
+) -> PagedStep:
     """Draft decode with top-k > 1: each of the B*topk branches over its own step_id+1 draft tokens.
 
     out_cache_loc [B * topk * num_steps] int: slots of the draft tokens, laid out [B, topk, num_steps]

@@ -13,9 +13,10 @@ from typing import Optional
 
 import torch
 
-from . import cross, local_attn, paging, spec_decode
 from ..kernels.api import FLAGS, capturing
+from . import cross, local_attn, paging, spec_decode
 from .types import Mode, PagedStep, StepInputs, StepPlan
+
 
 def check_step_config(page_size: int, attention_chunk_size: Optional[int] = None) -> None:
     """Refuse at start-up a configuration no step plan can serve (the backend's constructor calls it).
@@ -24,8 +25,10 @@ def check_step_config(page_size: int, attention_chunk_size: Optional[int] = None
     """
     paging.check_page_size(page_size)
     if attention_chunk_size is not None and (attention_chunk_size < 1 or attention_chunk_size % page_size):
-        raise ValueError(f"vllm-xpu-attn: attention chunk size {attention_chunk_size} must be a positive multiple "
-                         f"of the page size {page_size}")
+        raise ValueError(
+            f"vllm-xpu-attn: attention chunk size {attention_chunk_size} must be a positive multiple "
+            f"of the page size {page_size}"
+        )
 
 
 _ARANGE: dict[torch.device, torch.Tensor] = {}
@@ -56,8 +59,13 @@ def _i32(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.int32 else t.to(torch.int32)
 
 
-def _pages(inp: StepInputs, rows: Optional[torch.Tensor], max_k: int, row_index: Optional[torch.Tensor] = None,
-           page: Optional[int] = None) -> torch.Tensor:
+def _pages(
+    inp: StepInputs,
+    rows: Optional[torch.Tensor],
+    max_k: int,
+    row_index: Optional[torch.Tensor] = None,
+    page: Optional[int] = None,
+) -> torch.Tensor:
     """The page table covering max_k keys per row, at ``page`` (default the engine's page size) for token rows
     (validated by shape only: no sync)."""
     if rows is not None:
@@ -68,8 +76,9 @@ def _pages(inp: StepInputs, rows: Optional[torch.Tensor], max_k: int, row_index:
     if table.dim() != 2 or table.shape[0] != inp.seq_lens.shape[0]:
         raise ValueError(f"page_table must be [batch={inp.seq_lens.shape[0]}, max_pages], got {list(table.shape)}")
     if table.shape[1] * inp.page_size < max_k:
-        raise ValueError(f"page table too short: {table.shape[1]} pages of {inp.page_size} cannot hold "
-                         f"max_seqlen_k={max_k}")
+        raise ValueError(
+            f"page table too short: {table.shape[1]} pages of {inp.page_size} cannot hold max_seqlen_k={max_k}"
+        )
     return table
 
 
@@ -97,8 +106,10 @@ def plan_step(inp: StepInputs) -> StepPlan:
     except ValueError as e:  # the kernels name their arguments; say which of the caller's they came from
         if "cache_seqlens:" not in str(e):
             raise
-        raise ValueError(f"{e} [in StepInputs terms: cache_seqlens is seq_lens (plus a speculative step's drafts), "
-                         "its page_table row comes from page_table or token_table]") from None
+        raise ValueError(
+            f"{e} [in StepInputs terms: cache_seqlens is seq_lens (plus a speculative step's drafts), "
+            "its page_table row comes from page_table or token_table]"
+        ) from None
     mode, page = inp.mode, inp.page_size
     bs = int(inp.seq_lens.shape[0])
     seq_lens = inp.seq_lens
@@ -128,12 +139,19 @@ def plan_step(inp: StepInputs) -> StepPlan:
     if rows is None and inp.page_table is None:
         # a cache group of cross-attention layers only (vLLM): its keys are the encoder's
         if inp.encoder_lens is None or inp.encoder_page_table is None:
-            raise ValueError("plan_step needs a page_table or a token_table (or, for a cross-attention-only group, "
-                             "encoder_lens and encoder_page_table)")
+            raise ValueError(
+                "plan_step needs a page_table or a token_table (or, for a cross-attention-only group, "
+                "encoder_lens and encoder_page_table)"
+            )
         cu = _queries(inp, bs)
-        enc = PagedStep(cu_seqlens_q=cu, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(inp.encoder_page_table),
-                       max_seqlen_q=1 if mode.is_decode else int(inp.max_seqlen_q),
-                       max_seqlen_k=int(inp.max_encoder_len), page_size=page)
+        enc = PagedStep(
+            cu_seqlens_q=cu,
+            cache_seqlens=_i32(inp.encoder_lens),
+            page_table=_i32(inp.encoder_page_table),
+            max_seqlen_q=1 if mode.is_decode else int(inp.max_seqlen_q),
+            max_seqlen_k=int(inp.max_encoder_len),
+            page_size=page,
+        )
         return StepPlan(mode, enc, int(inp.num_tokens), encoder=enc)
 
     if mode is Mode.DRAFT_DECODE and spec.topk > 1:  # tree branches: prefix part + per-branch drafts
@@ -141,16 +159,20 @@ def plan_step(inp: StepInputs) -> StepPlan:
         main = spec_decode.verify_main_plan_topk(seq_lens, table, page, spec.topk, max_k)
         if inp.draft_slots is None:
             raise ValueError("a top-k > 1 draft decode step needs draft_slots")
-        spec_expand = spec_decode.draft_decode_expand_plan(inp.draft_slots, bs, spec.topk, spec.num_steps,
-                                                           spec.step_id)
+        spec_expand = spec_decode.draft_decode_expand_plan(inp.draft_slots, bs, spec.topk, spec.num_steps, spec.step_id)
         num_tokens, max_q = bs * spec.topk, spec.topk
     elif mode.is_decode:
         extra = spec.step_id + 1 if mode is Mode.DRAFT_DECODE else 0  # drafts written so far follow the prefix
         k_lens = _i32(seq_lens + extra if extra else seq_lens)
         table = _pages(inp, rows, max_k + extra, row_index, page=page)
-        main = PagedStep(cu_seqlens_q=_queries(inp, bs), cache_seqlens=k_lens,
-                        page_table=_i32(table), max_seqlen_q=1 if bs else 0, max_seqlen_k=max_k + extra,
-                        page_size=page)
+        main = PagedStep(
+            cu_seqlens_q=_queries(inp, bs),
+            cache_seqlens=k_lens,
+            page_table=_i32(table),
+            max_seqlen_q=1 if bs else 0,
+            max_seqlen_k=max_k + extra,
+            page_size=page,
+        )
         num_tokens, max_q = bs, 1
     elif mode is Mode.TARGET_VERIFY:
         n = spec.num_draft
@@ -170,8 +192,14 @@ def plan_step(inp: StepInputs) -> StepPlan:
         cu = _queries(inp, bs)
         q_lens = inp.query_lens
         table = _pages(inp, rows, max_k, row_index, page=page)
-        main = PagedStep(cu_seqlens_q=cu, cache_seqlens=_i32(seq_lens), page_table=_i32(table), max_seqlen_q=max_q,
-                        max_seqlen_k=max_k, page_size=page)
+        main = PagedStep(
+            cu_seqlens_q=cu,
+            cache_seqlens=_i32(seq_lens),
+            page_table=_i32(table),
+            max_seqlen_q=max_q,
+            max_seqlen_k=max_k,
+            page_size=page,
+        )
         num_tokens = int(inp.num_tokens)
 
     plan = StepPlan(mode, main, num_tokens, spec_expand=spec_expand)
@@ -179,15 +207,21 @@ def plan_step(inp: StepInputs) -> StepPlan:
     if inp.encoder_lens is not None:
         cu_q = main.cu_seqlens_q
         if request_rows is not None:  # encoder tokens lead each row of the token table
-            enc_table = paging.token_table_to_page_table(request_rows[:, : max(inp.max_encoder_len, 1)],
-                                                         inp.page_size, inp.max_encoder_len)
+            enc_table = paging.token_table_to_page_table(
+                request_rows[:, : max(inp.max_encoder_len, 1)], inp.page_size, inp.max_encoder_len
+            )
         elif inp.encoder_page_table is not None:
             enc_table = inp.encoder_page_table
         else:
             raise ValueError("an encoder-decoder step needs a token_table or an encoder_page_table")
-        plan.encoder = PagedStep(cu_seqlens_q=cu_q, cache_seqlens=_i32(inp.encoder_lens), page_table=_i32(enc_table),
-                                max_seqlen_q=main.max_seqlen_q, max_seqlen_k=int(inp.max_encoder_len),
-                                page_size=inp.page_size)  # encoder tokens open each row: whole pages
+        plan.encoder = PagedStep(
+            cu_seqlens_q=cu_q,
+            cache_seqlens=_i32(inp.encoder_lens),
+            page_table=_i32(enc_table),
+            max_seqlen_q=main.max_seqlen_q,
+            max_seqlen_k=int(inp.max_encoder_len),
+            page_size=inp.page_size,
+        )  # encoder tokens open each row: whole pages
 
     if inp.swa_mapping is not None:
         if rows is None:
@@ -202,8 +236,14 @@ def plan_step(inp: StepInputs) -> StepPlan:
         if q_lens is None:
             q_lens = main.cu_seqlens_q[1:] - main.cu_seqlens_q[:-1]
         plan.local, plan.local_swa_page_table = local_attn.local_attention_plans(
-            inp.attention_chunk_size, q_lens, main.cache_seqlens, main.page_table, page, main.max_seqlen_q,
-            swa_page_table=plan.swa_page_table)
+            inp.attention_chunk_size,
+            q_lens,
+            main.cache_seqlens,
+            main.page_table,
+            page,
+            main.max_seqlen_q,
+            swa_page_table=plan.swa_page_table,
+        )
     return plan
 
 

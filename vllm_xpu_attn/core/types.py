@@ -10,7 +10,14 @@ from typing import Callable, Optional, Union
 import torch
 
 from ..kernels.api import (  # PagedStep: the step tensors of one call, one type from core to kernel
-    FLOAT_DTYPES, KV_DTYPES, PagedStep, check_dims, check_heads, check_scale, check_softcap)
+    FLOAT_DTYPES,
+    KV_DTYPES,
+    PagedStep,
+    check_dims,
+    check_heads,
+    check_scale,
+    check_softcap,
+)
 
 
 class AttentionKind(str, enum.Enum):
@@ -97,8 +104,15 @@ class LayerSpec:
     @staticmethod
     def for_mla(num_q_heads: int, dims: MLADims, scale: float, **kw) -> "LayerSpec":
         """An MLA layer: absorbed attention is MQA over the latent rows (Hkv 1, D latent_dim, Dv kv_lora_rank)."""
-        return LayerSpec(num_q_heads=num_q_heads, num_kv_heads=1, head_dim=dims.latent_dim, scale=scale,
-                         v_head_dim=dims.kv_lora_rank, mla=dims, **kw)
+        return LayerSpec(
+            num_q_heads=num_q_heads,
+            num_kv_heads=1,
+            head_dim=dims.latent_dim,
+            scale=scale,
+            v_head_dim=dims.kv_lora_rank,
+            mla=dims,
+            **kw,
+        )
 
     def __post_init__(self) -> None:
         check_heads(self.num_q_heads, self.num_kv_heads)  # the kernels' check (LayerConsts.make), the same words
@@ -125,7 +139,8 @@ class LayerSpec:
                 raise ValueError(
                     f"an MLA layer attends over one latent row per token: num_kv_heads 1, head_dim "
                     f"{m.latent_dim} (kv_lora_rank + qk_rope_head_dim), v_head_dim {m.kv_lora_rank}; got "
-                    f"{self.num_kv_heads}, {self.head_dim}, {self.v_head_dim} (use LayerSpec.for_mla)")
+                    f"{self.num_kv_heads}, {self.head_dim}, {self.v_head_dim} (use LayerSpec.for_mla)"
+                )
             if self.kind is not AttentionKind.DECODER or self.alibi_slopes is not None or self.has_sinks:
                 raise ValueError("MLA layers are causal decoder layers without ALiBi or sinks")
 
@@ -233,12 +248,16 @@ class StepInputs:
             try:
                 self.mode = Mode(self.mode)  # Mode is a str enum: its value strings name the same modes
             except ValueError:
-                raise ValueError(f"mode must be a Mode ({', '.join(m.value for m in Mode)}), got {self.mode!r}") from None
+                raise ValueError(
+                    f"mode must be a Mode ({', '.join(m.value for m in Mode)}), got {self.mode!r}"
+                ) from None
         if isinstance(self.page_size, bool) or not isinstance(self.page_size, int) or self.page_size < 1:
             raise ValueError(f"page_size must be an int >= 1, got {self.page_size!r}")
         if not isinstance(self.seq_lens, torch.Tensor) or self.seq_lens.dim() != 1:
-            raise ValueError("seq_lens must be an int tensor [batch], got "
-                             f"{list(self.seq_lens.shape) if isinstance(self.seq_lens, torch.Tensor) else type(self.seq_lens).__name__}")
+            raise ValueError(
+                "seq_lens must be an int tensor [batch], got "
+                f"{list(self.seq_lens.shape) if isinstance(self.seq_lens, torch.Tensor) else type(self.seq_lens).__name__}"  # noqa: E501
+            )
         if self.seq_lens.device.type == "cpu" and self.seq_lens.numel() and int(self.seq_lens.min()) < 0:
             # host memory: reading it costs no device sync (a device tensor's values are the kernels' to check)
             b = int(torch.nonzero(self.seq_lens < 0)[0, 0])
@@ -247,8 +266,12 @@ class StepInputs:
         if self.query_lens is not None and self.query_lens.shape != (bs,):
             raise ValueError(f"seq_lens [{bs}] and query_lens {list(self.query_lens.shape)} disagree on the batch size")
         if self.cu_seqlens_q is not None and self.cu_seqlens_q.shape != (bs + 1,):
-            raise ValueError(f"seq_lens [{bs}] and cu_seqlens_q {list(self.cu_seqlens_q.shape)} disagree on the batch "
-                             f"size (cu_seqlens_q must be [batch + 1]=[{bs + 1}])")
+            raise ValueError(
+                f"seq_lens [{bs}] and cu_seqlens_q {list(self.cu_seqlens_q.shape)} disagree on the batch "
+                f"size (cu_seqlens_q must be [batch + 1]=[{bs + 1}])"
+            )
         if int(self.max_seqlen_k) < 0 or int(self.max_seqlen_q) < 0 or int(self.num_tokens) < 0:
-            raise ValueError(f"max_seqlen_k ({self.max_seqlen_k}), max_seqlen_q ({self.max_seqlen_q}) and num_tokens "
-                             f"({self.num_tokens}) must be >= 0")
+            raise ValueError(
+                f"max_seqlen_k ({self.max_seqlen_k}), max_seqlen_q ({self.max_seqlen_q}) and num_tokens "
+                f"({self.num_tokens}) must be >= 0"
+            )

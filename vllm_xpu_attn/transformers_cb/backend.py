@@ -50,11 +50,15 @@ def register() -> str:
 
 
 def _attention_modules(model) -> list[torch.nn.Module]:
-    mods = [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "scaling")
-            and hasattr(m, "config") and hasattr(m, "head_dim")]
+    mods = [
+        m
+        for m in model.modules()
+        if hasattr(m, "layer_idx") and hasattr(m, "scaling") and hasattr(m, "config") and hasattr(m, "head_dim")
+    ]
     if not mods:
-        raise ValueError(f"vllm-xpu-attn: no attention modules (layer_idx, scaling, head_dim) found in "
-                         f"{type(model).__name__}")
+        raise ValueError(
+            f"vllm-xpu-attn: no attention modules (layer_idx, scaling, head_dim) found in {type(model).__name__}"
+        )
     return mods
 
 
@@ -66,11 +70,20 @@ def layer_spec(module: torch.nn.Module, dtype: torch.dtype) -> LayerSpec:
     window = getattr(module, "sliding_window", None)
     softcap = getattr(cfg, "attn_logit_softcapping", None) or 0.0
     if getattr(module, "is_causal", True) is False:
-        raise ValueError(f"vllm-xpu-attn: layer {module.layer_idx} is bidirectional; continuous batching serves "
-                         "causal decoders")
-    return LayerSpec(num_q_heads=hq, num_kv_heads=hkv, head_dim=int(module.head_dim), scale=float(module.scaling),
-                     window_left=int(window) - 1 if window else -1, softcap=float(softcap),
-                     has_sinks=getattr(module, "sinks", None) is not None, dtype=dtype, kv_dtype=dtype)
+        raise ValueError(
+            f"vllm-xpu-attn: layer {module.layer_idx} is bidirectional; continuous batching serves causal decoders"
+        )
+    return LayerSpec(
+        num_q_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=int(module.head_dim),
+        scale=float(module.scaling),
+        window_left=int(window) - 1 if window else -1,
+        softcap=float(softcap),
+        has_sinks=getattr(module, "sinks", None) is not None,
+        dtype=dtype,
+        kv_dtype=dtype,
+    )
 
 
 def configure(manager) -> None:
@@ -83,8 +96,10 @@ def configure(manager) -> None:
     page = int(getattr(cb, "page_size", None) or cb.block_size)  # 5.17 sizes pages by block_size
     param = next(model.parameters())
     if getattr(cb, "use_cuda_graph", None) not in (None, False, (False, False)):
-        logger.info("vllm-xpu-attn: CB CUDA graphs requested; this adapter plans per step on the host side of "
-                    "the forward, so graphs are turned off")
+        logger.info(
+            "vllm-xpu-attn: CB CUDA graphs requested; this adapter plans per step on the host side of "
+            "the forward, so graphs are turned off"
+        )
     cb.use_cuda_graph = (False, False)
     mods = _attention_modules(model)
     for mod in mods:
@@ -93,8 +108,13 @@ def configure(manager) -> None:
         if spec.has_sinks:  # the module's parameter, bound once (GPT-OSS passes it as s_aux too)
             runner.ensure_bound(mod, sinks=mod.sinks)
         setattr(mod, _RUNNER, runner)
-    logger.info("vllm-xpu-attn: transformers %s continuous batching, %d layers, page %d, providers %s",
-                compat.version(), len(mods), page, runner.providers_used())
+    logger.info(
+        "vllm-xpu-attn: transformers %s continuous batching, %d layers, page %d, providers %s",
+        compat.version(),
+        len(mods),
+        page,
+        runner.providers_used(),
+    )
 
 
 def _step_plan(cache, kwargs: dict, group: int, layer_type: str, num_tokens: int) -> StepPlan:
@@ -112,23 +132,41 @@ def _step_plan(cache, kwargs: dict, group: int, layer_type: str, num_tokens: int
         page = compat.page_size(cache)
         table = flat_slots_to_page_table(slots, cu_k, page, max_k)
         mode = Mode.DECODE if max_q == 1 else Mode.MIXED
-        plan = plan_step(StepInputs(mode=mode, seq_lens=cu_k[1:] - cu_k[:-1], max_seqlen_k=max_k,
-                                    num_tokens=num_tokens, page_size=page, cu_seqlens_q=cu_q, max_seqlen_q=max_q,
-                                    page_table=table))
+        plan = plan_step(
+            StepInputs(
+                mode=mode,
+                seq_lens=cu_k[1:] - cu_k[:-1],
+                max_seqlen_k=max_k,
+                num_tokens=num_tokens,
+                page_size=page,
+                cu_seqlens_q=cu_q,
+                max_seqlen_q=max_q,
+                page_table=table,
+            )
+        )
         held[1][group] = plan
     return plan
 
 
-def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None, dropout: float = 0.0,
-                      **kwargs) -> tuple[torch.Tensor, None]:
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    scaling: Optional[float] = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: query [1, Hq, T, D], key/value [1, Hkv, T, D] (this step's
     new tokens) -> ([1, T, Hq, D], None)."""
     cache = compat.cb_cache(kwargs)
     runner: Optional[LayerRunner] = getattr(module, _RUNNER, None)
     if cache is None or runner is None:
-        raise ValueError("vllm-xpu-attn: attn_implementation 'xpu_attn' serves transformers' continuous batching "
-                         "(generate_batch); use 'sdpa' or 'eager' for model.generate")
+        raise ValueError(
+            "vllm-xpu-attn: attn_implementation 'xpu_attn' serves transformers' continuous batching "
+            "(generate_batch); use 'sdpa' or 'eager' for model.generate"
+        )
     if query.shape[0] != 1:
         raise ValueError(f"vllm-xpu-attn: continuous batching packs the batch into one row; got batch {query.shape[0]}")
     k_pages, v_pages, group, layer_type = compat.layer_pages(cache, module.layer_idx)

@@ -80,33 +80,41 @@ def check_version() -> str:
     try:
         v = version()
     except md.PackageNotFoundError:
-        raise ValueError(f"vllm-xpu-attn's transformers adapter needs transformers {_range()} "
-                         "(pip install 'vllm-xpu-attn[transformers]')") from None
+        raise ValueError(
+            f"vllm-xpu-attn's transformers adapter needs transformers {_range()} "
+            "(pip install 'vllm-xpu-attn[transformers]')"
+        ) from None
     lo, hi = SUPPORTED
     if lo <= _minor(v) <= hi:
         return v
     if env.on(env.ALLOW_UNTESTED):
-        line = (f"vllm-xpu-attn: serving untested transformers {v} because {env.ALLOW_UNTESTED}=1 (supported and "
-                f"tested: transformers {_range()})")
+        line = (
+            f"vllm-xpu-attn: serving untested transformers {v} because {env.ALLOW_UNTESTED}=1 (supported and "
+            f"tested: transformers {_range()})"
+        )
         if line not in _warned:  # one line per process, however often register() or the doctor asks
             _warned.add(line)
             import logging
 
             logging.getLogger("vllm_xpu_attn").warning("%s", line)
         return v
-    raise ValueError(f"vllm-xpu-attn supports transformers {_range()} for continuous batching (each tested); "
-                     f"installed: transformers {v} (its continuous-batching internals may differ). Install a "
-                     f"supported release, or set {env.ALLOW_UNTESTED}=1 to serve {v} untested")
+    raise ValueError(
+        f"vllm-xpu-attn supports transformers {_range()} for continuous batching (each tested); "
+        f"installed: transformers {v} (its continuous-batching internals may differ). Install a "
+        f"supported release, or set {env.ALLOW_UNTESTED}=1 to serve {v} untested"
+    )
 
 
 def latent_cache_refusal(config) -> str | None:
     """Why CB's cache for this model cannot be served (5.25+: MLA layers cached as latents), else None."""
     if getattr(config, "kv_lora_rank", None) is None or _minor(version()) < LATENT_CACHE_FROM:
         return None
-    return (f"vllm-xpu-attn: transformers {version()} caches this model's MLA layers (kv_lora_rank="
-            f"{config.kv_lora_rank}) as compressed latents (MLACacheAllocator), which this continuous-batching "
-            "adapter does not read (it pages per-head keys and values); serve MLA models with vLLM or SGLang "
-            "through this backend, or use attn_implementation='sdpa' here")
+    return (
+        f"vllm-xpu-attn: transformers {version()} caches this model's MLA layers (kv_lora_rank="
+        f"{config.kv_lora_rank}) as compressed latents (MLACacheAllocator), which this continuous-batching "
+        "adapter does not read (it pages per-head keys and values); serve MLA models with vLLM or SGLang "
+        "through this backend, or use attn_implementation='sdpa' here"
+    )
 
 
 def cb_config(**kw):
@@ -188,8 +196,9 @@ def install(name: str, on_manager_init: Callable) -> None:
         impl = requested_attention_implementation if config is None else getattr(config, "_attn_implementation", None)
         if impl == name:
             return version is None
-        return original_is_flash(config=config, requested_attention_implementation=requested_attention_implementation,
-                                 version=version)
+        return original_is_flash(
+            config=config, requested_attention_implementation=requested_attention_implementation, version=version
+        )
 
     for mod in (continuous_api, initialization, cb_cache):
         if getattr(mod, "is_flash_attention_requested", None) is original_is_flash:

@@ -12,8 +12,7 @@ from typing import ClassVar, Optional
 
 import torch
 
-from ..core import graphs
-from ..core import AttentionKind, LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, plan_step
+from ..core import AttentionKind, LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, graphs, plan_step
 from ..kernels.api import batch_invariant_requested, fp8_descale
 from . import compat
 from .compat import (
@@ -31,7 +30,9 @@ from .compat import (
 logger = logging.getLogger("vllm_xpu_attn")
 
 GRAPH_GROUP = "vllm"
-BACKEND_NAME = "CUSTOM"  # vLLM resolves get_name() through AttentionBackendEnum; CUSTOM is the slot for out-of-tree backends
+BACKEND_NAME = (
+    "CUSTOM"  # vLLM resolves get_name() through AttentionBackendEnum; CUSTOM is the slot for out-of-tree backends
+)
 
 
 class XpuAttnBackend(AttentionBackend):
@@ -86,8 +87,12 @@ class XpuAttnBackend(AttentionBackend):
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
-        return attn_type in (AttentionType.DECODER, AttentionType.ENCODER, AttentionType.ENCODER_ONLY,
-                             AttentionType.ENCODER_DECODER)
+        return attn_type in (
+            AttentionType.DECODER,
+            AttentionType.ENCODER,
+            AttentionType.ENCODER_ONLY,
+            AttentionType.ENCODER_DECODER,
+        )
 
     @classmethod
     def is_mla(cls) -> bool:
@@ -142,8 +147,11 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         max_reqs = compat.max_graph_requests(vllm_config)
         i32 = dict(dtype=torch.int32, device=device)
         # persistent int32 buffers for what needs converting (the runner's are int32 already: then unused)
-        self._buffers = {"seq_lens": torch.zeros(max_reqs, **i32), "cu_seqlens_q": torch.zeros(max_reqs + 1, **i32),
-                         "encoder_lens": torch.zeros(max_reqs, **i32)}
+        self._buffers = {
+            "seq_lens": torch.zeros(max_reqs, **i32),
+            "cu_seqlens_q": torch.zeros(max_reqs + 1, **i32),
+            "encoder_lens": torch.zeros(max_reqs, **i32),
+        }
         # XPU_ATTN_LOG_LEVEL=DEBUG: one line per planned step (which group, query lengths, spec rows)
         self._trace = logger.isEnabledFor(logging.DEBUG)
         spec = getattr(vllm_config, "speculative_config", None)
@@ -158,18 +166,23 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         buf = self._buffers[name]
         n = t.shape[0]
         if n > buf.shape[0]:
-            raise ValueError(f"vllm-xpu-attn: {n} entries of {name} exceed the {buf.shape[0]} sized at start-up "
-                             "(scheduler_config.max_num_seqs)")
+            raise ValueError(
+                f"vllm-xpu-attn: {n} entries of {name} exceed the {buf.shape[0]} sized at start-up "
+                "(scheduler_config.max_num_seqs)"
+            )
         buf[:n].copy_(t, non_blocking=True)
         buf[n:].zero_()
         return buf[:n]
 
-    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
-              fast_build: bool = False) -> XpuAttnMetadata:
+    def build(
+        self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
+    ) -> XpuAttnMetadata:
         cam = common_attn_metadata
         causal = cam.causal
         if isinstance(causal, torch.Tensor) or (causal is False and not self.non_causal_ok):
-            raise NotImplementedError("vllm-xpu-attn: non-causal or per-request causal decoder attention is not supported")
+            raise NotImplementedError(
+                "vllm-xpu-attn: non-causal or per-request causal decoder attention is not supported"
+            )
         if self._trace:
             self._log_step(cam)
         return XpuAttnMetadata(plan=self.plan(cam), slot_mapping=cam.slot_mapping)
@@ -193,10 +206,20 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         pre = pre[:n].tolist() if isinstance(pre, torch.Tensor) and pre.device.type == "cpu" else None
         spec_rows = sum(1 for i, m in enumerate(q) if 1 < m <= 1 + self._spec_k and pre is not None and not pre[i])
         local = int(getattr(self.kv_cache_spec, "attention_chunk_size", None) or 0)
-        logger.debug("vllm-xpu-attn: step role=%s group=%s reqs=%d tokens=%d max_query=%d query_lens=%s "
-                     "prefilling=%s spec_k=%d spec_rows=%d local=%d", self._role, self._group, n,
-                     int(cam.num_actual_tokens), int(cam.max_query_len), q, None if pre is None else sum(pre),
-                     self._spec_k, spec_rows, local)
+        logger.debug(
+            "vllm-xpu-attn: step role=%s group=%s reqs=%d tokens=%d max_query=%d query_lens=%s "
+            "prefilling=%s spec_k=%d spec_rows=%d local=%d",
+            self._role,
+            self._group,
+            n,
+            int(cam.num_actual_tokens),
+            int(cam.max_query_len),
+            q,
+            None if pre is None else sum(pre),
+            self._spec_k,
+            spec_rows,
+            local,
+        )
 
     def plan(self, cam: CommonAttentionMetadata) -> StepPlan:
         """vLLM's per-step metadata -> core StepInputs -> core.plan_step. No host sync: vLLM gives host maxima.
@@ -205,10 +228,15 @@ class XpuAttnMetadataBuilder(AttentionMetadataBuilder[XpuAttnMetadata]):
         own lengths (MIXED); a step whose rows all have one query is DECODE.
         """
         mode = Mode.DECODE if cam.max_query_len <= 1 else Mode.MIXED
-        inputs = StepInputs(mode=mode, seq_lens=self._persistent("seq_lens", cam.seq_lens),
-                            max_seqlen_k=int(cam.max_seq_len), num_tokens=int(cam.num_actual_tokens),
-                            page_size=self.page_size, cu_seqlens_q=self._persistent("cu_seqlens_q", cam.query_start_loc),
-                            max_seqlen_q=int(cam.max_query_len))
+        inputs = StepInputs(
+            mode=mode,
+            seq_lens=self._persistent("seq_lens", cam.seq_lens),
+            max_seqlen_k=int(cam.max_seq_len),
+            num_tokens=int(cam.num_actual_tokens),
+            page_size=self.page_size,
+            cu_seqlens_q=self._persistent("cu_seqlens_q", cam.query_start_loc),
+            max_seqlen_q=int(cam.max_query_len),
+        )
         if self.is_cross:  # this group's table holds the encoder's pages; its keys are the encoder's tokens
             if cam.encoder_seq_lens is None:
                 raise ValueError("vllm-xpu-attn: cross-attention step without encoder_seq_lens")
@@ -275,8 +303,10 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         if attn_type not in _KINDS:
             raise NotImplementedError(f"vllm-xpu-attn: attention type {attn_type!r} is not supported")
         if kv_cache_dtype not in compat.KV_CACHE_DTYPES:
-            raise ValueError(f"vllm-xpu-attn: KV cache dtype {kv_cache_dtype!r} unsupported; "
-                             f"use one of {sorted(compat.KV_CACHE_DTYPES)}")
+            raise ValueError(
+                f"vllm-xpu-attn: KV cache dtype {kv_cache_dtype!r} unsupported; "
+                f"use one of {sorted(compat.KV_CACHE_DTYPES)}"
+            )
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = float(scale)
@@ -292,11 +322,17 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         model_dtype = compat.get_current_vllm_config().model_config.dtype
         kv_dtype = compat.KV_CACHE_DTYPES[kv_cache_dtype] or model_dtype
         self.spec = LayerSpec(
-            num_q_heads=num_heads, num_kv_heads=self.num_kv_heads, head_dim=head_size, scale=self.scale,
-            kind=_KINDS[attn_type], window_left=(sliding_window - 1) if sliding_window else -1,
-            softcap=float(logits_soft_cap or 0.0), has_sinks=sinks is not None,
+            num_q_heads=num_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=head_size,
+            scale=self.scale,
+            kind=_KINDS[attn_type],
+            window_left=(sliding_window - 1) if sliding_window else -1,
+            softcap=float(logits_soft_cap or 0.0),
+            has_sinks=sinks is not None,
             alibi_slopes=tuple(float(a) for a in alibi_slopes) if alibi_slopes is not None else None,
-            dtype=model_dtype, kv_dtype=kv_dtype,
+            dtype=model_dtype,
+            kv_dtype=kv_dtype,
             batch_invariant=compat.vllm_batch_invariant() or batch_invariant_requested(),
         )
         page_size = compat.get_current_vllm_config().cache_config.block_size
@@ -304,9 +340,17 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         self.runner = LayerRunner(self.spec, current_platform.device_type, page_size)
         graphs.record(GRAPH_GROUP, self.runner)  # the builders (made after the layers) then may declare NEVER
         tp_rank, tp_size = compat.tp_rank_and_size()  # per-rank head shards are visible in the log (TP tests)
-        logger.info("vllm-xpu-attn: layer Hq=%d Hkv=%d D=%d window=%s kind=%s tp_rank=%d/%d -> providers %s",
-                    num_heads, self.num_kv_heads, head_size, self.spec.window, self.spec.kind.value, tp_rank, tp_size,
-                    self.runner.providers_used())
+        logger.info(
+            "vllm-xpu-attn: layer Hq=%d Hkv=%d D=%d window=%s kind=%s tp_rank=%d/%d -> providers %s",
+            num_heads,
+            self.num_kv_heads,
+            head_size,
+            self.spec.window,
+            self.spec.kind.value,
+            tp_rank,
+            tp_size,
+            self.runner.providers_used(),
+        )
 
     def _caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return compat.split_kv_cache(kv_cache, self.head_size, self.spec.kv_dtype)
@@ -314,8 +358,18 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
     def _descales(self, layer) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         return fp8_descale(self.spec.kv_dtype, layer._k_scale), fp8_descale(self.spec.kv_dtype, layer._v_scale)
 
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata: Optional[XpuAttnMetadata], output,
-                output_scale=None, output_block_scale=None):
+    def forward(
+        self,
+        layer,
+        query,
+        key,
+        value,
+        kv_cache,
+        attn_metadata: Optional[XpuAttnMetadata],
+        output,
+        output_scale=None,
+        output_block_scale=None,
+    ):
         """query [T, Hq, D], key/value [T, Hkv, D] (None when KV is shared), output [T, Hq, D]."""
         if output_scale is not None or output_block_scale is not None:
             raise NotImplementedError("vllm-xpu-attn: fused output quantization is not supported")
@@ -327,8 +381,9 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         plan = attn_metadata.plan
         n = plan.num_tokens
         if self.spec.kind in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY):
-            self.runner.forward_varlen(query[:n], key[:n], value[:n], plan.main.cu_seqlens_q, plan.main.max_seqlen_q,
-                                       out[:n])
+            self.runner.forward_varlen(
+                query[:n], key[:n], value[:n], plan.main.cu_seqlens_q, plan.main.max_seqlen_q, out[:n]
+            )
             return output
         k_cache, v_cache = self._caches(kv_cache)
         self.runner.forward(plan, query, k_cache, v_cache, out)

@@ -7,7 +7,6 @@ means reviewing one file.
 from __future__ import annotations
 
 import torch
-
 from vllm.config import VllmConfig, get_current_vllm_config  # noqa: F401
 from vllm.v1.attention.backend import (  # noqa: F401
     AttentionBackend,
@@ -25,7 +24,6 @@ from vllm.v1.kv_cache_interface import (  # noqa: F401
     EncoderOnlyAttentionSpec,
     KVCacheLayout,
 )
-
 
 # vLLM cache-dtype strings -> torch dtypes of the cache *values* (storage may be uint8).
 KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {

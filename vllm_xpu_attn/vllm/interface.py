@@ -15,13 +15,41 @@ from typing import Optional
 from .. import versions
 
 # CommonAttentionMetadata fields backend.py reads, and AttentionSelectorConfig fields platform.py reads
-METADATA_FIELDS = ("query_start_loc", "query_start_loc_cpu", "seq_lens", "num_reqs", "num_actual_tokens",
-                   "max_query_len", "max_seq_len", "block_table_tensor", "slot_mapping", "causal",
-                   "encoder_seq_lens", "encoder_seq_lens_cpu", "is_prefilling")
-SELECTOR_FIELDS = ("head_size", "dtype", "kv_cache_dtype", "block_size", "use_mla", "has_sink", "use_sparse",
-                   "use_mm_prefix", "use_per_head_quant_scales", "attn_type", "has_sliding_window",
-                   "use_non_causal", "use_batch_invariant", "use_kv_connector", "use_pcp", "use_adaptive_verification",
-                   "use_dcp", "use_rswa")
+METADATA_FIELDS = (
+    "query_start_loc",
+    "query_start_loc_cpu",
+    "seq_lens",
+    "num_reqs",
+    "num_actual_tokens",
+    "max_query_len",
+    "max_seq_len",
+    "block_table_tensor",
+    "slot_mapping",
+    "causal",
+    "encoder_seq_lens",
+    "encoder_seq_lens_cpu",
+    "is_prefilling",
+)
+SELECTOR_FIELDS = (
+    "head_size",
+    "dtype",
+    "kv_cache_dtype",
+    "block_size",
+    "use_mla",
+    "has_sink",
+    "use_sparse",
+    "use_mm_prefix",
+    "use_per_head_quant_scales",
+    "attn_type",
+    "has_sliding_window",
+    "use_non_causal",
+    "use_batch_invariant",
+    "use_kv_connector",
+    "use_pcp",
+    "use_adaptive_verification",
+    "use_dcp",
+    "use_rswa",
+)
 
 
 def problems(ours: tuple[type, ...]) -> list[str]:
@@ -30,8 +58,9 @@ def problems(ours: tuple[type, ...]) -> list[str]:
     for cls in ours:
         for name in sorted(getattr(cls, "__abstractmethods__", ())):
             base = next((b for b in cls.__mro__[1:] if name in getattr(b, "__abstractmethods__", ())), cls)
-            out.append(f"declares abstract {base.__name__}.{name}, which this backend's vllm adapter does not "
-                       "implement")
+            out.append(
+                f"declares abstract {base.__name__}.{name}, which this backend's vllm adapter does not implement"
+            )
         out += [_signature_problem(cls, name) for name, fn in vars(cls).items() if callable(fn)]
     from . import compat
 
@@ -56,17 +85,25 @@ def _signature_problem(cls: type, name: str) -> Optional[str]:
         return None
     if any(p.kind is p.VAR_KEYWORD for p in mine.values()):
         return None
-    extra = [p for p in theirs if p not in mine and theirs[p].kind not in (inspect.Parameter.VAR_POSITIONAL,
-                                                                            inspect.Parameter.VAR_KEYWORD)]
+    extra = [
+        p
+        for p in theirs
+        if p not in mine and theirs[p].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
     if extra:
-        return (f"passes {base.__name__}.{name}() the argument(s) {', '.join(extra)}, which this backend's vllm "
-                "adapter does not accept")
+        return (
+            f"passes {base.__name__}.{name}() the argument(s) {', '.join(extra)}, which this backend's vllm "
+            "adapter does not accept"
+        )
     return None
 
 
 def _missing_fields(cls: type, names: tuple[str, ...]) -> list[str]:
-    have = ({f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls)
-            else set(getattr(cls, "_fields", ())) or set(dir(cls)))
+    have = (
+        {f.name for f in dataclasses.fields(cls)}
+        if dataclasses.is_dataclass(cls)
+        else set(getattr(cls, "_fields", ())) or set(dir(cls))
+    )
     return [f"lacks {cls.__name__}.{n}, which this backend's vllm adapter reads" for n in names if n not in have]
 
 

@@ -24,8 +24,7 @@ from typing import ClassVar, Optional
 
 import torch
 
-from ..core import graphs
-from ..core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs, StepPlan, plan_step
+from ..core import LayerRunner, LayerSpec, MLADims, Mode, StepInputs, StepPlan, graphs, plan_step
 from ..kernels.api import batch_invariant_requested, fp8_descale
 from . import compat
 from .compat import (
@@ -87,12 +86,27 @@ class XpuAttnMLADecodeMetadata(MLACommonDecodeMetadata):
     plan: Optional[StepPlan] = None
 
 
-def decode_plan(block_table: torch.Tensor, seq_lens: torch.Tensor, max_seq_len: int, query_start_loc: torch.Tensor,
-                num_decode_tokens: int, page_size: int) -> StepPlan:
+def decode_plan(
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_seq_len: int,
+    query_start_loc: torch.Tensor,
+    num_decode_tokens: int,
+    page_size: int,
+) -> StepPlan:
     """The decode rows of an MLA step (one query each: the builder is SINGLE_ONLY) -> core StepPlan. No sync."""
-    return plan_step(StepInputs(mode=Mode.DECODE, seq_lens=seq_lens, max_seqlen_k=int(max_seq_len),
-                                num_tokens=int(num_decode_tokens), page_size=page_size, page_table=block_table,
-                                cu_seqlens_q=query_start_loc, max_seqlen_q=1))
+    return plan_step(
+        StepInputs(
+            mode=Mode.DECODE,
+            seq_lens=seq_lens,
+            max_seqlen_k=int(max_seq_len),
+            num_tokens=int(num_decode_tokens),
+            page_size=page_size,
+            page_table=block_table,
+            cu_seqlens_q=query_start_loc,
+            max_seqlen_q=1,
+        )
+    )
 
 
 class XpuAttnMLAMetadataBuilder(MLACommonMetadataBuilder[MLACommonMetadata]):
@@ -117,18 +131,35 @@ class XpuAttnMLAMetadataBuilder(MLACommonMetadataBuilder[MLACommonMetadata]):
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
         md = super().build(common_prefix_len, common_attn_metadata, fast_build)
         if md.num_decodes and md.num_prefills:
-            _once("vllm-xpu-attn: MLA mixed step: %d decode rows (forward_mqa) then %d prefill rows (forward_mha)",
-                  md.num_decodes, md.num_prefills)
+            _once(
+                "vllm-xpu-attn: MLA mixed step: %d decode rows (forward_mqa) then %d prefill rows (forward_mha)",
+                md.num_decodes,
+                md.num_prefills,
+            )
         return md
 
-    def _build_decode(self, block_table_tensor, seq_lens_device, max_seq_len, query_start_loc_cpu,
-                      query_start_loc_device, num_decode_tokens, max_query_len, dcp_tot_seq_lens_device):
+    def _build_decode(
+        self,
+        block_table_tensor,
+        seq_lens_device,
+        max_seq_len,
+        query_start_loc_cpu,
+        query_start_loc_device,
+        num_decode_tokens,
+        max_query_len,
+        dcp_tot_seq_lens_device,
+    ):
         if max_query_len > 1:
             raise NotImplementedError("vllm-xpu-attn: MLA decode rows with more than one query (spec decode)")
-        plan = decode_plan(block_table_tensor, seq_lens_device, max_seq_len, query_start_loc_device,
-                           num_decode_tokens, self.page_size)
-        return XpuAttnMLADecodeMetadata(block_table=block_table_tensor, seq_lens=seq_lens_device,
-                                        dcp_tot_seq_lens=dcp_tot_seq_lens_device, plan=plan)
+        plan = decode_plan(
+            block_table_tensor, seq_lens_device, max_seq_len, query_start_loc_device, num_decode_tokens, self.page_size
+        )
+        return XpuAttnMLADecodeMetadata(
+            block_table=block_table_tensor,
+            seq_lens=seq_lens_device,
+            dcp_tot_seq_lens=dcp_tot_seq_lens_device,
+            plan=plan,
+        )
 
 
 def _no_interleaved_v(impl):
@@ -136,8 +167,10 @@ def _no_interleaved_v(impl):
     an interleaved V cache. This backend reads its own layout only and declares
     ``supports_kv_cache_update_bypass = False`` so no fused writer should pick it; if one asks anyway, start-up
     stops here rather than serving a cache written in a layout this backend would misread."""
-    raise NotImplementedError(f"vllm-xpu-attn: {type(impl).__name__} cannot read an interleaved V cache (vLLM's "
-                              "QK-norm/RoPE/KV-cache fusion); disable that fusion or this backend (XPU_ATTN_ENABLE=0)")
+    raise NotImplementedError(
+        f"vllm-xpu-attn: {type(impl).__name__} cannot read an interleaved V cache (vLLM's "
+        "QK-norm/RoPE/KV-cache fusion); disable that fusion or this backend (XPU_ATTN_ENABLE=0)"
+    )
 
 
 class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
@@ -145,10 +178,20 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
 
     can_return_lse_for_decode: bool = False  # forward_mqa returns (out, None): no DCP
 
-    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
-                 alibi_slopes: Optional[list[float]], sliding_window: Optional[int], kv_cache_dtype: str,
-                 logits_soft_cap: Optional[float], attn_type: str, kv_sharing_target_layer_name: Optional[str],
-                 **mla_args) -> None:
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int,
+        alibi_slopes: Optional[list[float]],
+        sliding_window: Optional[int],
+        kv_cache_dtype: str,
+        logits_soft_cap: Optional[float],
+        attn_type: str,
+        kv_sharing_target_layer_name: Optional[str],
+        **mla_args,
+    ) -> None:
         from vllm.platforms import current_platform
 
         why = []
@@ -162,14 +205,34 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
             why.append("KV sharing")
         if kv_cache_dtype not in compat.MLA_KV_CACHE_DTYPES:
             why.append(f"KV cache dtype {kv_cache_dtype!r} (served: {', '.join(compat.MLA_KV_CACHE_DTYPES)})")
-        extra = set(mla_args) - {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "qk_head_dim",
-                                 "v_head_dim", "kv_b_proj", "indexer", "q_pad_num_heads"}
+        extra = set(mla_args) - {
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "qk_head_dim",
+            "v_head_dim",
+            "kv_b_proj",
+            "indexer",
+            "q_pad_num_heads",
+        }
         if extra:
             why.append(f"MLA arguments {sorted(extra)}")
         if why:
             raise NotImplementedError(f"vllm-xpu-attn: this MLA layer cannot be served: {'; '.join(why)}")
-        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
-                         logits_soft_cap, attn_type, kv_sharing_target_layer_name, **mla_args)
+        super().__init__(
+            num_heads,
+            head_size,
+            scale,
+            num_kv_heads,
+            alibi_slopes,
+            sliding_window,
+            kv_cache_dtype,
+            logits_soft_cap,
+            attn_type,
+            kv_sharing_target_layer_name,
+            **mla_args,
+        )
         if self.dcp_world_size > 1:
             raise NotImplementedError("vllm-xpu-attn: MLA with decode context parallelism (needs decode LSE)")
         # decode queries reach forward_mqa unquantized ((ql_nope, q_pe) in the model dtype); FP8 caches are
@@ -180,29 +243,57 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
         self.kv_dtype = compat.mla_kv_dtype(kv_cache_dtype, model_dtype)
         self.fp8 = kv_cache_dtype.startswith("fp8")
         if not self.fp8 and self.kv_dtype != model_dtype:  # the core's kernels take q's dtype or FP8 caches
-            raise NotImplementedError(f"vllm-xpu-attn: MLA KV cache dtype {kv_cache_dtype!r} under a {model_dtype} "
-                                      "model: use 'auto' (the model dtype) or 'fp8'")
-        self.dims = MLADims(kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
-                            qk_nope_head_dim=self.qk_nope_head_dim, v_head_dim=self.v_head_dim)
+            raise NotImplementedError(
+                f"vllm-xpu-attn: MLA KV cache dtype {kv_cache_dtype!r} under a {model_dtype} "
+                "model: use 'auto' (the model dtype) or 'fp8'"
+            )
+        self.dims = MLADims(
+            kv_lora_rank=self.kv_lora_rank,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+            qk_nope_head_dim=self.qk_nope_head_dim,
+            v_head_dim=self.v_head_dim,
+        )
         if head_size != self.dims.latent_dim:
-            raise ValueError(f"vllm-xpu-attn: MLA head size {head_size} != kv_lora_rank + qk_rope_head_dim "
-                             f"({self.dims.latent_dim})")
-        self.spec = LayerSpec.for_mla(num_heads, self.dims, self.scale, dtype=model_dtype, kv_dtype=self.kv_dtype,
-                                      batch_invariant=compat.vllm_batch_invariant() or batch_invariant_requested())
+            raise ValueError(
+                f"vllm-xpu-attn: MLA head size {head_size} != kv_lora_rank + qk_rope_head_dim ({self.dims.latent_dim})"
+            )
+        self.spec = LayerSpec.for_mla(
+            num_heads,
+            self.dims,
+            self.scale,
+            dtype=model_dtype,
+            kv_dtype=self.kv_dtype,
+            batch_invariant=compat.vllm_batch_invariant() or batch_invariant_requested(),
+        )
         self.page_size = cfg.cache_config.block_size
         self.runner = LayerRunner(self.spec, current_platform.device_type, self.page_size)
         graphs.record(GRAPH_GROUP, self.runner)
-        logger.info("vllm-xpu-attn: MLA layer H=%d kv_lora_rank=%d rope=%d nope=%d v=%d kv=%s page=%d -> providers %s",
-                    num_heads, self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim,
-                    kv_cache_dtype, self.page_size, self.runner.providers_used())
+        logger.info(
+            "vllm-xpu-attn: MLA layer H=%d kv_lora_rank=%d rope=%d nope=%d v=%d kv=%s page=%d -> providers %s",
+            num_heads,
+            self.kv_lora_rank,
+            self.qk_rope_head_dim,
+            self.qk_nope_head_dim,
+            self.v_head_dim,
+            kv_cache_dtype,
+            self.page_size,
+            self.runner.providers_used(),
+        )
 
     def _kv_scale(self, k_scale: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         return fp8_descale(self.spec.kv_dtype, k_scale)
 
     # ---- cache write -------------------------------------------------------------------
-    def do_kv_cache_update(self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
-                           slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
-                           skip_scale: bool = False) -> None:
+    def do_kv_cache_update(
+        self,
+        kv_c_normed: torch.Tensor,
+        k_pe: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        kv_cache_dtype: str,
+        k_scale: torch.Tensor,
+        skip_scale: bool = False,
+    ) -> None:
         """kv_c_normed [T, kv_lora_rank], k_pe [T, 1, rope] (post-RoPE) -> latent rows at slot_mapping (< 0 skipped).
 
         ``skip_scale`` (vLLM 0.33+, mla_attention.py:811-819): vLLM passes True for an FP8 cache whose scale is
@@ -211,8 +302,9 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
             return
         _once("vllm-xpu-attn: MLA cache write via core write_latent (provider %s)", self.runner.decode_provider.name)
         cache = compat.mla_cache_view(kv_cache, kv_cache_dtype)
-        self.runner.write_latent(kv_c_normed, k_pe.reshape(k_pe.shape[0], -1), cache, slot_mapping.flatten(),
-                                 scale=self._kv_scale(k_scale))
+        self.runner.write_latent(
+            kv_c_normed, k_pe.reshape(k_pe.shape[0], -1), cache, slot_mapping.flatten(), scale=self._kv_scale(k_scale)
+        )
 
     def reserve_workspace(self) -> None:
         """vLLM 0.33+ (backend.py:1091, called in the profiling run, mla_attention.py:948): this impl keeps no
@@ -229,9 +321,13 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
             raise NotImplementedError("vllm-xpu-attn: pre-quantized MLA decode queries")  # we declare none
         dec = attn_metadata.decode
         if dec is None or getattr(dec, "plan", None) is None:
-            raise ValueError("vllm-xpu-attn: MLA decode without the core plan (metadata not from this backend's builder)")
-        _once("vllm-xpu-attn: MLA decode (forward_mqa) via core forward_mla (provider %s)",
-              self.runner.decode_provider.name)
+            raise ValueError(
+                "vllm-xpu-attn: MLA decode without the core plan (metadata not from this backend's builder)"
+            )
+        _once(
+            "vllm-xpu-attn: MLA decode (forward_mqa) via core forward_mla (provider %s)",
+            self.runner.decode_provider.name,
+        )
         q = torch.cat(q, dim=-1)
         cache = compat.mla_cache_view(kv_c_and_k_pe_cache, self.kv_cache_dtype)
         out = torch.empty(q.shape[0], self.num_heads, self.kv_lora_rank, dtype=q.dtype, device=q.device)
@@ -249,9 +345,17 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
         k = torch.cat([k_nope, k_pe.reshape(-1, 1, self.qk_rope_head_dim).expand(-1, self.num_heads, -1)], dim=-1)
         return k, v
 
-    def forward_mha(self, q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor,
-                    kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: MLACommonMetadata, k_scale: torch.Tensor,
-                    output: torch.Tensor, output_scale: Optional[torch.Tensor] = None) -> None:
+    def forward_mha(
+        self,
+        q: torch.Tensor,
+        kv_c_normed: torch.Tensor,
+        k_pe: torch.Tensor,
+        kv_c_and_k_pe_cache: torch.Tensor,
+        attn_metadata: MLACommonMetadata,
+        k_scale: torch.Tensor,
+        output: torch.Tensor,
+        output_scale: Optional[torch.Tensor] = None,
+    ) -> None:
         """Prefill rows: q [T, N, nope + rope], kv_c_normed [T, kv_lora_rank], k_pe [T, 1, rope] -> output [T, N*v]."""
         if output_scale is not None:
             raise NotImplementedError("vllm-xpu-attn: fused output quantization in MLA prefill")
@@ -261,12 +365,16 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
         ctx = pre.chunked_context
         cu_q = pre.query_start_loc
         if ctx is None:  # new sequences only: keys are this step's tokens
-            _once("vllm-xpu-attn: MLA prefill (forward_mha) via core forward_mla_mha (provider %s)",
-                  self.runner.mha_provider.name)
+            _once(
+                "vllm-xpu-attn: MLA prefill (forward_mha) via core forward_mla_mha (provider %s)",
+                self.runner.mha_provider.name,
+            )
             k, v, cu_k, max_k = k_new, v_new, cu_q, int(pre.max_query_len)
         else:
-            _once("vllm-xpu-attn: MLA prefill with cached context (forward_mha) via core forward_mla_mha (provider %s)",
-                  self.runner.mha_provider.name)
+            _once(
+                "vllm-xpu-attn: MLA prefill with cached context (forward_mha) via core forward_mla_mha (provider %s)",
+                self.runner.mha_provider.name,
+            )
             k, v, cu_k, max_k = self._with_context(kv_c_and_k_pe_cache, pre, k_scale, k_new, v_new)
         out = output.view(n, self.num_heads, self.v_head_dim)
         self.runner.forward_mla_mha(q, k, v, cu_q, cu_k, int(pre.max_query_len), max_k, out=out)
@@ -292,7 +400,7 @@ class XpuAttnMLAImpl(MLACommonImpl[MLACommonMetadata]):
         else:
             rows = flat[slots].float()
         rows = rows.to(k_new.dtype)
-        k_ctx, v_ctx = self._up_project(rows[:, : self.kv_lora_rank], rows[:, self.kv_lora_rank:])
+        k_ctx, v_ctx = self._up_project(rows[:, : self.kv_lora_rank], rows[:, self.kv_lora_rank :])
         k = k_new.new_empty(total, self.num_heads, k_new.shape[-1])
         v = v_new.new_empty(total, self.num_heads, v_new.shape[-1])
         k[ctx_i], v[ctx_i] = k_ctx, v_ctx
@@ -321,5 +429,6 @@ def _context_layout(pre, page: int, dev: torch.device):
     new_i = torch.tensor(new_dst, dtype=torch.long).to(dev, non_blocking=True)
     cu = torch.tensor(cu_k, dtype=torch.int32).to(dev, non_blocking=True)
     return slots, ctx_i, new_i, cu, at, max(c + ql for c, ql in zip(ctx_lens, q_lens))
+
 
 BACKEND_PATH = f"{__name__}.XpuAttnMLABackend"

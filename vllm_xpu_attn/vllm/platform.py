@@ -26,10 +26,12 @@ def _route(base: type, name: str) -> type:
         if cfg.use_sparse:
             raise NotImplementedError(
                 f"vllm-xpu-attn cannot serve sparse attention ({cfg!r}: DeepSeek-V3.2-style sparse MLA with an "
-                "indexer); run this model without the plugin (XPU_ATTN_ENABLE=0) to use vLLM's own backends")
+                "indexer); run this model without the plugin (XPU_ATTN_ENABLE=0) to use vLLM's own backends"
+            )
         if cfg.use_mla:
             from . import interface
-            from .mla import BACKEND_PATH as MLA_PATH, XpuAttnMLABackend as Backend
+            from .mla import BACKEND_PATH as MLA_PATH
+            from .mla import XpuAttnMLABackend as Backend
             from .plugin import _version
 
             why = interface.mla_reason(_version())  # MLA's vLLM bases are importable only now
@@ -42,21 +44,39 @@ def _route(base: type, name: str) -> type:
 
             path = BACKEND_PATH
         reasons = Backend.validate_configuration(
-            head_size=cfg.head_size, dtype=cfg.dtype, kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size,
-            use_mla=cfg.use_mla, has_sink=cfg.has_sink, use_sparse=cfg.use_sparse, use_mm_prefix=cfg.use_mm_prefix,
-            use_per_head_quant_scales=cfg.use_per_head_quant_scales, device_capability=None,
-            attn_type=cfg.attn_type, has_sliding_window=cfg.has_sliding_window, use_non_causal=cfg.use_non_causal,
-            use_batch_invariant=cfg.use_batch_invariant, use_kv_connector=cfg.use_kv_connector, use_pcp=cfg.use_pcp,
-            use_adaptive_verification=cfg.use_adaptive_verification, use_dcp=cfg.use_dcp, use_rswa=cfg.use_rswa,
+            head_size=cfg.head_size,
+            dtype=cfg.dtype,
+            kv_cache_dtype=cfg.kv_cache_dtype,
+            block_size=cfg.block_size,
+            use_mla=cfg.use_mla,
+            has_sink=cfg.has_sink,
+            use_sparse=cfg.use_sparse,
+            use_mm_prefix=cfg.use_mm_prefix,
+            use_per_head_quant_scales=cfg.use_per_head_quant_scales,
+            device_capability=None,
+            attn_type=cfg.attn_type,
+            has_sliding_window=cfg.has_sliding_window,
+            use_non_causal=cfg.use_non_causal,
+            use_batch_invariant=cfg.use_batch_invariant,
+            use_kv_connector=cfg.use_kv_connector,
+            use_pcp=cfg.use_pcp,
+            use_adaptive_verification=cfg.use_adaptive_verification,
+            use_dcp=cfg.use_dcp,
+            use_rswa=cfg.use_rswa,
         )
         if reasons:
-            raise ValueError(f"vllm-xpu-attn cannot serve this model's {'MLA ' if cfg.use_mla else ''}attention "
-                             f"({cfg!r}): {'; '.join(reasons)}")
+            raise ValueError(
+                f"vllm-xpu-attn cannot serve this model's {'MLA ' if cfg.use_mla else ''}attention "
+                f"({cfg!r}): {'; '.join(reasons)}"
+            )
         logger.info("vllm-xpu-attn: %s routes %sattention to %s", name, "MLA " if cfg.use_mla else "", path)
         return path
 
-    attrs = {"get_attn_backend_cls": classmethod(get_attn_backend_cls), "__module__": __name__,
-             "__doc__": f"{base.__name__} with vllm-xpu-attn attention."}
+    attrs = {
+        "get_attn_backend_cls": classmethod(get_attn_backend_cls),
+        "__module__": __name__,
+        "__doc__": f"{base.__name__} with vllm-xpu-attn attention.",
+    }
     if base.__name__ == "CpuPlatform":
         attrs["check_and_update_config"] = classmethod(_cpu_check_and_update_config(base))
     return type(name, (base,), attrs)
@@ -77,8 +97,10 @@ def _cpu_check_and_update_config(base: type):
             return
         sched, cache = vllm_config.scheduler_config, vllm_config.cache_config
         if cache.block_size != 16 or sched.enable_chunked_prefill or cache.enable_prefix_caching:
-            logger.info("vllm-xpu-attn: MLA on the CPU: block size 16, chunked prefill and prefix caching off "
-                        "(as vLLM's CPU MLA path)")
+            logger.info(
+                "vllm-xpu-attn: MLA on the CPU: block size 16, chunked prefill and prefix caching off "
+                "(as vLLM's CPU MLA path)"
+            )
             cache.block_size = 16
             sched.enable_chunked_prefill = False
             cache.enable_prefix_caching = False

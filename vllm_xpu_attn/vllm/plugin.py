@@ -2,7 +2,8 @@
 
 * ``platform_plugin`` (group ``vllm.platform_plugins``): returns the class path of a platform
   that subclasses the host's built-in one and routes attention to this backend. Active by
-  itself on Intel XPU; on CUDA or CPU only when ``XPU_ATTN_ENABLE=1`` (``=0`` turns it off on XPU too). Otherwise None, and vLLM
+  itself on Intel XPU; on CUDA or CPU only when ``XPU_ATTN_ENABLE=1`` (``=0`` turns it off on XPU too). Otherwise
+  None, and vLLM
   behaves as without this package.
 * ``general_plugin`` (group ``vllm.general_plugins``): registers the backend as
   ``AttentionBackendEnum.CUSTOM`` so ``--attention-backend CUSTOM`` selects it wherever the
@@ -25,8 +26,10 @@ logger = logging.getLogger("vllm_xpu_attn")
 
 BACKEND_PATH = "vllm_xpu_attn.vllm.backend.XpuAttnBackend"
 # Said in the one start-up line on XPU until a run on Intel hardware is recorded (README says the same).
-XPU_CAVEAT = ("; not yet run on an Intel GPU (its kernels are compiled ahead of time and tested on CPUs and NVIDIA "
-              "GPUs only): report problems, or set XPU_ATTN_ENABLE=0 for vLLM's own XPU backends")
+XPU_CAVEAT = (
+    "; not yet run on an Intel GPU (its kernels are compiled ahead of time and tested on CPUs and NVIDIA "
+    "GPUs only): report problems, or set XPU_ATTN_ENABLE=0 for vLLM's own XPU backends"
+)
 _PLATFORMS = {
     "xpu": "vllm_xpu_attn.vllm.platform.XpuAttnXPUPlatform",
     "cuda": "vllm_xpu_attn.vllm.platform.XpuAttnCudaPlatform",
@@ -51,8 +54,12 @@ def platform_plugin() -> Optional[str]:
         if why:  # vLLM swallows a platform plugin's exception: log here, general_plugin refuses a forced start-up
             versions.refuse_or_log(why, forced=False, how_forced="")
             return None
-        logger.info("vllm-xpu-attn: platform plugin active on %s (%s)%s", dev,
-                    "Intel XPU" if dev == "xpu" and not enabled else f"{env.ENABLE}=1", XPU_CAVEAT if dev == "xpu" else "")
+        logger.info(
+            "vllm-xpu-attn: platform plugin active on %s (%s)%s",
+            dev,
+            "Intel XPU" if dev == "xpu" and not enabled else f"{env.ENABLE}=1",
+            XPU_CAVEAT if dev == "xpu" else "",
+        )
         return _PLATFORMS[dev]
     return None
 
@@ -76,8 +83,11 @@ def general_plugin() -> None:
         # forced, or our platform already on (Intel XPU, by itself) with a name missing: starting would fail later
         on_xpu = env.host_device() == "xpu" and env.flag(env.ENABLE) is not False
         forced = env.flag(env.ENABLE) is True or (on_xpu and versions.gate("vllm", _version()) is None)
-        versions.refuse_or_log(why, forced=forced,
-                               how_forced=f"{env.ENABLE}=1" if env.flag(env.ENABLE) else "its platform is active on XPU")
+        versions.refuse_or_log(
+            why,
+            forced=forced,
+            how_forced=f"{env.ENABLE}=1" if env.flag(env.ENABLE) else "its platform is active on XPU",
+        )
         return
     try:
         from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend

@@ -17,8 +17,11 @@ import importlib.abc
 import importlib.machinery
 import sys
 
-_TARGETS = ("sglang.kernels.ops.speculative.spec_tree", "sglang.kernels.ops.speculative.cache_locs",
-            "sglang.kernels.ops.speculative.reconstruct_tree")
+_TARGETS = (
+    "sglang.kernels.ops.speculative.spec_tree",
+    "sglang.kernels.ops.speculative.cache_locs",
+    "sglang.kernels.ops.speculative.reconstruct_tree",
+)
 # modules that pick their kernel at import time (``_is_xpu = is_xpu()``, then import sgl-kernel's op otherwise)
 _AT_IMPORT = ("sglang.kernels.ops.speculative.reconstruct_tree",)
 

@@ -15,7 +15,7 @@ from ... import env
 from .checks import check_paged_layer, check_paged_step
 from .dtypes import FLOAT_DTYPES, dtype_name, is_fp8
 from .guard import FLAGS
-from .types import NO_LAYER_TENSORS, Feature, KernelRequest, LayerTensors, LayerConsts, PagedStep, Phase
+from .types import NO_LAYER_TENSORS, Feature, KernelRequest, LayerConsts, LayerTensors, PagedStep, Phase
 
 ENV_BATCH_INVARIANT = env.BATCH_INVARIANT
 
@@ -45,8 +45,10 @@ class KernelProvider:
         super().__init_subclass__(**kwargs)
         for old, new in KernelProvider._RENAMED.items():
             if old in cls.__dict__:
-                raise TypeError(f"{cls.__name__}.{old}: the provider method is now {new!r} (same arguments); "
-                                f"rename it, or it would never be called")
+                raise TypeError(
+                    f"{cls.__name__}.{old}: the provider method is now {new!r} (same arguments); "
+                    f"rename it, or it would never be called"
+                )
 
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
@@ -91,7 +93,9 @@ class KernelProvider:
         if req.dtype not in self.dtypes:
             reasons.append(f"dtype {dtype_name(req.dtype)} not in {sorted(dtype_name(d) for d in self.dtypes)}")
         if req.kv_dtype not in self.kv_dtypes:
-            reasons.append(f"KV dtype {dtype_name(req.kv_dtype)} not in {sorted(dtype_name(d) for d in self.kv_dtypes)}")
+            reasons.append(
+                f"KV dtype {dtype_name(req.kv_dtype)} not in {sorted(dtype_name(d) for d in self.kv_dtypes)}"
+            )
         if self.head_dims is not None and req.head_dim not in self.head_dims:
             reasons.append(f"head dim {req.head_dim} not in {sorted(self.head_dims)}")
         if self.max_head_dim is not None and req.head_dim > self.max_head_dim:
@@ -102,8 +106,12 @@ class KernelProvider:
         if why:
             reasons.append(why)
         wanted = {
-            "window": req.has_window, "softcap": req.softcap, "sinks": req.has_sinks, "alibi": req.has_alibi,
-            "lse": req.return_lse, "non_causal": not req.causal,
+            "window": req.has_window,
+            "softcap": req.softcap,
+            "sinks": req.has_sinks,
+            "alibi": req.has_alibi,
+            "lse": req.return_lse,
+            "non_causal": not req.causal,
             "dv": req.v_head_dim not in (None, req.head_dim),
             "batch_invariant": req.batch_invariant,
         }
@@ -129,25 +137,47 @@ class KernelProvider:
             raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
         return PagedLaunch(self, step, call)
 
-    def _run_paged(self, step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor,
-                   v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors):  # pragma: no cover - abstract
+    def _run_paged(
+        self,
+        step: PagedStep,
+        call: LayerConsts,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        out: torch.Tensor,
+        layer: LayerTensors,
+    ):  # pragma: no cover - abstract
         """The launch, on validated inputs. Writes out [total_q, Hq, Dv] (rows past cu_seqlens_q[-1] left
         alone) and returns it (, lse [Hq, total_q] fp32 when the call asks for it)."""
         raise NotImplementedError
 
-    def call_request(self, q: torch.Tensor, k_cache: torch.Tensor, call: LayerConsts, step: PagedStep,
-                     layer: LayerTensors) -> KernelRequest:
+    def call_request(
+        self, q: torch.Tensor, k_cache: torch.Tensor, call: LayerConsts, step: PagedStep, layer: LayerTensors
+    ) -> KernelRequest:
         """The KernelRequest one direct call amounts to (what ``not_supported_reasons`` judges)."""
         return KernelRequest(
-            device_type=q.device.type, dtype=q.dtype, kv_dtype=k_cache.dtype, head_dim=call.head_dim,
-            num_q_heads=call.num_q_heads, num_kv_heads=call.num_kv_heads, page_size=step.page_size,
-            v_head_dim=call.v_head_dim, causal=call.causal, window=call.window, softcap=call.softcap,
-            has_sinks=layer.sinks is not None, has_alibi=layer.alibi_slopes is not None, return_lse=call.return_lse,
-            phase=Phase.DECODE if step.max_seqlen_q <= 1 else Phase.PREFILL, batch_invariant=call.batch_invariant,
-            mla=call.mla)
+            device_type=q.device.type,
+            dtype=q.dtype,
+            kv_dtype=k_cache.dtype,
+            head_dim=call.head_dim,
+            num_q_heads=call.num_q_heads,
+            num_kv_heads=call.num_kv_heads,
+            page_size=step.page_size,
+            v_head_dim=call.v_head_dim,
+            causal=call.causal,
+            window=call.window,
+            softcap=call.softcap,
+            has_sinks=layer.sinks is not None,
+            has_alibi=layer.alibi_slopes is not None,
+            return_lse=call.return_lse,
+            phase=Phase.DECODE if step.max_seqlen_q <= 1 else Phase.PREFILL,
+            batch_invariant=call.batch_invariant,
+            mla=call.mla,
+        )
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-                                **kwargs):
+    def flash_attn_with_kvcache(
+        self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, **kwargs
+    ):
         """The one-call contract for direct users: the same checks as plan -> bind -> run (step, layer
         arguments, layer tensors, stride rule), then the provider's own declared capabilities (probe
         results included): a call they exclude is refused with the provider's reasons, never run.
@@ -157,36 +187,76 @@ class KernelProvider:
         when given) (, lse [Hq, total_q] fp32). ``batch_invariant`` (default: $XPU_ATTN_BATCH_INVARIANT)
         asks for outputs bitwise independent of the rest of the batch.
         """
-        return self._one_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-                              gate=True, **kwargs)
+        return self._one_call(
+            q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, gate=True, **kwargs
+        )
 
     def probe_call(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, **kwargs):
         """``flash_attn_with_kvcache`` without the capability gate: for a provider's own probes, which are
         how it finds those capabilities (every input check still runs)."""
-        return self._one_call(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q,
-                              gate=False, **kwargs)
+        return self._one_call(
+            q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, gate=False, **kwargs
+        )
 
-    def _one_call(self, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_seqlen_q, *, gate: bool,
-                  softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, sinks=None, alibi_slopes=None,
-                  k_descale=None, v_descale=None, return_softmax_lse=False, out=None,
-                  batch_invariant: Optional[bool] = None, **launch_options):
+    def _one_call(
+        self,
+        q,
+        k_cache,
+        v_cache,
+        page_table,
+        cache_seqlens,
+        cu_seqlens_q,
+        max_seqlen_q,
+        *,
+        gate: bool,
+        softmax_scale=None,
+        causal=True,
+        window_size=(-1, -1),
+        softcap=0.0,
+        sinks=None,
+        alibi_slopes=None,
+        k_descale=None,
+        v_descale=None,
+        return_softmax_lse=False,
+        out=None,
+        batch_invariant: Optional[bool] = None,
+        **launch_options,
+    ):
         for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if q.dim() != 3 or k_cache.dim() != 4 or v_cache.dim() != 4:
-            raise ValueError(f"q must be [total_q, Hq, D] and k_cache/v_cache [num_pages, page_size, Hkv, D] (NHD "
-                             f"pages), got {list(q.shape)}, {list(k_cache.shape)} and {list(v_cache.shape)}")
+            raise ValueError(
+                f"q must be [total_q, Hq, D] and k_cache/v_cache [num_pages, page_size, Hkv, D] (NHD "
+                f"pages), got {list(q.shape)}, {list(k_cache.shape)} and {list(v_cache.shape)}"
+            )
         page = k_cache.shape[1]
         width = page_table.shape[1] if isinstance(page_table, torch.Tensor) and page_table.dim() == 2 else 0
         step = PagedStep(cu_seqlens_q, cache_seqlens, page_table, int(max_seqlen_q), width * page, page)
         check_paged_step(step)
-        call = LayerConsts.make(q.shape[1], k_cache.shape[2], q.shape[2], v_cache.shape[3], softmax_scale=softmax_scale,
-                              causal=causal, window=window_size, softcap=softcap, return_lse=return_softmax_lse,
-                              batch_invariant=batch_invariant_requested() if batch_invariant is None
-                              else bool(batch_invariant))
+        call = LayerConsts.make(
+            q.shape[1],
+            k_cache.shape[2],
+            q.shape[2],
+            v_cache.shape[3],
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window=window_size,
+            softcap=softcap,
+            return_lse=return_softmax_lse,
+            batch_invariant=batch_invariant_requested() if batch_invariant is None else bool(batch_invariant),
+        )
         check_paged_layer(step, call, q, k_cache, v_cache, out)
-        layer = LayerTensors.make(call, device=q.device, kv_dtype=k_cache.dtype, sinks=sinks, alibi_slopes=alibi_slopes,
-                               k_descale=k_descale, v_descale=v_descale, batch=step.batch_size)
+        layer = LayerTensors.make(
+            call,
+            device=q.device,
+            kv_dtype=k_cache.dtype,
+            sinks=sinks,
+            alibi_slopes=alibi_slopes,
+            k_descale=k_descale,
+            v_descale=v_descale,
+            batch=step.batch_size,
+        )
         reasons = self.not_supported_reasons(self.call_request(q, k_cache, call, step, layer)) if gate else []
         if reasons:
             raise ValueError(f"provider {self.name!r} cannot run this call: " + "; ".join(reasons))
@@ -226,26 +296,51 @@ class PagedLaunch:
         self.call = call
         self._seen: Optional[tuple] = None  # the last layer signature that passed the checks
 
-    def check(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-              layer: LayerTensors) -> None:
+    def check(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors
+    ) -> None:
         """The per-layer checks: in full once per signature (layers of a step mostly repeat one), else one
         tuple compare; a [batch, Hkv] descale against this step's batch."""
         if not isinstance(out, torch.Tensor):
-            raise TypeError(f"out must be a torch.Tensor [total_q, {self.call.num_q_heads}, {self.call.v_head_dim}] "
-                            f"(every provider writes into it), got {type(out).__name__}")
-        sig = (q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, v_cache.dtype, q.device,
-               k_cache.device, v_cache.device, out.shape, out.dtype, out.device, layer.has_descale)
+            raise TypeError(
+                f"out must be a torch.Tensor [total_q, {self.call.num_q_heads}, {self.call.v_head_dim}] "
+                f"(every provider writes into it), got {type(out).__name__}"
+            )
+        sig = (
+            q.shape,
+            k_cache.shape,
+            v_cache.shape,
+            q.dtype,
+            k_cache.dtype,
+            v_cache.dtype,
+            q.device,
+            k_cache.device,
+            v_cache.device,
+            out.shape,
+            out.dtype,
+            out.device,
+            layer.has_descale,
+        )
         if sig != self._seen:
             check_paged_layer(self.step, self.call, q, k_cache, v_cache, out)
             if layer.has_descale and not is_fp8(k_cache.dtype):
                 raise ValueError(f"k_descale/v_descale bound but the KV cache is {k_cache.dtype}, not FP8")
             self._seen = sig
         if layer.descale_batch and layer.descale_batch != self.step.page_table.shape[0]:
-            raise ValueError(f"k_descale/v_descale are [batch, num_kv_heads] for batch {layer.descale_batch}, "
-                             f"but this step has {self.step.page_table.shape[0]} sequences")
+            raise ValueError(
+                f"k_descale/v_descale are [batch, num_kv_heads] for batch {layer.descale_batch}, "
+                f"but this step has {self.step.page_table.shape[0]} sequences"
+            )
 
-    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, *,
-            layer: LayerTensors = NO_LAYER_TENSORS):
+    def run(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        out: torch.Tensor,
+        *,
+        layer: LayerTensors = NO_LAYER_TENSORS,
+    ):
         """q [total_q, Hq, D], caches [P, page, Hkv, D|Dv] -> writes and returns out [total_q, Hq, Dv]
         (, lse [Hq, total_q] fp32 when the call asks for it). ``layer``: the layer's bound tensors."""
         self.check(q, k_cache, v_cache, out, layer)

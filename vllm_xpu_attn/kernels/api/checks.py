@@ -14,9 +14,8 @@ index tensors), ``LayerTensors.make`` per layer (sinks, ALiBi slopes, FP8 descal
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
-
 import math
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
@@ -24,6 +23,7 @@ from .dtypes import FLOAT_DTYPES, INDEX_DTYPES, KV_DTYPES, is_fp8
 
 if TYPE_CHECKING:
     from .types import LayerConsts, PagedStep
+
 
 def _fail(cls: type, msg: str) -> None:
     raise cls(msg)
@@ -69,8 +69,10 @@ def check_heads(num_q_heads, num_kv_heads) -> None:
     check_count("num_q_heads", num_q_heads)
     check_count("num_kv_heads", num_kv_heads)
     if num_q_heads % num_kv_heads:
-        _fail(ValueError, f"num_q_heads ({num_q_heads}) must be a positive multiple of num_kv_heads "
-                          f"({num_kv_heads}) for GQA/MQA")
+        _fail(
+            ValueError,
+            f"num_q_heads ({num_q_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads}) for GQA/MQA",
+        )
 
 
 def check_dims(head_dim, v_head_dim=None) -> None:
@@ -79,8 +81,10 @@ def check_dims(head_dim, v_head_dim=None) -> None:
         if v is None and name == "v_head_dim":
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            _fail(ValueError, f"{name} must be an int >= 1{' or None (= head_dim)' if name == 'v_head_dim' else ''}, "
-                              f"got {v!r}")
+            _fail(
+                ValueError,
+                f"{name} must be an int >= 1{' or None (= head_dim)' if name == 'v_head_dim' else ''}, got {v!r}",
+            )
 
 
 def check_window(window_size: Sequence[int], causal: bool) -> tuple[int, int]:
@@ -112,9 +116,18 @@ def check_per_head(name: str, t: Optional[torch.Tensor], num_heads: int, device:
         _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
 
 
-def check_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                 cu_seqlens_k: torch.Tensor, *, window_size: Sequence[int], causal: bool,
-                 sinks: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor]) -> tuple[list[int], list[int]]:
+def check_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    *,
+    window_size: Sequence[int],
+    causal: bool,
+    sinks: Optional[torch.Tensor],
+    alibi_slopes: Optional[torch.Tensor],
+) -> tuple[list[int], list[int]]:
     """Non-paged varlen arguments: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (one float
     dtype), cu_seqlens_q/k int [B+1]. Returns the two offset lists, read on the host (the varlen path's
     callers plan on the host anyway)."""
@@ -122,16 +135,21 @@ def check_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q
         if not isinstance(t, torch.Tensor):
             _fail(TypeError, f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        _fail(ValueError, f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, "
-                          f"{list(v.shape)}")
+        _fail(
+            ValueError, f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}"
+        )
     if q.dtype not in FLOAT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        _fail(TypeError, f"q/k/v dtypes must match and be float32/float16/bfloat16, got {q.dtype}, {k.dtype}, "
-                         f"{v.dtype}")
+        _fail(
+            TypeError, f"q/k/v dtypes must match and be float32/float16/bfloat16, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if q.shape[-1] != k.shape[-1]:
         _fail(ValueError, f"head_dim of q ({q.shape[-1]}) differs from head_dim of k ({k.shape[-1]})")
     if k.shape[:2] != v.shape[:2] or q.shape[1] % k.shape[1]:
-        _fail(ValueError, f"k/v token/head counts must match and Hq must be a multiple of Hkv: {list(k.shape)}, "
-                          f"{list(v.shape)}, Hq={q.shape[1]}")
+        _fail(
+            ValueError,
+            f"k/v token/head counts must match and Hq must be a multiple of Hkv: {list(k.shape)}, "
+            f"{list(v.shape)}, Hq={q.shape[1]}",
+        )
     check_window(window_size, causal)
     check_per_head("sinks", sinks, q.shape[1], q.device)
     check_per_head("alibi_slopes", alibi_slopes, q.shape[1], q.device)
@@ -168,33 +186,49 @@ def check_write_kv(name: str, new: torch.Tensor, cache: torch.Tensor, slot_mappi
     """One of write_kv's k/v: new [T, Hkv, D] against cache [P, page, Hkv, D], slot_mapping [T];
     the dtypes must match unless the cache is FP8 (then the write quantises)."""
     if new.dim() != 3 or tuple(new.shape[1:]) != tuple(cache.shape[2:]):
-        _fail(ValueError, f"{name} must be [tokens, {cache.shape[2]}, {cache.shape[3]}] to match the cache, got {list(new.shape)}")
+        _fail(
+            ValueError,
+            f"{name} must be [tokens, {cache.shape[2]}, {cache.shape[3]}] to match the cache, got {list(new.shape)}",
+        )
     if slot_mapping.shape != (new.shape[0],):
         _fail(ValueError, f"slot_mapping must be [{new.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
     if not is_fp8(cache.dtype) and new.dtype != cache.dtype:
         _fail(TypeError, f"{name} dtype {new.dtype} does not match KV cache dtype {cache.dtype}")
 
 
-def check_write_kv_all(k: Optional[torch.Tensor], v: Optional[torch.Tensor], k_cache: torch.Tensor,
-                       v_cache: Optional[torch.Tensor], slot_mapping: torch.Tensor) -> None:
+def check_write_kv_all(
+    k: Optional[torch.Tensor],
+    v: Optional[torch.Tensor],
+    k_cache: torch.Tensor,
+    v_cache: Optional[torch.Tensor],
+    slot_mapping: torch.Tensor,
+) -> None:
     """Everything ``write_kv`` can check without reading values, for K and V both, before either is written
     (a failed check never leaves a half-written cache). v / v_cache None: an MLA latent write."""
     if not isinstance(slot_mapping, torch.Tensor) or slot_mapping.dtype not in INDEX_DTYPES or slot_mapping.dim() != 1:
-        _fail(TypeError, "slot_mapping must be an int32/int64 tensor [tokens], got "
-                         f"{getattr(slot_mapping, 'dtype', type(slot_mapping).__name__)} "
-                         f"{list(getattr(slot_mapping, 'shape', []))}")
+        _fail(
+            TypeError,
+            "slot_mapping must be an int32/int64 tensor [tokens], got "
+            f"{getattr(slot_mapping, 'dtype', type(slot_mapping).__name__)} "
+            f"{list(getattr(slot_mapping, 'shape', []))}",
+        )
     for name, new, cache in (("k", k, k_cache), ("v", v, v_cache)):
         if new is None and cache is None:
             continue
         if not isinstance(new, torch.Tensor) or not isinstance(cache, torch.Tensor):
             _fail(TypeError, f"{name} and {name}_cache must both be tensors (or both None for v in a latent write)")
         if cache.dim() != 4:
-            _fail(ValueError, f"{name}_cache must be [num_pages, page_size, num_kv_heads, head_dim], got "
-                              f"{list(cache.shape)}")
+            _fail(
+                ValueError,
+                f"{name}_cache must be [num_pages, page_size, num_kv_heads, head_dim], got {list(cache.shape)}",
+            )
         check_write_kv(name, new, cache, slot_mapping)
         if new.device != cache.device or slot_mapping.device != cache.device:
-            _fail(ValueError, f"{name} ({new.device}), {name}_cache ({cache.device}) and slot_mapping "
-                              f"({slot_mapping.device}) must share a device")
+            _fail(
+                ValueError,
+                f"{name} ({new.device}), {name}_cache ({cache.device}) and slot_mapping "
+                f"({slot_mapping.device}) must share a device",
+            )
         if new.stride(-1) != 1 or cache.stride(-1) != 1:
             _fail(ValueError, f"write_kv: the head_dim dimension of {name} and {name}_cache must be contiguous")
     if v_cache is not None and k_cache.shape[:2] != v_cache.shape[:2]:
@@ -206,8 +240,11 @@ def check_write_kv_slots(slot_mapping: torch.Tensor, num_slots: int) -> None:
     below num_slots."""
     if slot_mapping.numel() and int(slot_mapping.max()) >= num_slots:
         bad = int(torch.nonzero(slot_mapping >= num_slots)[0, 0])
-        _fail(ValueError, f"slot_mapping[{bad}]={int(slot_mapping[bad])} is outside the KV cache's {num_slots} slots "
-                          "(num_pages x page_size)")
+        _fail(
+            ValueError,
+            f"slot_mapping[{bad}]={int(slot_mapping[bad])} is outside the KV cache's {num_slots} slots "
+            "(num_pages x page_size)",
+        )
 
 
 def check_paged_step(step: PagedStep) -> None:
@@ -226,7 +263,10 @@ def check_paged_step(step: PagedStep) -> None:
         _fail(ValueError, f"page_table must be [batch, max_pages], got shape {list(step.page_table.shape)}")
     batch = step.page_table.shape[0]
     if step.cache_seqlens.shape != (batch,):
-        _fail(ValueError, f"cache_seqlens must be [batch]=[{batch}] (page_table rows), got {list(step.cache_seqlens.shape)}")
+        _fail(
+            ValueError,
+            f"cache_seqlens must be [batch]=[{batch}] (page_table rows), got {list(step.cache_seqlens.shape)}",
+        )
     if step.cu_seqlens_q.shape != (batch + 1,):
         _fail(ValueError, f"cu_seqlens_q must be [batch + 1]=[{batch + 1}], got {list(step.cu_seqlens_q.shape)}")
     if int(step.max_seqlen_q) < 0:
@@ -235,21 +275,34 @@ def check_paged_step(step: PagedStep) -> None:
         _fail(ValueError, f"page size must be >= 1, got {step.page_size}")
 
 
-def check_paged_layer(step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      out: Optional[torch.Tensor]) -> None:
+def check_paged_layer(
+    step: PagedStep,
+    call: LayerConsts,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: Optional[torch.Tensor],
+) -> None:
     """One layer's tensors against its step and call (O(1); callers run it once per distinct signature).
     ``out`` None: the caller allocates it after this check."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)) + ((("out", out),) if out is not None else ()):
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)) + (
+        (("out", out),) if out is not None else ()
+    ):
         if not isinstance(t, torch.Tensor):
             _fail(TypeError, f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if q.dim() != 3:
         _fail(ValueError, f"q must be [total_q, num_q_heads, head_dim], got shape {list(q.shape)}")
     if k_cache.dim() != 4 or v_cache.dim() != 4:
-        _fail(ValueError, "k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim] (NHD pages), got "
-                          f"{list(k_cache.shape)} and {list(v_cache.shape)}")
+        _fail(
+            ValueError,
+            "k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim] (NHD pages), got "
+            f"{list(k_cache.shape)} and {list(v_cache.shape)}",
+        )
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
         if t is not None and t.shape[-1] > 1 and t.stride(-1) != 1:  # FlashAttention's rule; kernels load rows
-            _fail(ValueError, f"{name} must have a contiguous last (head_dim) dimension, got strides {list(t.stride())}")
+            _fail(
+                ValueError, f"{name} must have a contiguous last (head_dim) dimension, got strides {list(t.stride())}"
+            )
     if q.dtype not in FLOAT_DTYPES:
         _fail(TypeError, f"q dtype {q.dtype} unsupported: use one of float32, float16, bfloat16")
     if k_cache.dtype != v_cache.dtype:
@@ -263,8 +316,11 @@ def check_paged_layer(step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cac
     if q.shape[2] != call.head_dim:
         _fail(ValueError, f"head_dim of q ({q.shape[2]}) differs from the layer's head_dim ({call.head_dim})")
     if v_cache.shape[:3] != k_cache.shape[:3]:
-        _fail(ValueError, f"v_cache shape {list(v_cache.shape)} does not match k_cache {list(k_cache.shape)} in "
-                          "pages/page size/heads")
+        _fail(
+            ValueError,
+            f"v_cache shape {list(v_cache.shape)} does not match k_cache {list(k_cache.shape)} in "
+            "pages/page size/heads",
+        )
     if k_cache.shape[1] != step.page_size:
         _fail(ValueError, f"k_cache pages hold {k_cache.shape[1]} slots but the step's page_size is {step.page_size}")
     if k_cache.shape[2] != call.num_kv_heads:
@@ -273,15 +329,22 @@ def check_paged_layer(step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cac
         _fail(ValueError, f"head_dim of q ({call.head_dim}) differs from head_dim of k_cache ({k_cache.shape[3]})")
     if v_cache.shape[3] != call.v_head_dim:
         _fail(ValueError, f"v_cache head dim {v_cache.shape[3]} differs from the layer's v_head_dim {call.v_head_dim}")
-    if not (same_device(q.device, step.cache_seqlens.device) and k_cache.device == q.device
-            and v_cache.device == q.device):
-        _fail(ValueError, f"q ({q.device}), k/v caches ({k_cache.device}, {v_cache.device}) and the step's "
-                          f"tensors ({step.cache_seqlens.device}) must share a device")
+    if not (
+        same_device(q.device, step.cache_seqlens.device) and k_cache.device == q.device and v_cache.device == q.device
+    ):
+        _fail(
+            ValueError,
+            f"q ({q.device}), k/v caches ({k_cache.device}, {v_cache.device}) and the step's "
+            f"tensors ({step.cache_seqlens.device}) must share a device",
+        )
     if out is not None and out.device != q.device:
         _fail(ValueError, f"out is on {out.device} but q is on {q.device}")
     if out is not None and (out.shape != (q.shape[0], call.num_q_heads, call.v_head_dim) or out.dtype != q.dtype):
-        _fail(ValueError, f"out must be [{q.shape[0]}, {call.num_q_heads}, {call.v_head_dim}] {q.dtype}, "
-                          f"got {list(out.shape)} {out.dtype}")
+        _fail(
+            ValueError,
+            f"out must be [{q.shape[0]}, {call.num_q_heads}, {call.v_head_dim}] {q.dtype}, "
+            f"got {list(out.shape)} {out.dtype}",
+        )
 
 
 def check_paged_values(
@@ -316,10 +379,15 @@ def check_paged_values(
     for b, kl in enumerate(lens):
         need = -(-kl // page_size)
         if need > max_pages:
-            _fail(ValueError, f"page_table too short: sequence {b} has {kl} keys = {need} pages of {page_size}, table has {max_pages} columns")
+            _fail(
+                ValueError,
+                f"page_table too short: sequence {b} has {kl} keys = {need} pages of {page_size}, "
+                f"table has {max_pages} columns",
+            )
         if need:
             used = page_table[b, :need]
             lo, hi = int(used.min()), int(used.max())
             if lo < 0 or hi >= num_pages:
-                _fail(ValueError, f"page_table row {b} references page {lo if lo < 0 else hi}, outside [0, {num_pages})")
-
+                _fail(
+                    ValueError, f"page_table row {b} references page {lo if lo < 0 else hi}, outside [0, {num_pages})"
+                )

@@ -24,8 +24,11 @@ from ... import env
 # code -> (argument, what the kernel found: index = the sequence / token, value = the bad value)
 CODES = {
     0: ("cu_seqlens_q", "sequence {index}'s query rows (ending at {value}) fall outside q/out"),
-    1: ("cache_seqlens", "sequence {index} has {value} keys: negative, or more than its page_table row holds "
-                         "(page_table too narrow, e.g. max_seqlen_k below a real length)"),
+    1: (
+        "cache_seqlens",
+        "sequence {index} has {value} keys: negative, or more than its page_table row holds "
+        "(page_table too narrow, e.g. max_seqlen_k below a real length)",
+    ),
     2: ("page_table", "sequence {index} references page {value}, outside the KV cache's pages"),
     3: ("slot_mapping", "token {index} has slot {value}, outside the KV cache's slots"),
     4: ("token_rows", "request {index} names pool row {value}, outside the token table"),
@@ -59,8 +62,10 @@ class DeviceErrorFlags:
         buf = self._dev.get(device)
         if buf is None:
             if capturing(device):
-                raise RuntimeError("vllm-xpu-attn: the first guarded launch on this device is inside a graph "
-                                   "capture; run one step eagerly first (the engines' warm-up does)")
+                raise RuntimeError(
+                    "vllm-xpu-attn: the first guarded launch on this device is inside a graph "
+                    "capture; run one step eagerly first (the engines' warm-up does)"
+                )
             buf = self._dev[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)
             if device.type != "cpu":
                 self._host[device] = torch.zeros(SLOTS, dtype=torch.int32, pin_memory=_can_pin(device))
@@ -101,8 +106,10 @@ class DeviceErrorFlags:
             if vals[2 * code]:
                 found.append(f"{arg}: " + what.format(index=vals[2 * code] - 1, value=vals[2 * code + 1]))
         self.clear(device)  # reported once; the next steps start clean
-        raise ValueError("vllm-xpu-attn: bad input found on the device in an earlier step (its affected output "
-                         "rows were written as NaN): " + "; ".join(found))
+        raise ValueError(
+            "vllm-xpu-attn: bad input found on the device in an earlier step (its affected output "
+            "rows were written as NaN): " + "; ".join(found)
+        )
 
 
 def flag_torch(code: int, bad: torch.Tensor, values: torch.Tensor) -> None:
@@ -122,7 +129,9 @@ def capturing(device: torch.device) -> bool:
         return torch.cuda.is_current_stream_capturing()
     if device.type == "xpu":
         xpu = getattr(torch, "xpu", None)
-        return bool(xpu is not None and hasattr(xpu, "is_current_stream_capturing") and xpu.is_current_stream_capturing())
+        return bool(
+            xpu is not None and hasattr(xpu, "is_current_stream_capturing") and xpu.is_current_stream_capturing()
+        )
     return False
 
 

@@ -15,6 +15,7 @@ import torch
 from .base import KernelProvider
 from .checks import check_paged_values
 
+
 def _descale_for(descale: Optional[torch.Tensor], b: int) -> Optional[torch.Tensor]:
     """Descale for sequence b, shaped to broadcast over [keys, Hkv, D]."""
     if descale is None:
@@ -84,9 +85,18 @@ def attend_one_sequence(
     return o, lse
 
 
-def attend_rows_exactly(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal: bool,
-                        window: tuple[int, int], softcap: float, sinks: Optional[torch.Tensor],
-                        alibi_slopes: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def attend_rows_exactly(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool,
+    window: tuple[int, int],
+    softcap: float,
+    sinks: Optional[torch.Tensor],
+    alibi_slopes: Optional[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``attend_one_sequence`` one query row at a time over exactly the keys that row sees.
 
     Same shapes and semantics; the arithmetic of a row depends on that row and its keys only.
@@ -101,9 +111,18 @@ def attend_rows_exactly(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sc
         pos = lk - lq + i
         lo = max(pos - left, 0) if left >= 0 else 0
         hi = max(min(pos + right + 1, lk) if right >= 0 else lk, lo)
-        o[i:i + 1], lse[:, i:i + 1] = attend_one_sequence(
-            q[i:i + 1], k[lo:hi], v[lo:hi], scale=scale, causal=causal, window=window, softcap=softcap, sinks=sinks,
-            alibi_slopes=alibi_slopes, q_start=pos - lo)
+        o[i : i + 1], lse[:, i : i + 1] = attend_one_sequence(
+            q[i : i + 1],
+            k[lo:hi],
+            v[lo:hi],
+            scale=scale,
+            causal=causal,
+            window=window,
+            softcap=softcap,
+            sinks=sinks,
+            alibi_slopes=alibi_slopes,
+            q_start=pos - lo,
+        )
     return o, lse
 
 
@@ -113,8 +132,9 @@ def run_paged(step, call, q, k_cache, v_cache, out, layer):
     on the other rows of its chunk or batch (a batched matmul's blocking would change with them).
     The oracle checks every value of the step too (synchronising)."""
     page_table, cache_seqlens, cu_seqlens_q = step.page_table, step.cache_seqlens, step.cu_seqlens_q
-    check_paged_values(page_table, cache_seqlens, cu_seqlens_q, step.max_seqlen_q, q.shape[0], step.page_size,
-                       k_cache.shape[0])
+    check_paged_values(
+        page_table, cache_seqlens, cu_seqlens_q, step.max_seqlen_q, q.shape[0], step.page_size, k_cache.shape[0]
+    )
     softmax_scale, causal, window_size, softcap = call.softmax_scale, call.causal, call.window, call.softcap
     return_softmax_lse = call.return_lse
     sinks, alibi_slopes, k_descale, v_descale = layer.sinks, layer.alibi_slopes, layer.k_descale, layer.v_descale
@@ -138,8 +158,15 @@ def run_paged(step, call, q, k_cache, v_cache, out, layer):
         k, v = _to_f32(k, _descale_for(k_descale, b)), _to_f32(v, _descale_for(v_descale, b))
         exact = invariant or not bool(torch.isfinite(v).all())
         o_b, lse_b = (attend_rows_exactly if exact else attend_one_sequence)(
-            q[q0:q1].float(), k, v,
-            scale=scale, causal=causal, window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+            q[q0:q1].float(),
+            k,
+            v,
+            scale=scale,
+            causal=causal,
+            window=window,
+            softcap=softcap,
+            sinks=sinks,
+            alibi_slopes=alibi_slopes,
         )
         o[q0:q1], lse[:, q0:q1] = o_b, lse_b
     real = cu[-1] if cu else 0

@@ -61,7 +61,9 @@ def provider_names() -> list[str]:
     return list(_PROVIDER_PATHS)
 
 
-def register_provider(name: str, path_or_factory: str | Callable[[], KernelProvider], *, devices: Optional[dict[str, int]] = None) -> None:
+def register_provider(
+    name: str, path_or_factory: str | Callable[[], KernelProvider], *, devices: Optional[dict[str, int]] = None
+) -> None:
     """Add a provider (e.g. a test fake). ``devices`` maps device type -> position in its priority."""
     if callable(path_or_factory):
         _instances[name] = path_or_factory()
@@ -151,13 +153,15 @@ def select_provider(req: KernelRequest, override: Optional[str] = None) -> Kerne
     refused: list[str] = []
     for name, reasons in explain(req):
         if not reasons:
-            why = "first in priority for this device" if not refused else "preferred providers refused: " + " | ".join(refused)
+            why = (
+                "first in priority for this device"
+                if not refused
+                else "preferred providers refused: " + " | ".join(refused)
+            )
             _log_once(name, req, why)
             return get_provider(name)
         refused.append(f"{name}: {'; '.join(reasons)}")
-    raise NoProviderError(
-        f"no kernel provider can serve [{req.describe()}]:\n  " + "\n  ".join(refused)
-    )
+    raise NoProviderError(f"no kernel provider can serve [{req.describe()}]:\n  " + "\n  ".join(refused))
 
 
 def _log_once(name: str, req: KernelRequest, why: str) -> None:

@@ -15,16 +15,19 @@ from .dtypes import is_fp8
 from .guard import flag_torch
 
 
-def merge_state_torch(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor,
-                      sinks: Optional[torch.Tensor] = None):
+def merge_state_torch(
+    o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor, sinks: Optional[torch.Tensor] = None
+):
     """Merge two partial softmax results over disjoint key sets (cascade attention).
 
     o_* [T, H, D], lse_* [H, T] fp32 (natural log), sinks [H] (joins the denominator once, no value)
     -> (o [T, H, D] o_a.dtype, lse [H, T] fp32, the sink included).
     """
     if o_a.shape != o_b.shape or lse_a.shape != lse_b.shape:
-        raise ValueError(f"merge_state shapes differ: o {list(o_a.shape)} vs {list(o_b.shape)}, "
-                         f"lse {list(lse_a.shape)} vs {list(lse_b.shape)}")
+        raise ValueError(
+            f"merge_state shapes differ: o {list(o_a.shape)} vs {list(o_b.shape)}, "
+            f"lse {list(lse_a.shape)} vs {list(lse_b.shape)}"
+        )
     if lse_a.shape != (o_a.shape[1], o_a.shape[0]):
         raise ValueError(f"lse must be [H, T]=[{o_a.shape[1]}, {o_a.shape[0]}], got {list(lse_a.shape)}")
     lse = torch.logaddexp(lse_a.float(), lse_b.float())

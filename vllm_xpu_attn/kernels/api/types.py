@@ -16,8 +16,17 @@ from typing import Optional, Sequence
 
 import torch
 
-from .checks import (_fail, check_descale, check_dims, check_heads, check_per_head, check_scale, check_softcap,
-                     check_window, same_device)
+from .checks import (
+    _fail,
+    check_descale,
+    check_dims,
+    check_heads,
+    check_per_head,
+    check_scale,
+    check_softcap,
+    check_window,
+    same_device,
+)
 from .dtypes import dtype_name, is_fp8
 
 
@@ -62,18 +71,38 @@ class LayerConsts:
     mla: bool = False  # latent attention: V is the first v_head_dim columns of K (one cache)
 
     @staticmethod
-    def make(num_q_heads: int, num_kv_heads: int, head_dim: int, v_head_dim: Optional[int] = None, *,
-             softmax_scale: Optional[float] = None, causal: bool = True, window: Sequence[int] = (-1, -1),
-             softcap: float = 0.0, return_lse: bool = False, batch_invariant: bool = False,
-             mla: bool = False) -> "LayerConsts":
+    def make(
+        num_q_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        v_head_dim: Optional[int] = None,
+        *,
+        softmax_scale: Optional[float] = None,
+        causal: bool = True,
+        window: Sequence[int] = (-1, -1),
+        softcap: float = 0.0,
+        return_lse: bool = False,
+        batch_invariant: bool = False,
+        mla: bool = False,
+    ) -> "LayerConsts":
         """Validated constructor (defaults resolved: scale 1/sqrt(D), Dv = D)."""
         check_heads(num_q_heads, num_kv_heads)
         check_dims(head_dim, v_head_dim)
         softcap = check_softcap(softcap)
         scale = check_scale(softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim))
-        return LayerConsts(num_q_heads, num_kv_heads, head_dim, v_head_dim or head_dim,
-                         scale, bool(causal), check_window(window, causal), softcap, bool(return_lse),
-                         bool(batch_invariant), bool(mla))
+        return LayerConsts(
+            num_q_heads,
+            num_kv_heads,
+            head_dim,
+            v_head_dim or head_dim,
+            scale,
+            bool(causal),
+            check_window(window, causal),
+            softcap,
+            bool(return_lse),
+            bool(batch_invariant),
+            bool(mla),
+        )
 
 
 _CALL_IDS: dict[LayerConsts, int] = {}
@@ -87,7 +116,6 @@ def call_id(call: LayerConsts) -> int:
         cid = _CALL_IDS.setdefault(call, len(_CALL_IDS))
         object.__setattr__(call, "_vxa_id", cid)
     return cid
-
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -113,9 +141,17 @@ class LayerTensors:
         return self.k_descale is not None or self.v_descale is not None
 
     @staticmethod
-    def make(call: "LayerConsts", *, device: torch.device, kv_dtype: torch.dtype, sinks: Optional[torch.Tensor] = None,
-             alibi_slopes: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
-             v_descale: Optional[torch.Tensor] = None, batch: Optional[int] = None) -> "LayerTensors":
+    def make(
+        call: "LayerConsts",
+        *,
+        device: torch.device,
+        kv_dtype: torch.dtype,
+        sinks: Optional[torch.Tensor] = None,
+        alibi_slopes: Optional[torch.Tensor] = None,
+        k_descale: Optional[torch.Tensor] = None,
+        v_descale: Optional[torch.Tensor] = None,
+        batch: Optional[int] = None,
+    ) -> "LayerTensors":
         """Validate a layer's tensors against its call, device and cache dtype once (ValueError/TypeError
         naming the argument), and fix what the kernels specialise on. ``batch``: the one step a direct
         call runs (its [batch, Hkv] descales are checked against it here)."""
@@ -128,14 +164,18 @@ class LayerTensors:
         for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
             if t is None:
                 continue
-            check_descale(name, t, batch if batch is not None else (t.shape[0] if t.dim() == 2 else 1),
-                          call.num_kv_heads)
+            check_descale(
+                name, t, batch if batch is not None else (t.shape[0] if t.dim() == 2 else 1), call.num_kv_heads
+            )
             if not same_device(t.device, device):
                 _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
             if t.numel() != 1:
                 if rows and t.shape[0] != rows:
-                    _fail(ValueError, f"k_descale and v_descale must have the same shape, got {list(k_descale.shape)} "
-                                      f"and {list(v_descale.shape)}")
+                    _fail(
+                        ValueError,
+                        f"k_descale and v_descale must have the same shape, got {list(k_descale.shape)} "
+                        f"and {list(v_descale.shape)}",
+                    )
                 rows = t.shape[0]
         if (k_descale is None) != (v_descale is None) and rows:
             _fail(ValueError, "per-head descales ([batch, num_kv_heads]) need both k_descale and v_descale")
@@ -146,8 +186,15 @@ class LayerTensors:
             return (t.dtype, (t.data_ptr() & 15) == 0, t.numel() != 1, t.stride(0) if t.numel() != 1 else 0)
 
         four = (sinks, alibi_slopes, k_descale, v_descale)
-        return LayerTensors(sinks, alibi_slopes, k_descale, v_descale, tuple(spec(t) for t in four),
-                         tuple(t for t in four if t is not None), rows)
+        return LayerTensors(
+            sinks,
+            alibi_slopes,
+            k_descale,
+            v_descale,
+            tuple(spec(t) for t in four),
+            tuple(t for t in four if t is not None),
+            rows,
+        )
 
     def without_sinks(self) -> "LayerTensors":
         """The same layer's arguments with the sinks left out (the parts of a cascade: the merge adds them)."""
@@ -216,16 +263,29 @@ class KernelRequest:
 
     def describe(self) -> str:
         parts = [
-            f"{self.device_type}", f"q={dtype_name(self.dtype)}", f"kv={dtype_name(self.kv_dtype)}",
-            f"D={self.head_dim}", f"Hq/Hkv={self.num_q_heads}/{self.num_kv_heads}", f"page={self.page_size}",
+            f"{self.device_type}",
+            f"q={dtype_name(self.dtype)}",
+            f"kv={dtype_name(self.kv_dtype)}",
+            f"D={self.head_dim}",
+            f"Hq/Hkv={self.num_q_heads}/{self.num_kv_heads}",
+            f"page={self.page_size}",
             f"phase={Phase(self.phase).value}",
         ]
         if self.v_head_dim not in (None, self.head_dim):
             parts.append(f"Dv={self.v_head_dim}")
         if self.has_window:
             parts.append(f"window={self.window}")
-        parts += [n for n, on in (("softcap", self.softcap > 0), ("sinks", self.has_sinks), ("alibi", self.has_alibi),
-                                  ("lse", self.return_lse), ("non-causal", not self.causal),
-                                  ("batch-invariant", self.batch_invariant), ("mla", self.mla)) if on]
+        parts += [
+            n
+            for n, on in (
+                ("softcap", self.softcap > 0),
+                ("sinks", self.has_sinks),
+                ("alibi", self.has_alibi),
+                ("lse", self.return_lse),
+                ("non-causal", not self.causal),
+                ("batch-invariant", self.batch_invariant),
+                ("mla", self.mla),
+            )
+            if on
+        ]
         return " ".join(parts)
-

@@ -42,10 +42,22 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..api import Feature, KernelProvider, KernelRequest, PagedLaunch
-from ..api import (FLOAT_DTYPES, FP8_DTYPES, NO_LAYER_TENSORS, PagedStep, LayerTensors, LayerConsts, check_varlen,
-                       is_fp8)
-from ..api import merge_state_torch, write_kv_torch
+from ..api import (
+    FLOAT_DTYPES,
+    FP8_DTYPES,
+    NO_LAYER_TENSORS,
+    Feature,
+    KernelProvider,
+    KernelRequest,
+    LayerConsts,
+    LayerTensors,
+    PagedLaunch,
+    PagedStep,
+    check_varlen,
+    is_fp8,
+    merge_state_torch,
+    write_kv_torch,
+)
 
 NEG_INF = float("-inf")
 # A decode bucket, padded to its longest row, holds at most DECODE_PAD_RATIO x its real keys, or at most
@@ -62,8 +74,9 @@ def _flash_op():
     return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def bucket_decode_rows(lengths: Sequence[int], pad_ratio: float = DECODE_PAD_RATIO,
-                       slack: int = DECODE_PAD_SLACK) -> list[list[int]]:
+def bucket_decode_rows(
+    lengths: Sequence[int], pad_ratio: float = DECODE_PAD_RATIO, slack: int = DECODE_PAD_SLACK
+) -> list[list[int]]:
     """Group decode rows (indices into ``lengths``, all > 0) so that each group, padded to its longest
     row, holds at most ``pad_ratio`` x its real keys or at most ``slack`` padded keys. Longest first; greedy."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
@@ -123,8 +136,9 @@ def _visibility(lq: int, lk: int, causal: bool, window: tuple[int, int]) -> torc
     return vis
 
 
-def _check_values(cu: list[int], lens: list[int], max_seqlen_q: int, total_q: int, page: int, width: int,
-                  causal: bool) -> None:
+def _check_values(
+    cu: list[int], lens: list[int], max_seqlen_q: int, total_q: int, page: int, width: int, causal: bool
+) -> None:
     """The contract's value checks (contract.check_paged_values, same messages) on the step's host lists;
     page ids are checked on the pages actually read, when the slots are made."""
     if cu and cu[0] != 0:
@@ -141,8 +155,9 @@ def _check_values(cu: list[int], lens: list[int], max_seqlen_q: int, total_q: in
     for b, kl in enumerate(lens):  # more queries than keys is legal: the first ones see no key (out 0, LSE -inf)
         need = -(-kl // page)
         if need > width:
-            raise ValueError(f"page_table too short: sequence {b} has {kl} keys = {need} pages of {page}, table has "
-                             f"{width} columns")
+            raise ValueError(
+                f"page_table too short: sequence {b} has {kl} keys = {need} pages of {page}, table has {width} columns"
+            )
 
 
 class _Group:
@@ -159,8 +174,27 @@ class _Group:
     bool [n, lq]: rows that see no key (None if none).
     """
 
-    __slots__ = ("n", "lq", "lk", "q_rows", "q0", "q1", "slots", "pages", "drop", "seqs", "mask", "dead", "_dist",
-                 "q_pos", "is_causal", "unseen", "span", "plain", "fold")
+    __slots__ = (
+        "n",
+        "lq",
+        "lk",
+        "q_rows",
+        "q0",
+        "q1",
+        "slots",
+        "pages",
+        "drop",
+        "seqs",
+        "mask",
+        "dead",
+        "_dist",
+        "q_pos",
+        "is_causal",
+        "unseen",
+        "span",
+        "plain",
+        "fold",
+    )
 
     def __init__(self, n, lq, lk, q_rows, q0, q1, slots, seqs, vis, q_pos, is_causal, pages=None):
         self.n, self.lq, self.lk, self.is_causal = n, lq, lk, is_causal
@@ -169,8 +203,11 @@ class _Group:
         # the gathered rows no query sees (zeroed after the gather), None if none
         self.pages, self.drop = pages, None
         self.q_pos = q_pos  # long [n, lq] query positions (ALiBi distances)
-        self.mask = None if vis is None else torch.zeros(vis.shape, dtype=torch.float32).masked_fill_(
-            ~vis, NEG_INF).unsqueeze(1)
+        self.mask = (
+            None
+            if vis is None
+            else torch.zeros(vis.shape, dtype=torch.float32).masked_fill_(~vis, NEG_INF).unsqueeze(1)
+        )
         dead = None if vis is None else ~vis.any(-1)
         self.dead = dead if dead is not None and bool(dead.any()) else None
         # keys no row of the group sees (left of every window): their slots may hold anything (engines reuse
@@ -201,7 +238,8 @@ class _Group:
         """float32 [n, Hq, lq, lk]: the visibility mask minus slope_h * |key - query|."""
         if self.is_causal:  # ALiBi needs an explicit mask: make the causal one
             self.mask = torch.zeros(self.lq, self.lk).masked_fill_(
-                torch.ones(self.lq, self.lk, dtype=torch.bool).triu(1), NEG_INF)[None, None]
+                torch.ones(self.lq, self.lk, dtype=torch.bool).triu(1), NEG_INF
+            )[None, None]
             self.is_causal = False
         if self._dist is None:
             k_pos = torch.arange(self.lk)
@@ -296,16 +334,31 @@ class TorchSdpaLaunch(PagedLaunch):
                 continue
             # a square causal block is the kernel's own is_causal (it skips the masked key blocks)
             causal_block = lq == lk and torch.equal(vis, torch.ones(lq, lq, dtype=torch.bool).tril())
-            groups.append(_Group(1, lq, lk, None, q0, q1, slots_of([b], lk), torch.tensor([b]),
-                                 None if causal_block or bool(vis.all()) else vis.unsqueeze(0),
-                                 torch.arange(lk - lq, lk).unsqueeze(0), causal_block))
+            groups.append(
+                _Group(
+                    1,
+                    lq,
+                    lk,
+                    None,
+                    q0,
+                    q1,
+                    slots_of([b], lk),
+                    torch.tensor([b]),
+                    None if causal_block or bool(vis.all()) else vis.unsqueeze(0),
+                    torch.arange(lk - lq, lk).unsqueeze(0),
+                    causal_block,
+                )
+            )
         left = call.window[0]
         # keys a row gathers (whole pages, from its first visible key's to its last key's): the runs' size
-        reads = [((lens[b] - 1) // page - (max(0, lens[b] - 1 - left) // page if left >= 0 else 0) + 1) * page
-                 for b in decode]
+        reads = [
+            ((lens[b] - 1) // page - (max(0, lens[b] - 1 - left) // page if left >= 0 else 0) + 1) * page
+            for b in decode
+        ]
         row_bytes = 4 * call.num_kv_heads * (call.head_dim + call.v_head_dim)  # one key's K + V row, fp32
-        for bucket in chunk_decode_rows(bucket_decode_rows([lens[b] for b in decode]), reads,
-                                        max(1, DECODE_CHUNK_BYTES // row_bytes)):
+        for bucket in chunk_decode_rows(
+            bucket_decode_rows([lens[b] for b in decode]), reads, max(1, DECODE_CHUNK_BYTES // row_bytes)
+        ):
             seqs = sorted(decode[i] for i in bucket)  # in row order: consecutive rows are a slice of q and out
             ln = torch.tensor([lens[b] for b in seqs])
             # each row's pages: from the one holding its first visible key to the one holding its last key
@@ -324,10 +377,22 @@ class TorchSdpaLaunch(PagedLaunch):
             # ALiBi distances are taken against 0..lk-1: the query position relative to the first gathered key
             rows = [cu[b] for b in seqs]
             consecutive = rows == list(range(rows[0], rows[0] + len(rows)))  # a slice of q/out, no index_select
-            groups.append(_Group(len(seqs), 1, lk, None if consecutive else torch.tensor(rows),
-                                 rows[0] if consecutive else None, rows[-1] + 1 if consecutive else None, None,
-                                 torch.tensor(seqs), vis, (ln - 1 - first * page).unsqueeze(1), False,
-                                 pages=pages.flatten()))
+            groups.append(
+                _Group(
+                    len(seqs),
+                    1,
+                    lk,
+                    None if consecutive else torch.tensor(rows),
+                    rows[0] if consecutive else None,
+                    rows[-1] + 1 if consecutive else None,
+                    None,
+                    torch.tensor(seqs),
+                    vis,
+                    (ln - 1 - first * page).unsqueeze(1),
+                    False,
+                    pages=pages.flatten(),
+                )
+            )
             groups[-1].fold = fold_heads(len(seqs), call.num_kv_heads)
         if left < 0:  # without a window the unseen keys of a row group are padding (a repeated, written slot)
             for g in groups:
@@ -365,7 +430,7 @@ def _gather(cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch", which: 
     if g.span is not None:  # consecutive rows: a view of the cache (the kernel reads it; nothing writes it)
         rows = _flat_rows(cache, per_page=False)
         if rows is not None:
-            return rows[g.span:g.span + g.lk].view(-1, h, d)
+            return rows[g.span : g.span + g.lk].view(-1, h, d)
     flat = _flat_rows(cache, per_page=g.pages is not None)
     if flat is not None:
         idx = g.pages if g.pages is not None else g.slots
@@ -383,13 +448,23 @@ class TorchSdpaProvider(KernelProvider):
     devices = frozenset({"cpu"})
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
-    features = frozenset({Feature.WINDOW, Feature.SOFTCAP, Feature.SINKS, Feature.ALIBI, Feature.LSE,
-                          Feature.NON_CAUSAL, Feature.DV, Feature.MLA})
+    features = frozenset(
+        {
+            Feature.WINDOW,
+            Feature.SOFTCAP,
+            Feature.SINKS,
+            Feature.ALIBI,
+            Feature.LSE,
+            Feature.NON_CAUSAL,
+            Feature.DV,
+            Feature.MLA,
+        }
+    )
     graph_capture_reason = "reads the step's lengths on the host to group sequences (CPU only: no graphs there)"
     # why each absent feature is absent (added to the generic "no X support")
     WHY = {
         "batch_invariant": "the kernel's key blocking follows each call's padded length, so a row's bits depend "
-                           "on its batch",
+        "on its batch",
     }
 
     def unavailable_reason(self) -> Optional[str]:
@@ -404,7 +479,7 @@ class TorchSdpaProvider(KernelProvider):
         """The generic reasons, each absent feature's with why it is absent."""
         out = []
         for r in super().not_supported_reasons(req):
-            feat = r[3:-len(" support")].replace("-", "_") if r.startswith("no ") and r.endswith(" support") else None
+            feat = r[3 : -len(" support")].replace("-", "_") if r.startswith("no ") and r.endswith(" support") else None
             out.append(f"{r}: {self.WHY[feat]}" if feat in self.WHY else r)
         return out
 
@@ -417,8 +492,15 @@ class TorchSdpaProvider(KernelProvider):
         return self._launch(step, call).run(q, k_cache, v_cache, out, layer=layer)
 
     # ---- the per-layer work --------------------------------------------------------------
-    def _run_groups(self, launch: TorchSdpaLaunch, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    out: torch.Tensor, layer: LayerTensors):
+    def _run_groups(
+        self,
+        launch: TorchSdpaLaunch,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        out: torch.Tensor,
+        layer: LayerTensors,
+    ):
         """q [T, Hq, D] -> out [T, Hq, Dv] (rows past cu_seqlens_q[-1] left alone) (, lse [Hq, T] fp32)."""
         call = launch.call
         op = _flash_op()
@@ -432,8 +514,17 @@ class TorchSdpaProvider(KernelProvider):
         # are descaled in fp32 too. Output rounded once, into ``out``.
         cdt = torch.float32
         # fp32 decode with nothing to add to the kernel's output (the usual decode layer): _decode_plain
-        plain = (not call.softcap and d == dv and sinks is None and lse_out is None and layer.alibi_slopes is None
-                 and q.dtype == cdt and out.dtype == cdt and k_cache.dtype == cdt and v_cache.dtype == cdt)
+        plain = (
+            not call.softcap
+            and d == dv
+            and sinks is None
+            and lse_out is None
+            and layer.alibi_slopes is None
+            and q.dtype == cdt
+            and out.dtype == cdt
+            and k_cache.dtype == cdt
+            and v_cache.dtype == cdt
+        )
         for g in launch._groups:
             if plain and g.plain:
                 _decode_plain(op, q, k_cache, v_cache, out, g, launch, call.num_kv_heads, call.softmax_scale)
@@ -478,13 +569,13 @@ class TorchSdpaProvider(KernelProvider):
                 if lse_out is not None:
                     lse_out.index_copy_(1, g.q_rows, lse[:, :, 0].T)
             elif g.lq == 1:  # a decode bucket over consecutive rows
-                out[g.q0:g.q1].copy_(o[:, :, 0])
+                out[g.q0 : g.q1].copy_(o[:, :, 0])
                 if lse_out is not None:
-                    lse_out[:, g.q0:g.q1] = lse[:, :, 0].T
+                    lse_out[:, g.q0 : g.q1] = lse[:, :, 0].T
             else:
-                out[g.q0:g.q1].copy_(o[0].transpose(0, 1))
+                out[g.q0 : g.q1].copy_(o[0].transpose(0, 1))
                 if lse_out is not None:
-                    lse_out[:, g.q0:g.q1] = lse[0]
+                    lse_out[:, g.q0 : g.q1] = lse[0]
         if launch._zero_rows is not None:  # sequences with queries and no visible key: o = 0, lse = sink or -inf
             out.index_fill_(0, launch._zero_rows, 0.0)
             if lse_out is not None and sinks is not None:
@@ -504,24 +595,45 @@ class TorchSdpaProvider(KernelProvider):
         return x.to(dtype)
 
     # ---- non-paged varlen, merge, KV write -----------------------------------------------
-    def flash_attn_varlen_func(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                               cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                               softmax_scale: Optional[float] = None, causal: bool = False,
-                               window_size: Sequence[int] = (-1, -1), softcap: float = 0.0,
-                               sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
-                               return_softmax_lse: bool = False, out: Optional[torch.Tensor] = None):
+    def flash_attn_varlen_func(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        cu_seqlens_k: torch.Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        softmax_scale: Optional[float] = None,
+        causal: bool = False,
+        window_size: Sequence[int] = (-1, -1),
+        softcap: float = 0.0,
+        sinks: Optional[torch.Tensor] = None,
+        alibi_slopes: Optional[torch.Tensor] = None,
+        return_softmax_lse: bool = False,
+        out: Optional[torch.Tensor] = None,
+    ):
         """Non-paged varlen attention: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (one dtype,
         fp32/fp16/bf16), cu_seqlens_q/k int [B+1] -> out [total_q, Hq, Dv] (, lse [Hq, total_q] fp32).
 
         Served as a paged call over page-size-1 views of k/v (one code path with the paged one)."""
-        cq, ck = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, window_size=window_size, causal=causal,
-                              sinks=sinks, alibi_slopes=alibi_slopes)
+        cq, ck = check_varlen(
+            q,
+            k,
+            v,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            window_size=window_size,
+            causal=causal,
+            sinks=sinks,
+            alibi_slopes=alibi_slopes,
+        )
         batch = len(ck) - 1
         lens = [ck[b + 1] - ck[b] for b in range(batch)]
         width = max(lens + [1])
         table = torch.zeros(batch, width, dtype=torch.int32)
         for b in range(batch):
-            table[b, :lens[b]] = torch.arange(ck[b], ck[b + 1], dtype=torch.int32)
+            table[b, : lens[b]] = torch.arange(ck[b], ck[b + 1], dtype=torch.int32)
         if out is None:
             out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype, device=q.device)
         kc, vc = k.unsqueeze(1), v.unsqueeze(1)
@@ -529,10 +641,23 @@ class TorchSdpaProvider(KernelProvider):
             kc = torch.zeros(1, 1, *k.shape[1:], dtype=k.dtype)
             vc = torch.zeros(1, 1, *v.shape[1:], dtype=v.dtype)
         return self.flash_attn_with_kvcache(
-            q, kc, vc, table, torch.tensor(lens, dtype=torch.int32), cu_seqlens_q.to(torch.int32), max_seqlen_q,
-            softmax_scale=softmax_scale, causal=causal, window_size=window_size, sinks=sinks,
-            softcap=softcap, alibi_slopes=alibi_slopes, return_softmax_lse=return_softmax_lse, out=out,
-            batch_invariant=False)
+            q,
+            kc,
+            vc,
+            table,
+            torch.tensor(lens, dtype=torch.int32),
+            cu_seqlens_q.to(torch.int32),
+            max_seqlen_q,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=window_size,
+            sinks=sinks,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+            return_softmax_lse=return_softmax_lse,
+            out=out,
+            batch_invariant=False,
+        )
 
     def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         """o_* [T, H, D], lse_* [H, T] fp32 (natural log), sinks [H] -> (o [T, H, D] o_a.dtype, lse [H, T] fp32)."""
@@ -547,8 +672,15 @@ class TorchSdpaProvider(KernelProvider):
 SOFTCAP_CHUNK_SCORES = 1 << 24
 
 
-def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool,
-                      scale: float, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
+def softcap_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Optional[torch.Tensor],
+    is_causal: bool,
+    scale: float,
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention with a logit softcap, in fp32 matmuls (the fused kernel never exposes its scores).
 
     q [n, Hq, lq, D], k [n, Hkv, lk, D], v [n, Hkv, lk, Dv] (query head h reads KV head h // (Hq / Hkv)); mask
@@ -581,8 +713,17 @@ def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: O
     return o, lse
 
 
-def _decode_plain(op, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, g: _Group,
-                  launch: "TorchSdpaLaunch", hkv: int, scale: float) -> None:
+def _decode_plain(
+    op,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    g: _Group,
+    launch: "TorchSdpaLaunch",
+    hkv: int,
+    scale: float,
+) -> None:
     """Decode bucket ``g`` (consecutive rows, every row sees a key) of an fp32 layer without sinks, ALiBi, softcap
     or LSE: q/out [T, Hq, D], caches [P, page, Hkv, D]. The fewest ops: gather (rows no query sees zeroed), the
     kernel (over the folded query heads, q [n, Hkv, Hq/Hkv, D], where g.fold), one strided copy of its output into
@@ -595,10 +736,10 @@ def _decode_plain(op, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         v.index_fill_(0, g.drop, 0)
     k = k.view(n, lk, hkv, -1).transpose(1, 2)  # [n, Hkv, lk, D]
     v = v.view(n, lk, hkv, -1).transpose(1, 2)
-    qg = q[g.q0:g.q1]
+    qg = q[g.q0 : g.q1]
     qg = qg.view(n, hkv, -1, qg.shape[-1]) if g.fold else qg.unsqueeze(2)  # [n, Hkv, Hq/Hkv, D] or [n, Hq, 1, D]
     o, _ = op(qg, k, v, 0.0, False, attn_mask=g.mask, scale=scale)
-    out[g.q0:g.q1].view(o.shape).copy_(o)
+    out[g.q0 : g.q1].view(o.shape).copy_(o)
 
 
 def _group_q(q: torch.Tensor, g: _Group, dtype: torch.dtype) -> torch.Tensor:
@@ -606,12 +747,20 @@ def _group_q(q: torch.Tensor, g: _Group, dtype: torch.dtype) -> torch.Tensor:
     if g.q_rows is not None:
         return q.index_select(0, g.q_rows).unsqueeze(2).to(dtype)  # [n, Hq, 1, D]
     if g.lq == 1:  # a decode bucket over consecutive rows
-        return q[g.q0:g.q1].unsqueeze(2).to(dtype)
-    return q[g.q0:g.q1].transpose(0, 1).unsqueeze(0).to(dtype)  # [1, Hq, lq, D]
+        return q[g.q0 : g.q1].unsqueeze(2).to(dtype)
+    return q[g.q0 : g.q1].transpose(0, 1).unsqueeze(0).to(dtype)  # [1, Hq, lq, D]
 
 
-def _fused(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool,
-           scale: float, fold: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _fused(
+    op,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Optional[torch.Tensor],
+    is_causal: bool,
+    scale: float,
+    fold: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused kernel: q [n, Hq, lq, W], k/v [n, Hkv, lk, W] -> (o [n, Hq, lq, W], lse [n, Hq, lq] fp32).
 
     ``fold`` (one query a row, decode): the query heads of a KV head are folded into its query rows, q [n, Hkv,

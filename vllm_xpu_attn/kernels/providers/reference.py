@@ -14,6 +14,7 @@ from ..api.oracle import attend_one_sequence, attend_rows_exactly, run_paged
 from ..api.torch_ops import merge_state_torch, write_kv_torch
 from ..api.types import Feature
 
+
 class ReferenceProvider(KernelProvider):
     name = "reference"
     description = "pure torch, one sequence at a time; the oracle for every other provider"
@@ -45,8 +46,17 @@ class ReferenceProvider(KernelProvider):
         out: Optional[torch.Tensor] = None,
     ):
         """Non-paged varlen attention: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]."""
-        cq, ck = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, window_size=window_size, causal=causal,
-                              sinks=sinks, alibi_slopes=alibi_slopes)
+        cq, ck = check_varlen(
+            q,
+            k,
+            v,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            window_size=window_size,
+            causal=causal,
+            sinks=sinks,
+            alibi_slopes=alibi_slopes,
+        )
         scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
         hq = q.shape[1]
         o = torch.zeros(q.shape[0], hq, v.shape[-1], dtype=torch.float32, device=q.device)
@@ -57,8 +67,14 @@ class ReferenceProvider(KernelProvider):
             if q1 == q0:
                 continue
             o_b, lse_b = attend(
-                q[q0:q1].float(), k[k0:k1].float(), v[k0:k1].float(), scale=scale, causal=causal,
-                window=(int(window_size[0]), int(window_size[1])), softcap=softcap, sinks=sinks,
+                q[q0:q1].float(),
+                k[k0:k1].float(),
+                v[k0:k1].float(),
+                scale=scale,
+                causal=causal,
+                window=(int(window_size[0]), int(window_size[1])),
+                softcap=softcap,
+                sinks=sinks,
                 alibi_slopes=alibi_slopes,
             )
             o[q0:q1], lse[:, q0:q1] = o_b, lse_b

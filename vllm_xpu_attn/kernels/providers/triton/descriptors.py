@@ -36,22 +36,44 @@ def descriptors_supported() -> bool:
     import triton.language as tl
     from triton.runtime import _allocation
 
-    return hasattr(tl, "make_tensor_descriptor") and hasattr(_allocation._allocator, "get") and \
-        hasattr(_allocation, "NullAllocator")
+    return (
+        hasattr(tl, "make_tensor_descriptor")
+        and hasattr(_allocation._allocator, "get")
+        and hasattr(_allocation, "NullAllocator")
+    )
 
 
-def step_takes_descriptors(forced: Optional[bool], device: torch.device, family: str, *, prefill: bool,
-                           invariant: bool, mla: bool, page_size: int, head_dim: int, v_head_dim: int, batch: int,
-                           rows_per_seq: int, kv_heads: int) -> bool:
+def step_takes_descriptors(
+    forced: Optional[bool],
+    device: torch.device,
+    family: str,
+    *,
+    prefill: bool,
+    invariant: bool,
+    mla: bool,
+    page_size: int,
+    head_dim: int,
+    v_head_dim: int,
+    batch: int,
+    rows_per_seq: int,
+    kv_heads: int,
+) -> bool:
     """Whether a step's prefill reads K/V by descriptor: ``forced`` (True/False), else Hopper (sm90) CUDA; a
     Triton with descriptors; a family with a pointer-load fallback; plain prefill (not batch-invariant, not
     MLA); key blocks inside one page; power-of-two head dims <= 128; and a grid of at most DESC_MAX_PROGRAMS
     programs (batch x row tiles of ``rows_per_seq`` query rows x ``kv_heads``)."""
     tiles = TUNING[family]
-    if not ((forced if forced is not None else family == "cuda_sm90" and cuda_major(device.index) == 9)
-            and descriptors_supported() and "prefill_ptr" in tiles and prefill and not invariant and not mla
-            and page_size % tiles["prefill"][1] == 0 and head_dim == pow2(head_dim) <= 128
-            and v_head_dim == pow2(v_head_dim) <= 128):
+    if not (
+        (forced if forced is not None else family == "cuda_sm90" and cuda_major(device.index) == 9)
+        and descriptors_supported()
+        and "prefill_ptr" in tiles
+        and prefill
+        and not invariant
+        and not mla
+        and page_size % tiles["prefill"][1] == 0
+        and head_dim == pow2(head_dim) <= 128
+        and v_head_dim == pow2(v_head_dim) <= 128
+    ):
         return False
     # Triton allocates descriptor scratch per program on every launch: bounded here
     return batch * cdiv(rows_per_seq, tiles["prefill"][0]) * kv_heads <= DESC_MAX_PROGRAMS
@@ -64,8 +86,15 @@ def desc_layer_ok(k_cache: torch.Tensor, v_cache: torch.Tensor, page: int) -> bo
     indexable in int32."""
     for c in (k_cache, v_cache):
         st, elt = c.stride(), c.element_size()
-        if st[0] != page * st[1] or st[3] != 1 or (c.shape[2] - 1) * st[2] + c.shape[3] > st[1] \
-                or (st[1] * elt) % 16 or (st[2] * elt) % 16 or c.data_ptr() % 16 or c.shape[0] * page >= 2 ** 31:
+        if (
+            st[0] != page * st[1]
+            or st[3] != 1
+            or (c.shape[2] - 1) * st[2] + c.shape[3] > st[1]
+            or (st[1] * elt) % 16
+            or (st[2] * elt) % 16
+            or c.data_ptr() % 16
+            or c.shape[0] * page >= 2**31
+        ):
             return False
     return True
 

@@ -20,11 +20,13 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 if hasattr(tl, "make_tensor_descriptor"):
+
     @triton.jit
     def _slot_rows(base, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
         """A cache as a [rows, cols] tensor descriptor (row-major, ``row_stride`` elements per row)."""
-        return tl.make_tensor_descriptor(base, shape=[rows, cols], strides=[row_stride, 1],
-                                         block_shape=[BLOCK_ROWS, BLOCK_COLS])
+        return tl.make_tensor_descriptor(
+            base, shape=[rows, cols], strides=[row_stride, 1], block_shape=[BLOCK_ROWS, BLOCK_COLS]
+        )
 else:  # Triton < 3.4 (Intel's 3.3 build): no device-side descriptors. Triton resolves every name a kernel
     # uses when it hashes it, so the name must exist; the provider sets USE_DESC on CUDA sm90 alone.
     @triton.jit
@@ -123,14 +125,58 @@ def _alibi_keys(j, ref):
 
 
 @triton.jit
-def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo,
-                ERR, b, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh,
-                qk_scale, qk_scale_log2, softcap, slope, alibi_ref, offs_d, offs_dv,
-                WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr,
-                DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK_D: tl.constexpr,
-                BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                ALIBI_DOT: tl.constexpr, FP32_DOT: tl.constexpr,
-                HAS_DESCALE: tl.constexpr, USE_DESC: tl.constexpr, MASKED: tl.constexpr, ZERO_V: tl.constexpr):
+def _attn_block(
+    acc,
+    l_i,
+    m_i,
+    q,
+    start,
+    hi,
+    k_len,
+    pos,
+    row_ok,
+    K,
+    V,
+    k_desc,
+    v_desc,
+    pt_row,
+    n_pages,
+    vis_lo,
+    ERR,
+    b,
+    stride_kp,
+    stride_ks,
+    stride_kh,
+    stride_vp,
+    stride_vs,
+    stride_vh,
+    kvh,
+    qk_scale,
+    qk_scale_log2,
+    softcap,
+    slope,
+    alibi_ref,
+    offs_d,
+    offs_dv,
+    WIN_LEFT: tl.constexpr,
+    WIN_RIGHT: tl.constexpr,
+    PAGE: tl.constexpr,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    CHUNK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    ALIBI_DOT: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+    HAS_DESCALE: tl.constexpr,
+    USE_DESC: tl.constexpr,
+    MASKED: tl.constexpr,
+    ZERO_V: tl.constexpr,
+):
     """Keys [start, start + BLOCK_N) folded into a tile's running softmax: m_i, l_i [BLOCK_M] fp32 (base 2),
     acc [BLOCK_M, CHUNK_DV] fp32. MASKED=False only for blocks every row of the tile fully sees (no key
     past ``hi``, k_len or a window edge): those run without masks. USE_DESC: K/V tiles by tensor descriptor
@@ -222,8 +268,7 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
             # softcap x tanh(x / softcap) in base 2 as c - 2c / (2^(2 log2(e) x / softcap) + 1), c = softcap x
             # log2(e): the constants fold into one multiply before and one after (saturates at +-c); the
             # tanh form's extra passes over the scores spilled prefill with sinks on Intel's 256 GRF
-            s = (softcap * LOG2E) - (2.0 * LOG2E * softcap) / (
-                tl.exp2(s * ((2.0 * LOG2E) * qk_scale / softcap)) + 1.0)
+            s = (softcap * LOG2E) - (2.0 * LOG2E * softcap) / (tl.exp2(s * ((2.0 * LOG2E) * qk_scale / softcap)) + 1.0)
         else:
             s = s * qk_scale_log2
         if HAS_ALIBI:  # base 2: the kernel scaled the slopes by log2(e)
@@ -282,32 +327,73 @@ def _attn_block(acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v
 # (== 1, % 16), so one compiled kernel serves every step of a layer instead of up to three
 @triton.jit(do_not_specialize=["kv_rows", "total_q", "num_q_heads", "stride_ptb", "stride_ds_b", "pt_cols"])
 def _paged_attn_kernel(
-    Q, K, V, PT, SEQ, CUQ, SINKS, ALIBI, KDS, VDS,
-    O, LSE, OP, LP, ERR,
-    stride_qt, stride_qh,
-    stride_kp, stride_ks, stride_kh,
-    stride_vp, stride_vs, stride_vh,
-    stride_ot, stride_oh,
+    Q,
+    K,
+    V,
+    PT,
+    SEQ,
+    CUQ,
+    SINKS,
+    ALIBI,
+    KDS,
+    VDS,
+    O,
+    LSE,
+    OP,
+    LP,
+    ERR,
+    stride_qt,
+    stride_qh,
+    stride_kp,
+    stride_ks,
+    stride_kh,
+    stride_vp,
+    stride_vs,
+    stride_vh,
+    stride_ot,
+    stride_oh,
     stride_ptb,
     stride_ds_b,
-    total_q, num_q_heads,
-    scale, softcap, kv_rows, pt_cols,
-    WIN_LEFT: tl.constexpr, WIN_RIGHT: tl.constexpr,
-    PAGE: tl.constexpr, GROUP: tl.constexpr,
-    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    CHUNK_D: tl.constexpr, CHUNK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, CAUSAL: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_ALIBI: tl.constexpr, ALIBI_DOT: tl.constexpr,
-    HAS_DESCALE: tl.constexpr, DESCALE_PER_HEAD: tl.constexpr,
-    WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr, ALIGN_ROWS: tl.constexpr, SPLIT_MASK: tl.constexpr,
+    total_q,
+    num_q_heads,
+    scale,
+    softcap,
+    kv_rows,
+    pt_cols,
+    WIN_LEFT: tl.constexpr,
+    WIN_RIGHT: tl.constexpr,
+    PAGE: tl.constexpr,
+    GROUP: tl.constexpr,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    CHUNK_D: tl.constexpr,
+    CHUNK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    ALIBI_DOT: tl.constexpr,
+    HAS_DESCALE: tl.constexpr,
+    DESCALE_PER_HEAD: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+    ALIGN_ROWS: tl.constexpr,
+    SPLIT_MASK: tl.constexpr,
     USE_DESC: tl.constexpr,
 ):
     b = tl.program_id(0)
     # the longest causal tiles (the last queries) first: less idle tail at the end of the grid
     tile = tl.num_programs(1) - 1 - tl.program_id(1)
     # axis 2: KV head x key split x output-column program (BLOCK_DV // CHUNK_DV of them; one in the fused form)
-    tl.static_assert((not USE_DESC) or ((CHUNK_D == BLOCK_D) and (CHUNK_DV == BLOCK_DV)),
-                     "tensor descriptors load whole rows: head-dim chunks take pointer loads")
+    tl.static_assert(
+        (not USE_DESC) or ((CHUNK_D == BLOCK_D) and (CHUNK_DV == BLOCK_DV)),
+        "tensor descriptors load whole rows: head-dim chunks take pointer loads",
+    )
     COLS: tl.constexpr = BLOCK_DV // CHUNK_DV
     col = tl.program_id(2) % COLS
     kvh_split = tl.program_id(2) // COLS
@@ -316,8 +402,9 @@ def _paged_attn_kernel(
 
     # bounds (guard.py): rows outside q/out and keys beyond the table row are never touched; such a
     # sequence is flagged and its rows that exist come out NaN (l_i starts NaN)
-    q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, CUQ, SEQ, b, total_q, pt_cols * PAGE,
-                                                      (tile == 0) & (tl.program_id(2) == 0))
+    q_start, q_end, k_len, seq_bad = _checked_lengths(
+        ERR, CUQ, SEQ, b, total_q, pt_cols * PAGE, (tile == 0) & (tl.program_id(2) == 0)
+    )
     q_len = q_end - q_start
     # ALIGN_ROWS (batch-invariant mode): tiles cover fixed absolute (position, head) rows, so a query
     # sits at the same place in its tile however its sequence's queries were chunked or batched
@@ -418,19 +505,110 @@ def _paged_attn_kernel(
         if WIN_LEFT >= 0:  # window-edge blocks exist only with a left window (no loop compiled otherwise)
             for start in range(lo, full_lo, BLOCK_N):
                 acc, l_i, m_i = _attn_block(
-                    acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
+                    acc,
+                    l_i,
+                    m_i,
+                    q,
+                    start,
+                    hi,
+                    k_len,
+                    pos,
+                    row_ok,
+                    K,
+                    V,
+                    k_desc,
+                    v_desc,
+                    pt_row,
+                    n_pages,
+                    vis_lo,
+                    ERR,
+                    b,
                     stride_kp,
-                    stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
-                    slope, alibi_ref, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N,
+                    stride_ks,
+                    stride_kh,
+                    stride_vp,
+                    stride_vs,
+                    stride_vh,
+                    kvh,
+                    qk_scale,
+                    qk_scale_log2,
+                    softcap,
+                    slope,
+                    alibi_ref,
+                    offs_d,
+                    offs_dv,
+                    WIN_LEFT,
+                    WIN_RIGHT,
+                    PAGE,
+                    D,
+                    DV,
+                    BLOCK_D,
+                    BLOCK_DV,
+                    CHUNK_D,
+                    BLOCK_N,
                     CAUSAL,
-                    HAS_SOFTCAP, HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
+                    HAS_SOFTCAP,
+                    HAS_ALIBI,
+                    ALIBI_DOT,
+                    FP32_DOT,
+                    HAS_DESCALE,
+                    USE_DESC,
+                    True,
+                    True,
+                )
         for start in range(full_lo, full_hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
-                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
-                    stride_kp, stride_ks,
-                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, alibi_ref, offs_d,
-                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, False, False)
+                acc,
+                l_i,
+                m_i,
+                q,
+                start,
+                hi,
+                k_len,
+                pos,
+                row_ok,
+                K,
+                V,
+                k_desc,
+                v_desc,
+                pt_row,
+                n_pages,
+                vis_lo,
+                ERR,
+                b,
+                stride_kp,
+                stride_ks,
+                stride_kh,
+                stride_vp,
+                stride_vs,
+                stride_vh,
+                kvh,
+                qk_scale,
+                qk_scale_log2,
+                softcap,
+                slope,
+                alibi_ref,
+                offs_d,
+                offs_dv,
+                WIN_LEFT,
+                WIN_RIGHT,
+                PAGE,
+                D,
+                DV,
+                BLOCK_D,
+                BLOCK_DV,
+                CHUNK_D,
+                BLOCK_N,
+                CAUSAL,
+                HAS_SOFTCAP,
+                HAS_ALIBI,
+                ALIBI_DOT,
+                FP32_DOT,
+                HAS_DESCALE,
+                USE_DESC,
+                False,
+                False,
+            )
         # descriptor path: the block holding hi (when hi is not a block edge) is peeled off the masked loop,
         # the one block whose V needs zeroing past hi (every block before it lies wholly below hi)
         tail_hi = hi
@@ -438,28 +616,165 @@ def _paged_attn_kernel(
             tail_hi = tl.maximum(hi // BLOCK_N * BLOCK_N, full_hi)
         for start in range(full_hi, tail_hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
-                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
-                    stride_kp, stride_ks,
-                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, alibi_ref, offs_d,
-                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, True, not USE_DESC)
+                acc,
+                l_i,
+                m_i,
+                q,
+                start,
+                hi,
+                k_len,
+                pos,
+                row_ok,
+                K,
+                V,
+                k_desc,
+                v_desc,
+                pt_row,
+                n_pages,
+                vis_lo,
+                ERR,
+                b,
+                stride_kp,
+                stride_ks,
+                stride_kh,
+                stride_vp,
+                stride_vs,
+                stride_vh,
+                kvh,
+                qk_scale,
+                qk_scale_log2,
+                softcap,
+                slope,
+                alibi_ref,
+                offs_d,
+                offs_dv,
+                WIN_LEFT,
+                WIN_RIGHT,
+                PAGE,
+                D,
+                DV,
+                BLOCK_D,
+                BLOCK_DV,
+                CHUNK_D,
+                BLOCK_N,
+                CAUSAL,
+                HAS_SOFTCAP,
+                HAS_ALIBI,
+                ALIBI_DOT,
+                FP32_DOT,
+                HAS_DESCALE,
+                USE_DESC,
+                True,
+                not USE_DESC,
+            )
         if USE_DESC:
             if tail_hi < hi:
                 acc, l_i, m_i = _attn_block(
-                    acc, l_i, m_i, q, tail_hi, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
+                    acc,
+                    l_i,
+                    m_i,
+                    q,
+                    tail_hi,
+                    hi,
+                    k_len,
+                    pos,
+                    row_ok,
+                    K,
+                    V,
+                    k_desc,
+                    v_desc,
+                    pt_row,
+                    n_pages,
+                    vis_lo,
+                    ERR,
+                    b,
                     stride_kp,
-                    stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap,
-                    slope, alibi_ref, offs_d, offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N,
+                    stride_ks,
+                    stride_kh,
+                    stride_vp,
+                    stride_vs,
+                    stride_vh,
+                    kvh,
+                    qk_scale,
+                    qk_scale_log2,
+                    softcap,
+                    slope,
+                    alibi_ref,
+                    offs_d,
+                    offs_dv,
+                    WIN_LEFT,
+                    WIN_RIGHT,
+                    PAGE,
+                    D,
+                    DV,
+                    BLOCK_D,
+                    BLOCK_DV,
+                    CHUNK_D,
+                    BLOCK_N,
                     CAUSAL,
-                    HAS_SOFTCAP, HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
+                    HAS_SOFTCAP,
+                    HAS_ALIBI,
+                    ALIBI_DOT,
+                    FP32_DOT,
+                    HAS_DESCALE,
+                    USE_DESC,
+                    True,
+                    True,
+                )
     else:
         for start in range(lo, hi, BLOCK_N):
             acc, l_i, m_i = _attn_block(
-                acc, l_i, m_i, q, start, hi, k_len, pos, row_ok, K, V, k_desc, v_desc, pt_row, n_pages, vis_lo, ERR, b,
-                    stride_kp, stride_ks,
-                stride_kh, stride_vp, stride_vs, stride_vh, kvh, qk_scale, qk_scale_log2, softcap, slope, alibi_ref, offs_d,
-                offs_dv, WIN_LEFT, WIN_RIGHT, PAGE, D, DV, BLOCK_D, BLOCK_DV, CHUNK_D, BLOCK_N, CAUSAL, HAS_SOFTCAP,
-                HAS_ALIBI, ALIBI_DOT, FP32_DOT, HAS_DESCALE, USE_DESC, True, True)
+                acc,
+                l_i,
+                m_i,
+                q,
+                start,
+                hi,
+                k_len,
+                pos,
+                row_ok,
+                K,
+                V,
+                k_desc,
+                v_desc,
+                pt_row,
+                n_pages,
+                vis_lo,
+                ERR,
+                b,
+                stride_kp,
+                stride_ks,
+                stride_kh,
+                stride_vp,
+                stride_vs,
+                stride_vh,
+                kvh,
+                qk_scale,
+                qk_scale_log2,
+                softcap,
+                slope,
+                alibi_ref,
+                offs_d,
+                offs_dv,
+                WIN_LEFT,
+                WIN_RIGHT,
+                PAGE,
+                D,
+                DV,
+                BLOCK_D,
+                BLOCK_DV,
+                CHUNK_D,
+                BLOCK_N,
+                CAUSAL,
+                HAS_SOFTCAP,
+                HAS_ALIBI,
+                ALIBI_DOT,
+                FP32_DOT,
+                HAS_DESCALE,
+                USE_DESC,
+                True,
+                True,
+            )
 
     acc = acc * v_scale
     out_rows = (q_start + t).to(tl.int64)
@@ -477,8 +792,11 @@ def _paged_attn_kernel(
         empty = l_i == 0
         # one per-row factor (the sink's rescale over the denominator): no second [rows x columns] pass
         o = acc * (rescale / tl.where(empty, 1.0, l_i))[:, None]
-        tl.store(o_base + (dt * stride_ot + dh * stride_oh)[:, None] + offs_dv[None, :],
-                 o.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < DV))
+        tl.store(
+            o_base + (dt * stride_ot + dh * stride_oh)[:, None] + offs_dv[None, :],
+            o.to(O.dtype.element_ty),
+            mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+        )
         if WRITE_LSE:
             lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
             if col == 0:  # one writer among the column programs
@@ -497,11 +815,22 @@ def _paged_attn_kernel(
 
 @triton.jit(do_not_specialize=["total_q", "num_q_heads", "batch"])
 def _merge_splits(
-    OP, LP, O, LSE, SINKS, CUQ,
-    stride_ot, stride_oh,
-    total_q, num_q_heads, batch,
-    DV: tl.constexpr, BLOCK_DV: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    HAS_SINKS: tl.constexpr, WRITE_LSE: tl.constexpr,
+    OP,
+    LP,
+    O,
+    LSE,
+    SINKS,
+    CUQ,
+    stride_ot,
+    stride_oh,
+    total_q,
+    num_q_heads,
+    batch,
+    DV: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -526,12 +855,28 @@ def _merge_splits(
     out = acc / tl.where(has, denom, 1.0)
     tl.store(O + tok * stride_ot + h * stride_oh + offs, out.to(O.dtype.element_ty), mask=offs < DV)
     if WRITE_LSE:
-        tl.store(LSE + h.to(tl.int64) * total_q + tok, tl.where(has, m_safe + tl.log(tl.where(has, denom, 1.0)), float("-inf")))
+        tl.store(
+            LSE + h.to(tl.int64) * total_q + tok,
+            tl.where(has, m_safe + tl.log(tl.where(has, denom, 1.0)), float("-inf")),
+        )
 
 
 @triton.jit
-def _merge_state_kernel(OA, LA, OB, LB, SINKS, O, L, stride_t, stride_h, total, D: tl.constexpr,
-                        BLOCK_D: tl.constexpr, HAS_SINKS: tl.constexpr):
+def _merge_state_kernel(
+    OA,
+    LA,
+    OB,
+    LB,
+    SINKS,
+    O,
+    L,
+    stride_t,
+    stride_h,
+    total,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, BLOCK_D)
@@ -557,9 +902,25 @@ def _merge_state_kernel(OA, LA, OB, LB, SINKS, O, L, stride_t, stride_h, total, 
 
 
 @triton.jit(do_not_specialize=["n_slots"])
-def _write_kv_kernel(X, C, SLOT, SCALE, ERR, stride_xt, stride_xh, stride_cp, stride_cs, stride_ch, n_slots,
-                     H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_D: tl.constexpr,
-                     QUANT: tl.constexpr, FMAX: tl.constexpr):
+def _write_kv_kernel(
+    X,
+    C,
+    SLOT,
+    SCALE,
+    ERR,
+    stride_xt,
+    stride_xh,
+    stride_cp,
+    stride_cs,
+    stride_ch,
+    n_slots,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    QUANT: tl.constexpr,
+    FMAX: tl.constexpr,
+):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     slot = tl.load(SLOT + t).to(tl.int64)
@@ -587,12 +948,40 @@ def _write_kv_kernel(X, C, SLOT, SCALE, ERR, stride_xt, stride_xh, stride_cp, st
 # (warmup.py) serve every step (num_q_heads is the layer's)
 @triton.jit(do_not_specialize=["kv_rows", "pt_cols", "total_q", "stride_ptb"])
 def _mla_attn_kernel(
-    Q, KV, PT, SEQ, CUQ, KDS, O, LSE, OP, LP, ERR,
-    stride_qt, stride_qh, stride_kp, stride_ks, stride_ot, stride_oh, stride_ptb,
-    total_q, num_q_heads, scale, kv_rows, pt_cols,
-    PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_DC: tl.constexpr, BLOCK_DV: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, HAS_DESCALE: tl.constexpr, WRITE_LSE: tl.constexpr, FP32_DOT: tl.constexpr,
+    Q,
+    KV,
+    PT,
+    SEQ,
+    CUQ,
+    KDS,
+    O,
+    LSE,
+    OP,
+    LP,
+    ERR,
+    stride_qt,
+    stride_qh,
+    stride_kp,
+    stride_ks,
+    stride_ot,
+    stride_oh,
+    stride_ptb,
+    total_q,
+    num_q_heads,
+    scale,
+    kv_rows,
+    pt_cols,
+    PAGE: tl.constexpr,
+    D_C: tl.constexpr,
+    D_R: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DC: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    HAS_DESCALE: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    FP32_DOT: tl.constexpr,
 ):
     """Absorbed MLA over the latent rows [c_KV (D_C) | k_R (D_R)] of one cache, any step.
 
@@ -611,8 +1000,9 @@ def _mla_attn_kernel(
     split = tl.program_id(2) // (D_C // BLOCK_DV)
     dv0 = (tl.program_id(2) % (D_C // BLOCK_DV)) * BLOCK_DV  # this program's first output column
     # bounds as in _paged_attn_kernel (guard.py)
-    q_start, q_end, k_len, seq_bad = _checked_lengths(ERR, CUQ, SEQ, b, total_q, pt_cols * PAGE,
-                                                      (tile == 0) & (tl.program_id(2) == 0))
+    q_start, q_end, k_len, seq_bad = _checked_lengths(
+        ERR, CUQ, SEQ, b, total_q, pt_cols * PAGE, (tile == 0) & (tl.program_id(2) == 0)
+    )
     q_len = q_end - q_start
     if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
         return
@@ -699,8 +1089,11 @@ def _mla_attn_kernel(
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
     # the LSE is every column program's: the first writes it
     if NUM_SPLITS == 1:
-        tl.store(O + q_rows[:, None] * stride_ot + heads[:, None].to(tl.int64) * stride_oh + offs_v[None, :],
-                 o.to(O.dtype.element_ty), mask=r_ok[:, None])
+        tl.store(
+            O + q_rows[:, None] * stride_ot + heads[:, None].to(tl.int64) * stride_oh + offs_v[None, :],
+            o.to(O.dtype.element_ty),
+            mask=r_ok[:, None],
+        )
         if WRITE_LSE:
             if dv0 == 0:
                 tl.store(LSE + heads.to(tl.int64) * total_q + q_rows, lse, mask=r_ok)
@@ -712,8 +1105,9 @@ def _mla_attn_kernel(
 
 
 @triton.jit
-def _token_pages_kernel(TT, ROWS, OUT, ERR, stride_tt, n_pages, n_rows, PAGE: tl.constexpr, HAS_ROWS: tl.constexpr,
-                        BLOCK: tl.constexpr):
+def _token_pages_kernel(
+    TT, ROWS, OUT, ERR, stride_tt, n_pages, n_rows, PAGE: tl.constexpr, HAS_ROWS: tl.constexpr, BLOCK: tl.constexpr
+):
     """Token table -> page table, one program per request: OUT[b, j] = TT[row(b), j * PAGE] // PAGE with
     row(b) = ROWS[b] (a pool row, SGLang's req_pool_indices) or b. Slots are >= 0 (engine allocation).
     A pool row outside [0, n_rows) is flagged (guard.py) and its pages written as -1, which the attention

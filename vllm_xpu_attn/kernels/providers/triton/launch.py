@@ -23,9 +23,9 @@ _BACKENDS = ("cuda", "xpu")
 # The binder's launch statement, whitespace removed, per hook style (docs/triton_launch.md gives the lines).
 _LAUNCH_SRC = {
     "knobs": "kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,launch_metadata,"
-             "knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,*bound_args.values())",
+    "knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,*bound_args.values())",
     "class": "kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,launch_metadata,"
-             "self.CompiledKernel.launch_enter_hook,self.CompiledKernel.launch_exit_hook,*bound_args.values())",
+    "self.CompiledKernel.launch_enter_hook,self.CompiledKernel.launch_exit_hook,*bound_args.values())",
 }
 _METADATA_SRC = "launch_metadata=kernel.launch_metadata(grid,stream,*bound_args.values())"
 
@@ -164,11 +164,37 @@ class FastLaunch:
     ``slow_calls`` counts calls that took the normal path.
     """
 
-    __slots__ = ("fn", "grid", "constexprs", "num_warps", "num_stages", "check", "reason", "slow_calls",
-                 "_names", "_params", "_launch", "_disabled", "kernel", "_misses", "options", "_bound", "_recipes")
+    __slots__ = (
+        "fn",
+        "grid",
+        "constexprs",
+        "num_warps",
+        "num_stages",
+        "check",
+        "reason",
+        "slow_calls",
+        "_names",
+        "_params",
+        "_launch",
+        "_disabled",
+        "kernel",
+        "_misses",
+        "options",
+        "_bound",
+        "_recipes",
+    )
 
-    def __init__(self, fn, grid: tuple[int, int, int], constexprs: dict[str, object], num_warps: int,
-                 num_stages: int, *, check: bool = True, options: Optional[dict] = None):
+    def __init__(
+        self,
+        fn,
+        grid: tuple[int, int, int],
+        constexprs: dict[str, object],
+        num_warps: int,
+        num_stages: int,
+        *,
+        check: bool = True,
+        options: Optional[dict] = None,
+    ):
         grid = tuple(int(g) for g in grid)
         if not 1 <= len(grid) <= 3:
             raise ValueError(f"grid must have 1 to 3 dimensions, got {grid}")
@@ -202,11 +228,15 @@ class FastLaunch:
     # -- the normal path ----------------------------------------------------------------------------
     def _slow(self, args: tuple):
         if len(args) != len(self._names):
-            raise TypeError(f"FastLaunch: expected {len(self._names)} runtime arguments {self._names}, "
-                            f"got {len(args)}")
+            raise TypeError(f"FastLaunch: expected {len(self._names)} runtime arguments {self._names}, got {len(args)}")
         self.slow_calls += 1
-        return self.fn[self.grid](**dict(zip(self._names, args)), **self.constexprs,
-                                  num_warps=self.num_warps, num_stages=self.num_stages, **self.options)
+        return self.fn[self.grid](
+            **dict(zip(self._names, args)),
+            **self.constexprs,
+            num_warps=self.num_warps,
+            num_stages=self.num_stages,
+            **self.options,
+        )
 
     def _miss(self, args: tuple):
         """The guard refused a call (its arguments' specialisation differs from the armed one): run it
@@ -271,8 +301,19 @@ class FastLaunch:
             v = fixed[i]
             vals[slot] = v.data_ptr() if hasattr(v, "data_ptr") else v
         b = self._bound
-        return factory(b["get_device"], b["device"], b["get_stream"], b["hooks"], b["hook_chain"], b["run"],
-                       b["function"], b["meta"], b["lmeta"], self.grid, *vals)
+        return factory(
+            b["get_device"],
+            b["device"],
+            b["get_stream"],
+            b["hooks"],
+            b["hook_chain"],
+            b["run"],
+            b["function"],
+            b["meta"],
+            b["lmeta"],
+            self.grid,
+            *vals,
+        )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -289,8 +330,10 @@ class FastLaunch:
         index = {n: i for i, n in enumerate(self._names)}
         unknown = sorted((set(free) | set(slots or ())) - set(index))
         if unknown:
-            raise KeyError(f"FastLaunch.bind_named: {unknown} are not runtime parameters of "
-                           f"{getattr(self.fn, '__name__', self.fn)}")
+            raise KeyError(
+                f"FastLaunch.bind_named: {unknown} are not runtime parameters of "
+                f"{getattr(self.fn, '__name__', self.fn)}"
+            )
         skip = set(free) | set(slots or ())
         fixed = {index[n]: args[n] for n in self._names if n not in skip}
         return self.bind(fixed, {index[n]: k for n, k in (slots or {}).items()})
@@ -301,8 +344,10 @@ class FastLaunch:
         n = len(self._names)
         slot_of = dict(slots)
         if any(not 0 <= i < n for i in (*which, *slot_of)) or set(which) & set(slot_of):
-            raise IndexError(f"FastLaunch.bind: indices {list(which)} / slots {sorted(slot_of)} out of range for {n} "
-                             "runtime arguments, or overlapping")
+            raise IndexError(
+                f"FastLaunch.bind: indices {list(which)} / slots {sorted(slot_of)} out of range for {n} "
+                "runtime arguments, or overlapping"
+            )
         fixed = set(which)
         free = [i for i in range(n) if i not in fixed and i not in slot_of]
         b = self._bound
@@ -331,12 +376,13 @@ class FastLaunch:
             hk = "_H.runtime" if b["style"] == "knobs" else "_H"
             lines = [
                 "def factory(get_device, device, get_stream, _H, _HC, run, function, meta, lmeta, grid, "
-                + "".join(f"{c}, " for c in names) + "):",
+                + "".join(f"{c}, " for c in names)
+                + "):",
                 "    gx, gy, gz = grid",
                 f"    def launch({argl}):",
                 "        dev = get_device()",
                 "        if dev != device:",
-                "            raise RuntimeError(f'vllm-xpu-attn: device {dev} is current but this step was planned on '",
+                "            raise RuntimeError(f'vllm-xpu-attn: device {dev} is current but this step was planned on '",  # noqa: E501
                 "                               f'device {device}; keep that device current while its layers run')",
                 *_launch_lines(hk, ", ".join(full)),
             ]
@@ -389,8 +435,10 @@ class FastLaunch:
                 kinds.append(_KIND_STATIC)
                 expected += [t, a]
             else:
-                self.reason, self._disabled = f"argument {name} is a {t.__name__}: only tensors, ints, " \
-                                              "floats, bools and None take the fast path", True
+                self.reason, self._disabled = (
+                    f"argument {name} is a {t.__name__}: only tensors, ints, floats, bools and None take the fast path",
+                    True,
+                )
                 return
         layout, consts, pos = [], [], 0
         for name, _, default in self._params:
@@ -403,6 +451,7 @@ class FastLaunch:
         _, _, style = _static_support()
         if style == "knobs":
             from triton import knobs as hooks_owner
+
             hook_chain = getattr(hooks_owner, "HookChain", _NoHookChain)
         else:
             hooks_owner, hook_chain = CompiledKernel, _NoHookChain
@@ -422,11 +471,32 @@ class FastLaunch:
             self.reason, self._disabled = "the compiled kernel has no loaded function", True
             return
         factory = _make_factory(tuple(kinds), tuple(layout), self.check, style)
-        self._launch = factory(run, function, meta, self.grid, get_device, device, drv.get_current_stream,
-                               hooks_owner, hook_chain, self._miss, kernel.launch_metadata, tuple(expected),
-                               tuple(consts))
-        self._bound = dict(run=run, function=function, meta=meta, get_device=get_device, device=device,
-                           get_stream=drv.get_current_stream, hooks=hooks_owner, hook_chain=hook_chain,
-                           lmeta=kernel.launch_metadata, style=style)
+        self._launch = factory(
+            run,
+            function,
+            meta,
+            self.grid,
+            get_device,
+            device,
+            drv.get_current_stream,
+            hooks_owner,
+            hook_chain,
+            self._miss,
+            kernel.launch_metadata,
+            tuple(expected),
+            tuple(consts),
+        )
+        self._bound = dict(
+            run=run,
+            function=function,
+            meta=meta,
+            get_device=get_device,
+            device=device,
+            get_stream=drv.get_current_stream,
+            hooks=hooks_owner,
+            hook_chain=hook_chain,
+            lmeta=kernel.launch_metadata,
+            style=style,
+        )
         self.kernel = kernel
         self.reason = None

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from ...api import PagedStep, LayerConsts
+from ...api import LayerConsts, PagedStep
 from .descriptors import step_takes_descriptors
 from .tiles import compute_units, device_family
 from .tuning import split_count_for
@@ -39,17 +39,43 @@ class LaunchConfig:
     tiles, splits x latent column programs) for absorbed MLA (tuning.MLA_LATENT_TILES);
     ``static``: the kernel's constexprs fixed by the step; ``bd`` / ``bdv``: head-dim tile widths;
     ``desc``: prefill K/V by tensor descriptor (``tensor_descriptors`` forces it on/off, None: by device);
-    ``variant``: the variants.StepVariant these come from; ``replay``: layers may take the per-layer hot path; ``step_spec``: what Triton specialises on in the
+    ``variant``: the variants.StepVariant these come from; ``replay``: layers may take the per-layer hot path;
+    ``step_spec``: what Triton specialises on in the
     step's own arguments (signature.step_specialisation); ``layers``: layer signature -> armed launch
     (step_launch.Armed), the second level of the cache whose first is the provider's configurations.
     """
 
-    __slots__ = ("phase", "block_m", "block_n", "warps", "stages", "num_splits", "grid", "static", "bd", "bdv",
-                 "group", "invariant", "mla_decode", "options", "desc", "variant", "step_spec", "layers", "family",
-                 "replay")
+    __slots__ = (
+        "phase",
+        "block_m",
+        "block_n",
+        "warps",
+        "stages",
+        "num_splits",
+        "grid",
+        "static",
+        "bd",
+        "bdv",
+        "group",
+        "invariant",
+        "mla_decode",
+        "options",
+        "desc",
+        "variant",
+        "step_spec",
+        "layers",
+        "family",
+        "replay",
+    )
 
-    def __init__(self, step: PagedStep, call: LayerConsts, num_splits: Optional[int] = None, *,
-                 tensor_descriptors: Optional[bool] = None):
+    def __init__(
+        self,
+        step: PagedStep,
+        call: LayerConsts,
+        num_splits: Optional[int] = None,
+        *,
+        tensor_descriptors: Optional[bool] = None,
+    ):
         from .signature import step_specialisation
 
         self.layers: dict[tuple, Any] = {}
@@ -64,22 +90,43 @@ class LaunchConfig:
         if invariant and num_splits not in (None, 1):
             raise ValueError(f"batch-invariant mode runs without split-K; got num_splits={num_splits}")
         if num_splits is not None and (num_splits < 1 or num_splits & (num_splits - 1)):
-            raise ValueError(f"num_splits must be a power of two >= 1 (the merge reduces them as one block), "
-                             f"got {num_splits}")
+            raise ValueError(
+                f"num_splits must be a power of two >= 1 (the merge reduces them as one block), got {num_splits}"
+            )
         self.family = family = device_family(device)
         max_keys = step.page_table.shape[1] * step.page_size
         # a layer's cache strides are checked per layer (descriptors.desc_layer_ok)
         desc = step_takes_descriptors(
-            tensor_descriptors, device, family, prefill=phase == "prefill", invariant=invariant, mla=call.mla,
-            page_size=step.page_size, head_dim=call.head_dim, v_head_dim=call.v_head_dim, batch=batch,
-            rows_per_seq=max(max_q, 1) * group, kv_heads=hkv)
-        sv = step_variant(family, call, page_size=step.page_size, max_seqlen_q=max_q,
-                          splits=num_splits or (lambda units: split_count(device, batch, units, max_q, max_keys)),
-                          desc=desc)
+            tensor_descriptors,
+            device,
+            family,
+            prefill=phase == "prefill",
+            invariant=invariant,
+            mla=call.mla,
+            page_size=step.page_size,
+            head_dim=call.head_dim,
+            v_head_dim=call.v_head_dim,
+            batch=batch,
+            rows_per_seq=max(max_q, 1) * group,
+            kv_heads=hkv,
+        )
+        sv = step_variant(
+            family,
+            call,
+            page_size=step.page_size,
+            max_seqlen_q=max_q,
+            splits=num_splits or (lambda units: split_count(device, batch, units, max_q, max_keys)),
+            desc=desc,
+        )
         self.variant = sv
         self.phase, self.mla_decode, self.desc = sv.phase, sv.mla, sv.desc
-        self.block_m, self.block_n, self.warps, self.stages, self.options = (sv.block_m, sv.block_n, sv.warps,
-                                                                              sv.stages, sv.options)
+        self.block_m, self.block_n, self.warps, self.stages, self.options = (
+            sv.block_m,
+            sv.block_n,
+            sv.warps,
+            sv.stages,
+            sv.options,
+        )
         self.num_splits, self.static, self.bd, self.bdv = sv.num_splits, sv.static, sv.bd, sv.bdv
         self.grid = (batch, sv.row_tiles, sv.grid_cols)
         # whether a layer's launch may be replayed by the hot path (the call is part of the step signature): not

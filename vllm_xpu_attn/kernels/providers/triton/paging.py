@@ -21,17 +21,24 @@ from .variants import token_pages_variant
 _LAUNCHERS: dict[tuple, FastLaunch] = {}  # signature.token_pages_signature -> launcher
 
 
-def token_pages(token_table: torch.Tensor, page_size: int, n_pages: int,
-                row_index: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+def token_pages(
+    token_table: torch.Tensor, page_size: int, n_pages: int, row_index: Optional[torch.Tensor]
+) -> Optional[torch.Tensor]:
     """int32 [B, n_pages] page ids from token_table [rows, >= n_pages * page_size] int slots (rows picked by
     row_index int [B], else B = rows), or None where this path does not apply (then the caller's torch ops run):
     not a CUDA/XPU tensor, the fast launch unavailable (interpreter, unverified Triton), a non-unit column
     stride, or an index dtype other than int32/int64."""
     dev = token_table.device
-    if dev.type not in ("cuda", "xpu") or token_table.dim() != 2 or token_table.stride(1) != 1 or \
-            token_table.dtype not in (torch.int32, torch.int64) or \
-            (row_index is not None and (row_index.dtype not in (torch.int32, torch.int64) or row_index.dim() != 1
-                                        or row_index.device != dev)):
+    if (
+        dev.type not in ("cuda", "xpu")
+        or token_table.dim() != 2
+        or token_table.stride(1) != 1
+        or token_table.dtype not in (torch.int32, torch.int64)
+        or (
+            row_index is not None
+            and (row_index.dtype not in (torch.int32, torch.int64) or row_index.dim() != 1 or row_index.device != dev)
+        )
+    ):
         return None
     if not fast_launch_supported()[0]:
         return None
@@ -50,7 +57,8 @@ def token_pages(token_table: torch.Tensor, page_size: int, n_pages: int,
             _LAUNCHERS.pop(next(iter(_LAUNCHERS)))
         # unchecked: the key holds every specialisation input (dtypes, alignment, the ints' classes)
         v = token_pages_variant(page_size, row_index is not None)
-        fl = _LAUNCHERS[key] = FastLaunch(_token_pages_kernel, (batch,), v.constexprs, v.num_warps, v.num_stages,
-                                          check=False)
+        fl = _LAUNCHERS[key] = FastLaunch(
+            _token_pages_kernel, (batch,), v.constexprs, v.num_warps, v.num_stages, check=False
+        )
     fl(token_table, rows, out, FLAGS.buffer(dev), stride, n_pages, token_table.shape[0])
     return out

@@ -16,10 +16,23 @@ from typing import Optional
 import torch
 
 from .... import env
-from ...api import Feature, KernelProvider, KernelRequest
-from ...api import (FLOAT_DTYPES, FP8_DTYPES, PagedStep, LayerTensors, LayerConsts, check_paged_step,
-                        check_per_head, check_write_kv_all, check_write_kv_slots, is_fp8)
-from ...api import FLAGS, capturing
+from ...api import (
+    FLAGS,
+    FLOAT_DTYPES,
+    FP8_DTYPES,
+    Feature,
+    KernelProvider,
+    KernelRequest,
+    LayerConsts,
+    LayerTensors,
+    PagedStep,
+    capturing,
+    check_paged_step,
+    check_per_head,
+    check_write_kv_all,
+    check_write_kv_slots,
+    is_fp8,
+)
 from .launch import FastLaunch
 from .launch_config import LaunchConfig
 from .signature import launch_signature, step_signature, warm_signature
@@ -61,12 +74,24 @@ class TritonProvider(KernelProvider):
         r = []
         if req.device_type == "cpu" and not env.triton_interpreting():
             r.append("on the CPU Triton runs only through its interpreter (TRITON_INTERPRET=1; tests only)")
-        mla_ok = req.mla and mla_kernel_fits(LayerConsts(req.num_q_heads, req.num_kv_heads, req.head_dim,
-                                                        req.v_head_dim or req.head_dim, 1.0, req.causal, req.window,
-                                                        req.softcap, mla=True))
+        mla_ok = req.mla and mla_kernel_fits(
+            LayerConsts(
+                req.num_q_heads,
+                req.num_kv_heads,
+                req.head_dim,
+                req.v_head_dim or req.head_dim,
+                1.0,
+                req.causal,
+                req.window,
+                req.softcap,
+                mla=True,
+            )
+        )
         if req.head_dim > 256 and not (mla_ok and not req.batch_invariant):
-            r.append(f"head dim {req.head_dim} > 256 (beyond 256 only MLA latent attention: power-of-two latent "
-                     "and RoPE widths, causal, no window/softcap/batch-invariance)")
+            r.append(
+                f"head dim {req.head_dim} > 256 (beyond 256 only MLA latent attention: power-of-two latent "
+                "and RoPE widths, causal, no window/softcap/batch-invariance)"
+            )
         return r
 
     # ---- paged attention: plan per step, run per layer ------------------------------------
@@ -103,8 +128,16 @@ class TritonProvider(KernelProvider):
                 self._configs[key] = cfg
         return TritonLaunch(self, step, call, cfg, addrs)
 
-    def _run_paged(self, step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor,
-                   v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors):
+    def _run_paged(
+        self,
+        step: PagedStep,
+        call: LayerConsts,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        out: torch.Tensor,
+        layer: LayerTensors,
+    ):
         return self._launch(step, call)._execute(q, k_cache, v_cache, out, layer)[0]
 
     def workspace(self, device: torch.device, numel: int) -> torch.Tensor:
@@ -115,8 +148,9 @@ class TritonProvider(KernelProvider):
         if buf is None or buf.numel() < numel:
             if buf is not None:
                 self._retired.append(buf)
-            buf = torch.empty(max(numel, 2 * (buf.numel() if buf is not None else 0), 1 << 16), dtype=torch.float32,
-                              device=device)
+            buf = torch.empty(
+                max(numel, 2 * (buf.numel() if buf is not None else 0), 1 << 16), dtype=torch.float32, device=device
+            )
             self._workspace[device] = buf
         return buf
 
@@ -128,8 +162,16 @@ class TritonProvider(KernelProvider):
         self._configs: dict[tuple, LaunchConfig] = {}
         self._warmed: set[tuple] = set()  # layer kinds whose variants are compiled (warm_once)
 
-    def warm_once(self, step: PagedStep, call: LayerConsts, q: torch.Tensor, k_cache: torch.Tensor,
-                  v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors) -> None:
+    def warm_once(
+        self,
+        step: PagedStep,
+        call: LayerConsts,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        out: torch.Tensor,
+        layer: LayerTensors,
+    ) -> None:
         """On a GPU, the first call of a layer kind (the call, page size, dtypes, strides, per-layer tensors)
         compiles every kernel variant that kind can launch (warmup.py), so that no step shape met later while
         serving compiles one. Not while a graph is being captured (nothing may be added to it), nor with
@@ -142,9 +184,16 @@ class TritonProvider(KernelProvider):
         self._warmed.add(key)
         t0 = time.perf_counter()
         n = warm_up(self, call, step.page_size, q, k_cache, v_cache, out, layer)
-        logger.info("vllm-xpu-attn: triton compiled %d kernel variants of a layer kind (%d q / %d kv heads, head dim "
-                    "%d, %s cache) in %.1f s", n, call.num_q_heads, call.num_kv_heads, call.head_dim,
-                    str(k_cache.dtype).replace("torch.", ""), time.perf_counter() - t0)
+        logger.info(
+            "vllm-xpu-attn: triton compiled %d kernel variants of a layer kind (%d q / %d kv heads, head dim "
+            "%d, %s cache) in %.1f s",
+            n,
+            call.num_q_heads,
+            call.num_kv_heads,
+            call.head_dim,
+            str(k_cache.dtype).replace("torch.", ""),
+            time.perf_counter() - t0,
+        )
 
     def clear_caches(self) -> None:
         """Forget every launch configuration and compiled launcher (the next steps re-plan and re-arm)."""
@@ -154,11 +203,15 @@ class TritonProvider(KernelProvider):
     def launched_variants(self, kernel: Optional[str] = None) -> list[dict]:
         """The constexprs of every specialisation this provider has armed (of ``kernel`` by name, or all):
         which kernel variants the steps so far launched."""
-        return [dict(fl.constexprs) for fl in self._launchers.values()
-                if kernel is None or getattr(fl.fn, "__name__", "") == kernel]
+        return [
+            dict(fl.constexprs)
+            for fl in self._launchers.values()
+            if kernel is None or getattr(fl.fn, "__name__", "") == kernel
+        ]
 
-    def launcher(self, fn, grid: tuple, consts: dict, warps: int, stages: int, spec_key: tuple,
-                 options: Optional[dict] = None) -> FastLaunch:
+    def launcher(
+        self, fn, grid: tuple, consts: dict, warps: int, stages: int, spec_key: tuple, options: Optional[dict] = None
+    ) -> FastLaunch:
         """The FastLaunch of one compiled specialisation, kept across steps and layers.
 
         ``spec_key`` holds everything Triton specialises a compiled kernel on besides the constexprs
@@ -179,18 +232,37 @@ class TritonProvider(KernelProvider):
         t = self._scales.get((device, value))
         if t is None:
             if capturing(device):  # CUDA or XPU graph capture (kernels.api.guard)
-                raise RuntimeError("vllm-xpu-attn: an FP8 KV write without a scale tensor was first seen inside a "
-                                   "graph capture; pass k_scale/v_scale tensors (the engines do) or warm up first")
+                raise RuntimeError(
+                    "vllm-xpu-attn: an FP8 KV write without a scale tensor was first seen inside a "
+                    "graph capture; pass k_scale/v_scale tensors (the engines do) or warm up first"
+                )
             t = self._scales[(device, value)] = torch.full((1,), value, dtype=torch.float32, device=device)
         return t
 
     # ---- the rest of the contract ---------------------------------------------------
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
-                               alibi_slopes=None, return_softmax_lse=False, out=None):
+    def flash_attn_varlen_func(
+        self,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        softcap=0.0,
+        sinks=None,
+        alibi_slopes=None,
+        return_softmax_lse=False,
+        out=None,
+    ):
         """Contiguous K/V: viewed as a page-size-1 cache with a device-built table (no host sync)."""
         if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-            raise ValueError(f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+            raise ValueError(
+                f"q/k/v must be 3-D [tokens, heads, dim], got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}"
+            )
         check_per_head("sinks", sinks, q.shape[1], q.device)
         batch = cu_seqlens_k.shape[0] - 1
         lens = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
@@ -202,32 +274,71 @@ class TritonProvider(KernelProvider):
             kc = torch.zeros(1, 1, *k.shape[1:], dtype=k.dtype, device=k.device)
             vc = torch.zeros(1, 1, *v.shape[1:], dtype=v.dtype, device=v.device)
             table = torch.zeros(batch, 1, dtype=torch.int32, device=q.device)
-        return self.flash_attn_with_kvcache(q, kc, vc, table, lens, cu_seqlens_q.to(torch.int32), max_seqlen_q,
-                                            softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                                            softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
-                                            return_softmax_lse=return_softmax_lse, out=out)
+        return self.flash_attn_with_kvcache(
+            q,
+            kc,
+            vc,
+            table,
+            lens,
+            cu_seqlens_q.to(torch.int32),
+            max_seqlen_q,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=window_size,
+            softcap=softcap,
+            sinks=sinks,
+            alibi_slopes=alibi_slopes,
+            return_softmax_lse=return_softmax_lse,
+            out=out,
+        )
 
-    def merge_state(self, o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor,
-                    sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def merge_state(
+        self,
+        o_a: torch.Tensor,
+        lse_a: torch.Tensor,
+        o_b: torch.Tensor,
+        lse_b: torch.Tensor,
+        sinks: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Two partial attentions over disjoint keys -> one: o [T, H, D] (o_a's dtype), lse [H, T] fp32;
         ``sinks`` [H] float joins the denominator once."""
         from .kernels import _merge_state_kernel
 
         if o_a.shape != o_b.shape or lse_a.shape != lse_b.shape or lse_a.shape != (o_a.shape[1], o_a.shape[0]):
-            raise ValueError(f"merge_state: o {list(o_a.shape)}/{list(o_b.shape)}, lse {list(lse_a.shape)}/{list(lse_b.shape)} "
-                             "must be o [T, H, D] and lse [H, T]")
+            raise ValueError(
+                f"merge_state: o {list(o_a.shape)}/{list(o_b.shape)}, lse {list(lse_a.shape)}/{list(lse_b.shape)} "
+                "must be o [T, H, D] and lse [H, T]"
+            )
         t, h, d = o_a.shape
         o_a, o_b = o_a.contiguous(), o_b.contiguous()
         o = torch.empty_like(o_a)
         lse = torch.empty(h, t, dtype=torch.float32, device=o_a.device)
         if t:
-            _merge_state_kernel[(t, h)](o_a, lse_a.float().contiguous(), o_b, lse_b.float().contiguous(),
-                                        sinks if sinks is not None else lse, o, lse, o.stride(0), o.stride(1), t,
-                                        **merge_state_consts(d, sinks is not None))
+            _merge_state_kernel[(t, h)](
+                o_a,
+                lse_a.float().contiguous(),
+                o_b,
+                lse_b.float().contiguous(),
+                sinks if sinks is not None else lse,
+                o,
+                lse,
+                o.stride(0),
+                o.stride(1),
+                t,
+                **merge_state_consts(d, sinks is not None),
+            )
         return o, lse
 
-    def write_kv(self, k: Optional[torch.Tensor], v: Optional[torch.Tensor], k_cache: torch.Tensor,
-                 v_cache: Optional[torch.Tensor], slot_mapping: torch.Tensor, k_scale=None, v_scale=None) -> None:
+    def write_kv(
+        self,
+        k: Optional[torch.Tensor],
+        v: Optional[torch.Tensor],
+        k_cache: torch.Tensor,
+        v_cache: Optional[torch.Tensor],
+        slot_mapping: torch.Tensor,
+        k_scale=None,
+        v_scale=None,
+    ) -> None:
         """k/v [T, Hkv, D] into caches [pages, page, Hkv, D] at slot_mapping [T] int32/int64 (negative:
         skipped; v / v_cache None: an MLA latent write); an FP8 cache stores x / scale (a tensor, a float, or
         None for 1.0)."""
@@ -249,9 +360,20 @@ class TritonProvider(KernelProvider):
             if x.shape[0] == 0:
                 continue
             _write_kv_kernel[(x.shape[0], x.shape[1])](
-                x, cache, slot_mapping, scale.reshape(-1), FLAGS.buffer(x.device), x.stride(0), x.stride(1),
-                cache.stride(0), cache.stride(1), cache.stride(2), cache.shape[0] * cache.shape[1],
-                **write_kv_consts(x.shape[1], x.shape[2], cache.shape[1], quant,
-                                  float(torch.finfo(cache.dtype).max) if quant else 0.0))
+                x,
+                cache,
+                slot_mapping,
+                scale.reshape(-1),
+                FLAGS.buffer(x.device),
+                x.stride(0),
+                x.stride(1),
+                cache.stride(0),
+                cache.stride(1),
+                cache.stride(2),
+                cache.shape[0] * cache.shape[1],
+                **write_kv_consts(
+                    x.shape[1], x.shape[2], cache.shape[1], quant, float(torch.finfo(cache.dtype).max) if quant else 0.0
+                ),
+            )
         if FLAGS.sync:
             FLAGS.check_now(slot_mapping.device)

@@ -31,6 +31,7 @@ def _family(dev_type: str, index: Optional[int]) -> str:  # cached: a device que
 def compute_units(dev_type: str, index: Optional[int]) -> int:
     """SMs (CUDA) or sub-slices (XPU) of a device, queried once."""
     if dev_type == "cuda":
-        return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
-                                                ).multi_processor_count
+        return torch.cuda.get_device_properties(
+            index if index is not None else torch.cuda.current_device()
+        ).multi_processor_count
     return getattr(torch.xpu.get_device_properties(index), "gpu_subslice_count", 64)

@@ -24,27 +24,47 @@ from typing import Optional
 # (compute-bound: bigger head tiles). CUDA entries are tuned (docs/benchmarks.md); Intel entries are
 # conservative (less register file and SLM on Xe).
 TUNING: dict[str, dict[str, tuple]] = {
-    "cuda_sm90": {"prefill": (128, 64, 4, 2), "prefill_ptr": (64, 64, 4, 3),
-                  # 8 warps: 128-row tiles with pointer loads spill at 4; fp32 spills at N=64, so N=16
-                  "prefill_ptr_wide": (128, 64, 8, 2), "prefill_ptr_wide_fp32": (128, 16, 8, 2),
-                  "decode": (16, 128, 8, 2), "mla_decode": (16, 32, 4, 2), "mla_wide": (64, 64, 8, 2),
-                  # fp8 -> 16-bit conversions raise register use: fewer warps and keys keep more blocks per SM
-                  "decode_fp8": (16, 64, 2, 3),
-                  # split-K: 8 warps x 128 keys (the fastest without split) hold 76-84 % of copy under split-K at
-                  # every count on an H100, 4 warps 94-102 % (benchmarks/lab/h100/splitk_sweep_h100.jsonl)
-                  "decode_split": (16, 128, 4, 2)},
-    "cuda": {"prefill": (64, 64, 4, 2), "decode": (16, 64, 4, 2), "mla_decode": (16, 32, 4, 2),
-             "mla_wide": (64, 32, 8, 2)},
+    "cuda_sm90": {
+        "prefill": (128, 64, 4, 2),
+        "prefill_ptr": (64, 64, 4, 3),
+        # 8 warps: 128-row tiles with pointer loads spill at 4; fp32 spills at N=64, so N=16
+        "prefill_ptr_wide": (128, 64, 8, 2),
+        "prefill_ptr_wide_fp32": (128, 16, 8, 2),
+        "decode": (16, 128, 8, 2),
+        "mla_decode": (16, 32, 4, 2),
+        "mla_wide": (64, 64, 8, 2),
+        # fp8 -> 16-bit conversions raise register use: fewer warps and keys keep more blocks per SM
+        "decode_fp8": (16, 64, 2, 3),
+        # split-K: 8 warps x 128 keys (the fastest without split) hold 76-84 % of copy under split-K at
+        # every count on an H100, 4 warps 94-102 % (benchmarks/lab/h100/splitk_sweep_h100.jsonl)
+        "decode_split": (16, 128, 4, 2),
+    },
+    "cuda": {
+        "prefill": (64, 64, 4, 2),
+        "decode": (16, 64, 4, 2),
+        "mla_decode": (16, 32, 4, 2),
+        "mla_wide": (64, 32, 8, 2),
+    },
     # the GRF mode Intel's backend is asked for (launch option grf_mode): 256 GRF ("large") and N=32 lower
     # with the least register spill (docs/intel_lowering.md)
     # "<phase>_d<D>": a head dim's own tiles where the phase's spill there (docs/intel_lowering.md)
-    "xpu": {"prefill": (64, 32, 8, 2, "large"), "decode": (16, 32, 8, 2, "large"),
-            "decode_d64": (16, 64, 4, 2, "large"),
-            "mla_decode": (16, 16, 4, 2, "large"), "mla_wide": (16, 16, 4, 2, "large")},
+    "xpu": {
+        "prefill": (64, 32, 8, 2, "large"),
+        "decode": (16, 32, 8, 2, "large"),
+        "decode_d64": (16, 64, 4, 2, "large"),
+        "mla_decode": (16, 16, 4, 2, "large"),
+        "mla_wide": (16, 16, 4, 2, "large"),
+    },
     # the interpreter (tests): the descriptor / pointer prefill split too, so both kernels run in CI
-    "cpu": {"prefill": (16, 16, 1, 1), "prefill_ptr": (16, 16, 1, 1), "prefill_ptr_wide": (16, 16, 1, 1),
-            "prefill_ptr_wide_fp32": (16, 16, 1, 1),
-            "decode": (16, 16, 1, 1), "mla_decode": (16, 16, 1, 1), "mla_wide": (16, 16, 1, 1)},
+    "cpu": {
+        "prefill": (16, 16, 1, 1),
+        "prefill_ptr": (16, 16, 1, 1),
+        "prefill_ptr_wide": (16, 16, 1, 1),
+        "prefill_ptr_wide_fp32": (16, 16, 1, 1),
+        "decode": (16, 16, 1, 1),
+        "mla_decode": (16, 16, 1, 1),
+        "mla_wide": (16, 16, 1, 1),
+    },
 }
 
 
@@ -91,8 +111,9 @@ def head_dim_phase(family: str, phase: str, head_dim: int, tuning: Optional[dict
     return key if key in (TUNING if tuning is None else tuning)[family] else phase
 
 
-def paged_d_tiles(family: str, phase: str, block_d: int, block_dv: int,
-                  paged_d: Optional[dict] = None) -> tuple[int, int]:
+def paged_d_tiles(
+    family: str, phase: str, block_d: int, block_dv: int, paged_d: Optional[dict] = None
+) -> tuple[int, int]:
     """(CHUNK_D, CHUNK_DV) of a family's paged ``phase`` (a TUNING phase) at head-dim tiles ``block_d`` /
     ``block_dv`` (key "<phase>_d<block_d>"): each a power of two >= 16 dividing its width (0, a wider entry or
     none: the whole width)."""
@@ -143,8 +164,11 @@ def split_count_for(compute_units: Optional[int], batch: int, units: int, max_se
     if compute_units is None:
         return 2 if max_keys >= 2 * SPLIT_FROM_KEYS else 1
     splits = 1
-    while batch * units * splits < 2 * compute_units and splits < MAX_SPLITS and \
-            max_keys // (splits * 2) >= MIN_SPLIT_KEYS:
+    while (
+        batch * units * splits < 2 * compute_units
+        and splits < MAX_SPLITS
+        and max_keys // (splits * 2) >= MIN_SPLIT_KEYS
+    ):
         splits *= 2
     return splits
 

@@ -126,14 +126,29 @@ def mla_kernel_fits(call: Any) -> bool:
     """Absorbed MLA the dedicated kernel serves: one latent cache (Hkv 1), power-of-two latent and RoPE
     widths (512 + 64 for DeepSeek), causal, no window or softcap."""
     d_rope = call.head_dim - call.v_head_dim
-    return (call.mla and call.num_kv_heads == 1 and call.causal and tuple(call.window) == (-1, -1)
-            and call.softcap == 0 and call.v_head_dim >= 16 and pow2(call.v_head_dim, 1) == call.v_head_dim
-            and d_rope >= 16 and pow2(d_rope, 1) == d_rope)
+    return (
+        call.mla
+        and call.num_kv_heads == 1
+        and call.causal
+        and tuple(call.window) == (-1, -1)
+        and call.softcap == 0
+        and call.v_head_dim >= 16
+        and pow2(call.v_head_dim, 1) == call.v_head_dim
+        and d_rope >= 16
+        and pow2(d_rope, 1) == d_rope
+    )
 
 
-def step_variant(family: str, call: Any, *, page_size: int, max_seqlen_q: int,
-                 splits: Union[int, Callable[[int], int]], desc: bool = False,
-                 tables: Tables = SHIPPED) -> StepVariant:
+def step_variant(
+    family: str,
+    call: Any,
+    *,
+    page_size: int,
+    max_seqlen_q: int,
+    splits: Union[int, Callable[[int], int]],
+    desc: bool = False,
+    tables: Tables = SHIPPED,
+) -> StepVariant:
     """The tiles, split count, grid axes and step constexprs of a step of ``max_seqlen_q`` query rows per
     sequence at ``page_size``. ``splits``: the split count, or the policy as a function of the units per sequence
     (KV heads; MLA: head tiles); ignored in batch-invariant mode (no split-K). ``desc``: prefill K/V by tensor
@@ -152,14 +167,39 @@ def step_variant(family: str, call: Any, *, page_size: int, max_seqlen_q: int,
         block_dc, block_dv = mla_latent_tiles(family, which, dv, tables.mla_latent)
         tiles = cdiv(max(max_q, 1) * hq, block_m)
         n = splits if isinstance(splits, int) else splits(tiles)
-        static = dict(PAGE=page_size, D_C=dv, D_R=d - dv, BLOCK_H=block_m, BLOCK_N=block_n, BLOCK_DC=block_dc,
-                      BLOCK_DV=block_dv, NUM_SPLITS=n, WRITE_LSE=call.return_lse)
+        static = dict(
+            PAGE=page_size,
+            D_C=dv,
+            D_R=d - dv,
+            BLOCK_H=block_m,
+            BLOCK_N=block_n,
+            BLOCK_DC=block_dc,
+            BLOCK_DV=block_dv,
+            NUM_SPLITS=n,
+            WRITE_LSE=call.return_lse,
+        )
         # axis 2: the key splits x the output-column programs (tuning.MLA_LATENT_TILES)
-        return StepVariant(phase, which, True, block_m, block_n, warps, stages, options, n, tiles,
-                           n * (dv // block_dv), d, dv, False, static)
+        return StepVariant(
+            phase,
+            which,
+            True,
+            block_m,
+            block_n,
+            warps,
+            stages,
+            options,
+            n,
+            tiles,
+            n * (dv // block_dv),
+            d,
+            dv,
+            False,
+            static,
+        )
     # families with a pointer-load prefill kernel use it where a step takes no descriptors
-    which = phase if desc or "prefill_ptr" not in (tun or _tuning.TUNING)[family] or phase != "prefill" \
-        else "prefill_ptr"
+    which = (
+        phase if desc or "prefill_ptr" not in (tun or _tuning.TUNING)[family] or phase != "prefill" else "prefill_ptr"
+    )
     block_m, block_n, warps, stages, options = tile_config(family, head_dim_phase(family, which, d, tun), tun)
     block_m = max(block_m, pow2(group)) if phase == "decode" else block_m
     n = 1 if invariant else splits if isinstance(splits, int) else splits(hkv)
@@ -168,37 +208,86 @@ def step_variant(family: str, call: Any, *, page_size: int, max_seqlen_q: int,
     bd, bdv = pow2(d), pow2(dv)
     chunk_d, chunk_dv = paged_d_tiles(family, which, bd, bdv, tables.paged_d)
     if desc and (chunk_d, chunk_dv) != (bd, bdv):
-        raise ValueError(f"PAGED_D_TILES[{family!r}][{which}_d{bd}] chunks the head dim, which tensor "
-                         "descriptors cannot load: give this family's chunked phases pointer loads")
+        raise ValueError(
+            f"PAGED_D_TILES[{family!r}][{which}_d{bd}] chunks the head dim, which tensor "
+            "descriptors cannot load: give this family's chunked phases pointer loads"
+        )
     left, right = call.window
     static = dict(
-        WIN_LEFT=left, WIN_RIGHT=right, PAGE=page_size, GROUP=group, D=d, DV=dv, BLOCK_D=bd,
-        BLOCK_DV=bdv, CHUNK_D=chunk_d, CHUNK_DV=chunk_dv, BLOCK_M=block_m, BLOCK_N=block_n,
-        NUM_SPLITS=n, CAUSAL=call.causal,
-        HAS_SOFTCAP=call.softcap > 0, ALIBI_DOT=alibi_as_dot(family, tables.alibi_as_dot), WRITE_LSE=call.return_lse,
+        WIN_LEFT=left,
+        WIN_RIGHT=right,
+        PAGE=page_size,
+        GROUP=group,
+        D=d,
+        DV=dv,
+        BLOCK_D=bd,
+        BLOCK_DV=bdv,
+        CHUNK_D=chunk_d,
+        CHUNK_DV=chunk_dv,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        NUM_SPLITS=n,
+        CAUSAL=call.causal,
+        HAS_SOFTCAP=call.softcap > 0,
+        ALIBI_DOT=alibi_as_dot(family, tables.alibi_as_dot),
+        WRITE_LSE=call.return_lse,
         ALIGN_ROWS=invariant,
         # unmasked fully-visible key blocks in prefill only; decode and batch-invariant mode keep one masked
         # loop (invariant mode must not round a row differently by where its chunk's tile starts)
         SPLIT_MASK=phase == "prefill" and not invariant,
     )
     # axis 2: KV heads x key splits x output-column programs (tuning.PAGED_D_TILES)
-    return StepVariant(phase, which, False, block_m, block_n, warps, stages, options, n, tiles,
-                       hkv * n * (bdv // chunk_dv), bd, bdv, desc, static)
+    return StepVariant(
+        phase,
+        which,
+        False,
+        block_m,
+        block_n,
+        warps,
+        stages,
+        options,
+        n,
+        tiles,
+        hkv * n * (bdv // chunk_dv),
+        bd,
+        bdv,
+        desc,
+        static,
+    )
 
 
-def attn_variant(family: str, sv: StepVariant, *, q_dtype: str, kv_dtype: str, sinks: bool, alibi: bool,
-                 descale: bool, descale_per_head: bool, use_desc: bool, interpreting: bool = False,
-                 tables: Tables = SHIPPED) -> Variant:
+def attn_variant(
+    family: str,
+    sv: StepVariant,
+    *,
+    q_dtype: str,
+    kv_dtype: str,
+    sinks: bool,
+    alibi: bool,
+    descale: bool,
+    descale_per_head: bool,
+    use_desc: bool,
+    interpreting: bool = False,
+    tables: Tables = SHIPPED,
+) -> Variant:
     """The attention kernel's variant of one layer in a step of ``sv``: the step's constexprs plus the layer's
     flags, and the layer's own tiles where it has them (pointer loads inside a descriptor step: ``use_desc``
     False there; an FP8 cache in decode). ``interpreting``: Triton's CPU interpreter, which mis-evaluates bf16
     dots (numpy has no bf16): fp32 dots there (ALiBi layers of any dtype: the causal bias is a bf16 dot)."""
     fp32_dot = q_dtype == "fp32" or (interpreting and (q_dtype == "bf16" or alibi))
     if sv.mla:
-        return Variant("_mla_attn_kernel", dict(sv.static, HAS_DESCALE=descale, FP32_DOT=fp32_dot), sv.warps,
-                       sv.stages, sv.options)
-    consts = dict(sv.static, HAS_SINKS=sinks, HAS_ALIBI=alibi, HAS_DESCALE=descale,
-                  DESCALE_PER_HEAD=descale_per_head, FP32_DOT=fp32_dot, USE_DESC=use_desc)
+        return Variant(
+            "_mla_attn_kernel", dict(sv.static, HAS_DESCALE=descale, FP32_DOT=fp32_dot), sv.warps, sv.stages, sv.options
+        )
+    consts = dict(
+        sv.static,
+        HAS_SINKS=sinks,
+        HAS_ALIBI=alibi,
+        HAS_DESCALE=descale,
+        DESCALE_PER_HEAD=descale_per_head,
+        FP32_DOT=fp32_dot,
+        USE_DESC=use_desc,
+    )
     warps, stages = sv.warps, sv.stages
     tun = tables.tuning if tables.tuning is not None else _tuning.TUNING
     if sv.desc and not use_desc:  # this layer refuses descriptors: pointer loads, the same row tiles (grid)
@@ -218,12 +307,22 @@ def merge_variant(sv: StepVariant, v_head_dim: int, *, sinks: bool, return_lse: 
     """The split-K merge of a step of ``sv`` (None without split-K): 4 warps, 1 stage."""
     if sv.num_splits <= 1:
         return None
-    return Variant("_merge_splits", dict(DV=v_head_dim, BLOCK_DV=sv.bdv, NUM_SPLITS=sv.num_splits, HAS_SINKS=sinks,
-                                         WRITE_LSE=return_lse), 4, 1, {})
+    return Variant(
+        "_merge_splits",
+        dict(DV=v_head_dim, BLOCK_DV=sv.bdv, NUM_SPLITS=sv.num_splits, HAS_SINKS=sinks, WRITE_LSE=return_lse),
+        4,
+        1,
+        {},
+    )
 
 
-def layer_points(family: str, call: Any, compute_units: Optional[int], tables: Tables = SHIPPED,
-                 reachable: Optional[Callable[[int], tuple[int, ...]]] = None) -> list[Point]:
+def layer_points(
+    family: str,
+    call: Any,
+    compute_units: Optional[int],
+    tables: Tables = SHIPPED,
+    reachable: Optional[Callable[[int], tuple[int, ...]]] = None,
+) -> list[Point]:
     """Every point a layer configuration can reach, one per variant: decode at every split count the policy
     can pick on a device of ``compute_units`` (None: the CPU policy), prefill (a spec-decode verify or extend
     step is the same kernel) with descriptors as the device decides and, where the family has a pointer-load
@@ -244,30 +343,58 @@ def layer_points(family: str, call: Any, compute_units: Optional[int], tables: T
     return out
 
 
-def launch_variant(family: str, kind: LayerKind, point: Point, *, page_size: int,
-                   splits: Optional[Callable[[int], int]] = None, desc: bool = False, interpreting: bool = False,
-                   tables: Tables = SHIPPED) -> tuple[Variant, Optional[Variant]]:
+def launch_variant(
+    family: str,
+    kind: LayerKind,
+    point: Point,
+    *,
+    page_size: int,
+    splits: Optional[Callable[[int], int]] = None,
+    desc: bool = False,
+    interpreting: bool = False,
+    tables: Tables = SHIPPED,
+) -> tuple[Variant, Optional[Variant]]:
     """(attention, split-K merge or None) variants a layer of ``kind`` launches at ``point``: ``step_variant``
     then ``attn_variant`` / ``merge_variant``, as the launch path calls them. ``splits``: the policy where the
     point leaves the count to it (default 1); ``desc``: the device's descriptor decision where the point leaves
     it (the layer takes descriptors when the step does)."""
     use = point.desc if point.desc is not None else desc
     n = point.num_splits if point.num_splits is not None else (splits or (lambda units: 1))
-    sv = step_variant(family, kind, page_size=page_size, max_seqlen_q=point.max_seqlen_q, splits=n, desc=use,
-                      tables=tables)
-    attn = attn_variant(family, sv, q_dtype=kind.q_dtype, kv_dtype=kind.kv_dtype, sinks=kind.sinks,
-                        alibi=kind.alibi, descale=kind.descale, descale_per_head=kind.descale_per_head,
-                        use_desc=sv.desc, interpreting=interpreting, tables=tables)
+    sv = step_variant(
+        family, kind, page_size=page_size, max_seqlen_q=point.max_seqlen_q, splits=n, desc=use, tables=tables
+    )
+    attn = attn_variant(
+        family,
+        sv,
+        q_dtype=kind.q_dtype,
+        kv_dtype=kind.kv_dtype,
+        sinks=kind.sinks,
+        alibi=kind.alibi,
+        descale=kind.descale,
+        descale_per_head=kind.descale_per_head,
+        use_desc=sv.desc,
+        interpreting=interpreting,
+        tables=tables,
+    )
     return attn, merge_variant(sv, kind.v_head_dim, sinks=kind.sinks, return_lse=kind.return_lse)
 
 
-def enumerate_variants(family: str, kind: LayerKind, *, page_size: int, compute_units: Optional[int],
-                       desc: bool = False, interpreting: bool = False,
-                       tables: Tables = SHIPPED) -> list[tuple[Point, Variant, Optional[Variant]]]:
+def enumerate_variants(
+    family: str,
+    kind: LayerKind,
+    *,
+    page_size: int,
+    compute_units: Optional[int],
+    desc: bool = False,
+    interpreting: bool = False,
+    tables: Tables = SHIPPED,
+) -> list[tuple[Point, Variant, Optional[Variant]]]:
     """(point, attention, merge) for every point of ``layer_points``: every variant a layer of ``kind`` can
     launch, what the warm-up compiles for it."""
-    return [(p, *launch_variant(family, kind, p, page_size=page_size, desc=desc, interpreting=interpreting,
-                                tables=tables)) for p in layer_points(family, kind, compute_units, tables)]
+    return [
+        (p, *launch_variant(family, kind, p, page_size=page_size, desc=desc, interpreting=interpreting, tables=tables))
+        for p in layer_points(family, kind, compute_units, tables)
+    ]
 
 
 # ---- the provider's other kernels (launched with Triton's default warps / stages unless given) -------------
@@ -279,8 +406,9 @@ def merge_state_consts(head_dim: int, sinks: bool) -> dict:
 def write_kv_consts(kv_heads: int, head_dim: int, page_size: int, quant: bool, fmax: float) -> dict:
     """_write_kv_kernel's constexprs (Triton's default warps and stages); ``fmax`` the FP8 format's largest
     value (0.0 unquantised)."""
-    return dict(H=kv_heads, D=head_dim, PAGE=page_size, BLOCK_D=pow2(head_dim, 1), QUANT=quant,
-                FMAX=fmax if quant else 0.0)
+    return dict(
+        H=kv_heads, D=head_dim, PAGE=page_size, BLOCK_D=pow2(head_dim, 1), QUANT=quant, FMAX=fmax if quant else 0.0
+    )
 
 
 TOKEN_PAGES_BLOCK = 256

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from ...api import PagedStep, LayerTensors, LayerConsts
+from ...api import LayerConsts, LayerTensors, PagedStep
 from . import launch_config
 from .launch_config import LaunchConfig
 from .tiles import device_family
@@ -40,14 +40,16 @@ def reachable_splits(dev_type: str, index: Optional[int], units: int) -> tuple[i
     return _reachable(launch_config.device_units(device), units)
 
 
-def layer_steps(call: LayerConsts, device: torch.device,
-                page_size: int) -> list[tuple[PagedStep, Optional[int], Optional[bool]]]:
+def layer_steps(
+    call: LayerConsts, device: torch.device, page_size: int
+) -> list[tuple[PagedStep, Optional[int], Optional[bool]]]:
     """(dummy step, forced split count, forced descriptors) per variant a layer configuration can launch
     (variants.layer_points: decode at every reachable split count, prefill with descriptors as the device decides
     and, where the family has it, with pointer loads; batch-invariant mode has one variant). Each step: one
     sequence on page 0 of the caches."""
-    points = layer_points(device_family(device), call, None,
-                          reachable=lambda units: reachable_splits(device.type, device.index, units))
+    points = layer_points(
+        device_family(device), call, None, reachable=lambda units: reachable_splits(device.type, device.index, units)
+    )
     steps = {q_len: _step(device, page_size, q_len) for q_len in {p.max_seqlen_q for p in points}}
     return [(steps[p.max_seqlen_q], p.num_splits, p.desc) for p in points]
 
@@ -56,13 +58,26 @@ def _step(device: torch.device, page_size: int, q_len: int) -> PagedStep:
     """One sequence of q_len new keys, every table entry page 0 (wide enough for q_len keys at any page size:
     a narrower table is bad input the kernels flag)."""
     i32 = dict(dtype=torch.int32, device=device)
-    return PagedStep(cu_seqlens_q=torch.tensor([0, q_len], **i32), cache_seqlens=torch.tensor([q_len], **i32),
-                    page_table=torch.zeros(1, cdiv(q_len, page_size), **i32), max_seqlen_q=q_len, max_seqlen_k=q_len,
-                    page_size=page_size)
+    return PagedStep(
+        cu_seqlens_q=torch.tensor([0, q_len], **i32),
+        cache_seqlens=torch.tensor([q_len], **i32),
+        page_table=torch.zeros(1, cdiv(q_len, page_size), **i32),
+        max_seqlen_q=q_len,
+        max_seqlen_k=q_len,
+        page_size=page_size,
+    )
 
 
-def warm_up(provider: "TritonProvider", call: LayerConsts, page_size: int, q: torch.Tensor, k_cache: torch.Tensor,
-            v_cache: torch.Tensor, out: torch.Tensor, layer: LayerTensors) -> int:
+def warm_up(
+    provider: "TritonProvider",
+    call: LayerConsts,
+    page_size: int,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    layer: LayerTensors,
+) -> int:
     """Launch every variant of ``layer_steps`` once: q [*, Hq, D] / out [*, Hq, Dv] give the dtypes and strides
     (dummies of 2 rows are made with them), the caches are the layer's own (page 0 read, nothing written).
     Returns how many variants ran (one that fails is logged, not raised: a step that reaches it raises then)."""
@@ -74,15 +89,21 @@ def warm_up(provider: "TritonProvider", call: LayerConsts, page_size: int, q: to
     n = 0
     for step, splits, desc in layer_steps(call, q.device, page_size):
         try:
-            cfg = LaunchConfig(step, call, splits,
-                               tensor_descriptors=provider.tensor_descriptors if desc is None else desc)
+            cfg = LaunchConfig(
+                step, call, splits, tensor_descriptors=provider.tensor_descriptors if desc is None else desc
+            )
             if cfg.desc:
                 ensure_scratch_allocator()
             rows = int(step.max_seqlen_q)
             TritonLaunch(provider, step, call, cfg, None)._execute(qd[:rows], k_cache, v_cache, od[:rows], layer)
             n += 1
         except Exception as e:  # noqa: BLE001 - a variant that cannot compile here fails again if a step reaches it
-            logger.warning("vllm-xpu-attn: warm-up could not launch the %s variant (split count %s) of a layer kind: "
-                           "%s: %s; a step that needs it will raise the same error", "decode" if step.max_seqlen_q == 1
-                           else "prefill", splits, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+            logger.warning(
+                "vllm-xpu-attn: warm-up could not launch the %s variant (split count %s) of a layer kind: "
+                "%s: %s; a step that needs it will raise the same error",
+                "decode" if step.max_seqlen_q == 1 else "prefill",
+                splits,
+                type(e).__name__,
+                str(e).splitlines()[0][:200] if str(e) else "",
+            )
     return n

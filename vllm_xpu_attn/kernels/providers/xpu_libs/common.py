@@ -8,8 +8,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ...api import KernelProvider, PagedLaunch
-from ...api import FP8_DTYPES, PagedStep
+from ...api import FP8_DTYPES, KernelProvider, PagedLaunch, PagedStep
 
 
 def try_import(module: str) -> tuple[Optional[object], Optional[str]]:
@@ -68,8 +67,10 @@ def per_tensor_scale(name: str, t: Optional[torch.Tensor], device: torch.device)
     if t is None:
         return unit_scale(device)
     if t.numel() != 1:
-        raise ValueError(f"{name}: this vendor kernel takes a per-tensor FP8 scale, got shape {list(t.shape)}; "
-                         "use the triton or reference provider for per-head descales")
+        raise ValueError(
+            f"{name}: this vendor kernel takes a per-tensor FP8 scale, got shape {list(t.shape)}; "
+            "use the triton or reference provider for per-head descales"
+        )
     return t.reshape(1).float()
 
 
@@ -128,8 +129,17 @@ def compare(got: torch.Tensor, want: torch.Tensor, what: str, atol: float = 3e-2
     return None
 
 
-def tiny_paged_case(device, page_size: int, q_lens: list[int], k_lens: list[int], head_dim: int = 64,
-                    dtype=torch.bfloat16, hq: int = 2, hkv: int = 1, seed: int = 0):
+def tiny_paged_case(
+    device,
+    page_size: int,
+    q_lens: list[int],
+    k_lens: list[int],
+    head_dim: int = 64,
+    dtype=torch.bfloat16,
+    hq: int = 2,
+    hkv: int = 1,
+    seed: int = 0,
+):
     """A small paged layout for probes: (q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, max_q)."""
     g = torch.Generator().manual_seed(seed)
     pages = [-(-k // page_size) for k in k_lens]
@@ -139,7 +149,7 @@ def tiny_paged_case(device, page_size: int, q_lens: list[int], k_lens: list[int]
     perm = torch.randperm(n_pages, generator=g)
     used = 0
     for b, n in enumerate(pages):
-        table[b, :n] = perm[used:used + n].to(torch.int32)
+        table[b, :n] = perm[used : used + n].to(torch.int32)
         used += n
     q = (torch.randn(sum(q_lens), hq, head_dim, generator=g) * 3).to(dtype)
     kc = torch.randn(n_pages, page_size, hkv, head_dim, generator=g).to(dtype)
@@ -158,10 +168,18 @@ def empty_result(q: torch.Tensor, out: torch.Tensor, lse: bool):
 def int32_contiguous(step: PagedStep) -> PagedStep:
     """The step's index tensors as int32 and contiguous, as the vendor kernels read them (row index x
     width; sgl-kernel-xpu mainloop.hpp:278, vllm-xpu-kernels flash_attn_interface). No-ops when they are."""
+
     def fix(t):
         return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
-    return PagedStep(fix(step.cu_seqlens_q), fix(step.cache_seqlens), fix(step.page_table), step.max_seqlen_q,
-                    step.max_seqlen_k, step.page_size)
+
+    return PagedStep(
+        fix(step.cu_seqlens_q),
+        fix(step.cache_seqlens),
+        fix(step.page_table),
+        step.max_seqlen_q,
+        step.max_seqlen_k,
+        step.page_size,
+    )
 
 
 class XpuLibProvider(KernelProvider):

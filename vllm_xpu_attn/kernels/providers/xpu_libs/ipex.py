@@ -24,12 +24,12 @@ from typing import Optional
 
 import torch
 
-from ...api import Feature, KernelRequest, Phase
-from ...api import write_kv_torch
+from ...api import Feature, KernelRequest, Phase, write_kv_torch
 from .common import XpuLibProvider, empty_result, try_import
 
 MODULE = "intel_extension_for_pytorch"
-# decode on BMG (not PVC) with Hkv * 8 >= Hq: query heads per KV head in {1,2,4,5,7,8} (fmha_forward_kernel.cpp.in:106-115)
+# decode on BMG (not PVC) with Hkv * 8 >= Hq: query heads per KV head in {1,2,4,5,7,8}
+# (fmha_forward_kernel.cpp.in:106-115)
 GQA_DECODE = (1, 2, 4, 5, 7, 8)
 
 
@@ -85,15 +85,30 @@ class IpexProvider(XpuLibProvider):
         if layer.tensors or call.return_lse:
             raise ValueError("ipex provider: no sinks, ALiBi, LSE or FP8 (the registry should not route here)")
         scale = call.softmax_scale if call.softmax_scale is not None else q.shape[-1] ** -0.5
-        dst = out if out.is_contiguous() else torch.empty(
-            q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype, device=q.device)
+        dst = (
+            out
+            if out.is_contiguous()
+            else torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype, device=q.device)
+        )
         cu_k = torch.nn.functional.pad(torch.cumsum(step.cache_seqlens, 0, dtype=torch.int32), (1, 0))  # on device
         left, right = int(call.window[0]), int(call.window[1])
         self._paged().flash_attn_varlen_func(
-            dst, q.contiguous(), k_cache, v_cache, step.cu_seqlens_q, cu_k,
-            int(step.max_seqlen_q), int(step.page_table.shape[1] * k_cache.shape[1]), scale, call.causal,
-            step.page_table, None, window_size_left=left,
-            window_size_right=0 if call.causal and right != -1 else right, softcap=float(call.softcap) if call.softcap > 0 else -1.0)
+            dst,
+            q.contiguous(),
+            k_cache,
+            v_cache,
+            step.cu_seqlens_q,
+            cu_k,
+            int(step.max_seqlen_q),
+            int(step.page_table.shape[1] * k_cache.shape[1]),
+            scale,
+            call.causal,
+            step.page_table,
+            None,
+            window_size_left=left,
+            window_size_right=0 if call.causal and right != -1 else right,
+            softcap=float(call.softcap) if call.softcap > 0 else -1.0,
+        )
         if dst is not out:  # the vendor op writes a contiguous output only
             out.copy_(dst)
         return out

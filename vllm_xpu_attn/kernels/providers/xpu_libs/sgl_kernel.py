@@ -27,11 +27,21 @@ from typing import Optional
 import torch
 
 from .... import env
-from ...api import Feature, KernelRequest, Phase
-from ...api import FP8_DTYPES
-from ...api import write_kv_torch
-from .common import (XpuLibProvider, empty_result, Probes, compare, fa3_window, is_fp8, module_version, next_pow2,
-                     per_tensor_scale, require, tiny_paged_case, try_import)
+from ...api import FP8_DTYPES, Feature, KernelRequest, Phase, write_kv_torch
+from .common import (
+    Probes,
+    XpuLibProvider,
+    compare,
+    empty_result,
+    fa3_window,
+    is_fp8,
+    module_version,
+    next_pow2,
+    per_tensor_scale,
+    require,
+    tiny_paged_case,
+    try_import,
+)
 
 PACKAGE = "sgl_kernel"
 MODULE = "sgl_kernel.flash_attn"
@@ -78,8 +88,14 @@ class SglKernelProvider(XpuLibProvider):
 
     def softcap_reason(self) -> Optional[str]:
         why = self.probes.why_not("softcap", lambda: self._vs_reference(64, [1], [40], False, causal=True, softcap=2.0))
-        return None if why is None else (f"this sgl-kernel build does not apply softcap (probe: {why}; "
-                                         "builds before PR #491 store it without applying it)")
+        return (
+            None
+            if why is None
+            else (
+                f"this sgl-kernel build does not apply softcap (probe: {why}; "
+                "builds before PR #491 store it without applying it)"
+            )
+        )
 
     def lse_reason(self) -> Optional[str]:
         def run():
@@ -90,8 +106,14 @@ class SglKernelProvider(XpuLibProvider):
             return None
 
         why = self.probes.why_not("lse", run)
-        return None if why is None else (f"this sgl-kernel build does not return a correct LSE (probe: {why}; "
-                                         "builds before PRs #330/#487 never write it)")
+        return (
+            None
+            if why is None
+            else (
+                f"this sgl-kernel build does not return a correct LSE (probe: {why}; "
+                "builds before PRs #330/#487 never write it)"
+            )
+        )
 
     def page_size_1_reason(self) -> Optional[str]:
         why = self.probes.why_not("page1", lambda: self._vs_reference(1, [1, 1], [5, 9], False, causal=True))
@@ -112,8 +134,9 @@ class SglKernelProvider(XpuLibProvider):
     def not_supported_reasons(self, req: KernelRequest) -> list[str]:
         if req.mla:  # the FA3 kernels have no latent layout: one reason, not every declaration an MLA shape misses
             why = self.unavailable_reason()
-            return ([why] if why else []) + ["MLA latent attention is not the FA3 API's (sgl_kernel_mla serves "
-                                             "its decode)"]
+            return ([why] if why else []) + [
+                "MLA latent attention is not the FA3 API's (sgl_kernel_mla serves its decode)"
+            ]
         return super().not_supported_reasons(req)
 
     def extra_reasons(self, req: KernelRequest) -> list[str]:
@@ -143,8 +166,9 @@ class SglKernelProvider(XpuLibProvider):
     # ---- the contract -----------------------------------------------------------------
     def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):
         if call.mla:
-            raise ValueError("sgl_kernel flash_attn has no MLA (latent) layout; the sgl_kernel_mla provider runs "
-                             "flash_mla_decode")
+            raise ValueError(
+                "sgl_kernel flash_attn has no MLA (latent) layout; the sgl_kernel_mla provider runs flash_mla_decode"
+            )
         sinks, k_descale, v_descale = layer.sinks, layer.k_descale, layer.v_descale
         if layer.alibi_slopes is not None:
             raise ValueError("sgl_kernel flash_attn has no ALiBi parameter; the registry should not route ALiBi here")
@@ -155,21 +179,46 @@ class SglKernelProvider(XpuLibProvider):
         if q.shape[0] == 0:  # no query: nothing to launch (vendor kernels are not checked on empty grids)
             return empty_result(q, out, call.return_lse)
         res = self._module().flash_attn_with_kvcache(
-            q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=step.cache_seqlens,
-            page_table=step.page_table, cu_seqlens_q=step.cu_seqlens_q,
-            max_seqlen_q=int(step.max_seqlen_q), softmax_scale=call.softmax_scale, causal=call.causal,
-            window_size=fa3_window(call.window, call.causal), softcap=float(call.softcap),
-            sinks=sinks.to(q.dtype) if sinks is not None else None, k_descale=kd, v_descale=vd,
-            return_softmax_lse=call.return_lse, out=out,
+            q=q,
+            k_cache=k_cache,
+            v_cache=v_cache,
+            cache_seqlens=step.cache_seqlens,
+            page_table=step.page_table,
+            cu_seqlens_q=step.cu_seqlens_q,
+            max_seqlen_q=int(step.max_seqlen_q),
+            softmax_scale=call.softmax_scale,
+            causal=call.causal,
+            window_size=fa3_window(call.window, call.causal),
+            softcap=float(call.softcap),
+            sinks=sinks.to(q.dtype) if sinks is not None else None,
+            k_descale=kd,
+            v_descale=vd,
+            return_softmax_lse=call.return_lse,
+            out=out,
         )
         o = res[0] if call.return_lse else res  # main 9cf16bf9 returns (out, lse, *rest), PR #330 (out, lse)
         if o.data_ptr() != out.data_ptr():  # a build that ignores out= (one place)
             out.copy_(o)
         return (out, res[1]) if call.return_lse else out
 
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
-                               alibi_slopes=None, return_softmax_lse=False, out=None):
+    def flash_attn_varlen_func(
+        self,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        softcap=0.0,
+        sinks=None,
+        alibi_slopes=None,
+        return_softmax_lse=False,
+        out=None,
+    ):
         # non-paged path (mha_fwd_nopage): no sinks (nopage kernels), no LSE (never written), no out= (py:301-324)
         if sinks is not None or alibi_slopes is not None:
             raise ValueError("sgl_kernel flash_attn_varlen_func takes neither sinks nor ALiBi")
@@ -178,9 +227,18 @@ class SglKernelProvider(XpuLibProvider):
         if softcap > 0 and self.softcap_reason():
             raise ValueError(self.softcap_reason())
         o = self._module().flash_attn_varlen_func(
-            q, k, v, cu_seqlens_q.to(torch.int32).contiguous(), cu_seqlens_k.to(torch.int32).contiguous(),
-            int(max_seqlen_q), int(max_seqlen_k), softmax_scale=softmax_scale, causal=causal,
-            window_size=fa3_window(window_size, causal), softcap=float(softcap))
+            q,
+            k,
+            v,
+            cu_seqlens_q.to(torch.int32).contiguous(),
+            cu_seqlens_k.to(torch.int32).contiguous(),
+            int(max_seqlen_q),
+            int(max_seqlen_k),
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=fa3_window(window_size, causal),
+            softcap=float(softcap),
+        )
         if out is not None:
             out.copy_(o)
             o = out
@@ -188,8 +246,9 @@ class SglKernelProvider(XpuLibProvider):
 
     def merge_state(self, o_a, lse_a, o_b, lse_b, sinks=None):
         # sgl_kernel.merge_state_v2 takes contiguous lse [T, H] (merge_states.cpp:92-93, 340-345); ours are [H, T]
-        o, lse = require(PACKAGE).merge_state_v2(o_a.contiguous(), lse_a.T.contiguous(), o_b.contiguous(),
-                                                 lse_b.T.contiguous())
+        o, lse = require(PACKAGE).merge_state_v2(
+            o_a.contiguous(), lse_a.T.contiguous(), o_b.contiguous(), lse_b.T.contiguous()
+        )
         lse = lse.T
         if sinks is not None:  # merge_state_v2 has no sink: the sink's share of the denominator, here
             with_sink = torch.logaddexp(lse, sinks.float()[:, None].expand_as(lse))

@@ -16,9 +16,18 @@ from typing import ClassVar, Optional
 
 import torch
 
-from ...api import Feature, KernelRequest, PagedLaunch, Phase, dtype_name
-from ...api import NO_LAYER_TENSORS, PagedStep, LayerTensors, LayerConsts
-from ...api import write_kv_torch
+from ...api import (
+    NO_LAYER_TENSORS,
+    Feature,
+    KernelRequest,
+    LayerConsts,
+    LayerTensors,
+    PagedLaunch,
+    PagedStep,
+    Phase,
+    dtype_name,
+    write_kv_torch,
+)
 from .common import XpuLibProvider, int32_contiguous, module_version, require, try_import
 from .sgl_kernel import PACKAGE
 
@@ -57,8 +66,14 @@ class SglMlaLaunch(PagedLaunch):
 
     __slots__ = ("workspace", "num_kv_splits")
 
-    def __init__(self, provider: SglKernelMlaProvider, step: PagedStep, call: LayerConsts,
-                 workspace: Optional[torch.Tensor], num_kv_splits: int):
+    def __init__(
+        self,
+        provider: SglKernelMlaProvider,
+        step: PagedStep,
+        call: LayerConsts,
+        workspace: Optional[torch.Tensor],
+        num_kv_splits: int,
+    ):
         super().__init__(provider, step, call)
         self.workspace = workspace
         self.num_kv_splits = num_kv_splits
@@ -94,14 +109,15 @@ class SglKernelMlaProvider(XpuLibProvider):
             if why is None:
                 missing = [f for f in FUNCS if not callable(getattr(mod, f, None))]
                 if missing:
-                    why = (f"this sgl_kernel has no {', '.join(missing)} "
-                           "(sgl-kernel-xpu python/sgl_kernel/attention.py)")
+                    why = f"this sgl_kernel has no {', '.join(missing)} (sgl-kernel-xpu python/sgl_kernel/attention.py)"
                 else:
                     missing = [f for f in FUNCS if not hasattr(torch.ops.sgl_kernel, f)]
                     if missing:
-                        why = (f"this sgl-kernel build has no torch.ops.sgl_kernel.{missing[0]}: built without "
-                               "USE_MLA (src/torch_extension_sycl.cc:361-390 registers the MLA ops only "
-                               "#ifdef USE_MLA)")
+                        why = (
+                            f"this sgl-kernel build has no torch.ops.sgl_kernel.{missing[0]}: built without "
+                            "USE_MLA (src/torch_extension_sycl.cc:361-390 registers the MLA ops only "
+                            "#ifdef USE_MLA)"
+                        )
             self._why = (why,)
         return self._why[0]
 
@@ -120,11 +136,15 @@ class SglKernelMlaProvider(XpuLibProvider):
         """Why q of ``dtype`` over a latent cache of ``kv_dtype`` cannot run (att:103-107)."""
         lim, r = self.limits, []
         if dtype not in lim.dtypes:
-            r.append(f"MLA: dtype {dtype_name(dtype)} not {'/'.join(dtype_name(d) for d in lim.dtypes)} "
-                     "(attention.py:103-106)")
+            r.append(
+                f"MLA: dtype {dtype_name(dtype)} not {'/'.join(dtype_name(d) for d in lim.dtypes)} "
+                "(attention.py:103-106)"
+            )
         if kv_dtype != dtype:
-            r.append(f"MLA: latent cache {dtype_name(kv_dtype)} must be q's dtype {dtype_name(dtype)}, no FP8 latent "
-                     "(attention.py:107)")
+            r.append(
+                f"MLA: latent cache {dtype_name(kv_dtype)} must be q's dtype {dtype_name(dtype)}, no FP8 latent "
+                "(attention.py:107)"
+            )
         return r
 
     def call_reasons(self, call: LayerConsts, page_size: int, phase: Phase) -> list[str]:
@@ -134,29 +154,41 @@ class SglKernelMlaProvider(XpuLibProvider):
             return [NOT_MLA]
         lim, r = self.limits, []
         if (call.head_dim, call.v_head_dim, call.num_kv_heads) != (lim.head_dim, lim.kv_lora_rank, lim.num_kv_heads):
-            r.append(f"MLA: only kv_lora_rank {lim.kv_lora_rank} + rope {lim.rope_dim} over {lim.num_kv_heads} latent "
-                     f"head (attention.py:77-81); got D={call.head_dim}, Dv={call.v_head_dim}, Hkv={call.num_kv_heads}")
+            r.append(
+                f"MLA: only kv_lora_rank {lim.kv_lora_rank} + rope {lim.rope_dim} over {lim.num_kv_heads} latent "
+                f"head (attention.py:77-81); got D={call.head_dim}, Dv={call.v_head_dim}, Hkv={call.num_kv_heads}"
+            )
         if call.num_q_heads > lim.max_q_heads:
             r.append(f"MLA: {call.num_q_heads} heads > {lim.max_q_heads} (attention.py:83-84)")
         if page_size not in lim.page_sizes:
             r.append(f"MLA: page size {page_size} not in {list(lim.page_sizes)} (mla_decode.cpp:162-166)")
         if phase != Phase.DECODE:
-            r.append(f"MLA: decode phase only (max_seqlen_q <= {lim.max_seqlen_q}: one query per request, "
-                     f"attention.py:97-99; flash_mla_prefill not wrapped), got phase {Phase(phase).value}")
-        wanted = ((Feature.LSE, call.return_lse, "flash_mla_decode returns no LSE"),
-                  (Feature.BATCH_INVARIANT, call.batch_invariant,
-                   "no batch-invariant mode (split-KV count depends on the batch, mla_decode.cpp:60-93)"),
-                  (Feature.WINDOW, call.window != (-1, -1), "no window in flash_mla_decode"),
-                  (Feature.SOFTCAP, call.softcap > 0, "no softcap in flash_mla_decode"),
-                  (Feature.NON_CAUSAL, not call.causal, "no non-causal in flash_mla_decode"))
+            r.append(
+                f"MLA: decode phase only (max_seqlen_q <= {lim.max_seqlen_q}: one query per request, "
+                f"attention.py:97-99; flash_mla_prefill not wrapped), got phase {Phase(phase).value}"
+            )
+        wanted = (
+            (Feature.LSE, call.return_lse, "flash_mla_decode returns no LSE"),
+            (
+                Feature.BATCH_INVARIANT,
+                call.batch_invariant,
+                "no batch-invariant mode (split-KV count depends on the batch, mla_decode.cpp:60-93)",
+            ),
+            (Feature.WINDOW, call.window != (-1, -1), "no window in flash_mla_decode"),
+            (Feature.SOFTCAP, call.softcap > 0, "no softcap in flash_mla_decode"),
+            (Feature.NON_CAUSAL, not call.causal, "no non-causal in flash_mla_decode"),
+        )
         r += [f"MLA: {why}" for feat, on, why in wanted if on and feat not in lim.features]
         return r
 
     def layer_reasons(self, has_sinks: bool, has_alibi: bool) -> list[str]:
         """Why a layer's sinks or ALiBi slopes cannot be passed (FP8 descales go with the FP8 latent it refuses)."""
         wanted = ((Feature.SINKS, has_sinks, "sinks"), (Feature.ALIBI, has_alibi, "ALiBi"))
-        return [f"MLA: no {what} in flash_mla_decode" for feat, on, what in wanted
-                if on and feat not in self.limits.features]
+        return [
+            f"MLA: no {what} in flash_mla_decode"
+            for feat, on, what in wanted
+            if on and feat not in self.limits.features
+        ]
 
     def not_supported_reasons(self, req: KernelRequest) -> list[str]:
         # the declarations are the limit table's; its own reasons say more than the generic ones (the source line)
@@ -168,13 +200,25 @@ class SglKernelMlaProvider(XpuLibProvider):
             r.append(f"device {req.device_type!r} not in {sorted(self.devices)}")
         if not req.mla:
             return r + [NOT_MLA]
-        call = LayerConsts(num_q_heads=req.num_q_heads, num_kv_heads=req.num_kv_heads, head_dim=req.head_dim,
-                         v_head_dim=req.v_head_dim or req.head_dim, softmax_scale=1.0, causal=req.causal,
-                         window=req.window, softcap=req.softcap, return_lse=req.return_lse,
-                         batch_invariant=req.batch_invariant, mla=True)
-        return (r + self.dtype_reasons(req.dtype, req.kv_dtype)
-                + self.call_reasons(call, req.page_size, Phase(req.phase))
-                + self.layer_reasons(req.has_sinks, req.has_alibi))
+        call = LayerConsts(
+            num_q_heads=req.num_q_heads,
+            num_kv_heads=req.num_kv_heads,
+            head_dim=req.head_dim,
+            v_head_dim=req.v_head_dim or req.head_dim,
+            softmax_scale=1.0,
+            causal=req.causal,
+            window=req.window,
+            softcap=req.softcap,
+            return_lse=req.return_lse,
+            batch_invariant=req.batch_invariant,
+            mla=True,
+        )
+        return (
+            r
+            + self.dtype_reasons(req.dtype, req.kv_dtype)
+            + self.call_reasons(call, req.page_size, Phase(req.phase))
+            + self.layer_reasons(req.has_sinks, req.has_alibi)
+        )
 
     # ---- per step: the padded table, int32 lengths, the provider's workspace -----------------------
     def workspace(self, device: torch.device, nbytes: int) -> torch.Tensor:
@@ -193,8 +237,10 @@ class SglKernelMlaProvider(XpuLibProvider):
         phase = Phase.DECODE if int(step.max_seqlen_q) <= self.limits.max_seqlen_q else Phase.PREFILL
         bad = self.call_reasons(call, step.page_size, phase)
         if bad:
-            raise ValueError("sgl_kernel flash_mla_decode cannot run this call (the registry should not have "
-                             "chosen it): " + "; ".join(bad))
+            raise ValueError(
+                "sgl_kernel flash_mla_decode cannot run this call (the registry should not have "
+                "chosen it): " + "; ".join(bad)
+            )
         step = int32_contiguous(step)
         table = step.page_table
         batch, width = table.shape
@@ -210,14 +256,24 @@ class SglKernelMlaProvider(XpuLibProvider):
         if batch:
             # host ints only; the same (B, H, page * width, page) the kernel derives its split count from
             # (mla_decode.cpp:168-172 vs :194-201), so the size is exact for the split count it picks
-            nbytes = int(self._module().flash_mla_get_workspace_size(
-                padded * page, batch, call.num_q_heads, page, self.num_kv_splits))
+            nbytes = int(
+                self._module().flash_mla_get_workspace_size(
+                    padded * page, batch, call.num_q_heads, page, self.num_kv_splits
+                )
+            )
             workspace = self.workspace(table.device, nbytes)
         return SglMlaLaunch(self, step, call, workspace, self.num_kv_splits)
 
     # ---- per layer -------------------------------------------------------------------------------
-    def _run_mla(self, launch: SglMlaLaunch, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 out: torch.Tensor, layer: LayerTensors) -> torch.Tensor:
+    def _run_mla(
+        self,
+        launch: SglMlaLaunch,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        out: torch.Tensor,
+        layer: LayerTensors,
+    ) -> torch.Tensor:
         step, call, lim = launch.step, launch.call, self.limits
         bad = self.layer_reasons(layer.sinks is not None, layer.alibi_slopes is not None)
         bad += self.dtype_reasons(q.dtype, k_cache.dtype)
@@ -226,23 +282,37 @@ class SglKernelMlaProvider(XpuLibProvider):
         if bad:
             raise ValueError("sgl_kernel flash_mla_decode: " + "; ".join(bad))
         if v_cache.data_ptr() != k_cache.data_ptr() or v_cache.shape[-1] != lim.kv_lora_rank:
-            raise ValueError(f"sgl_kernel flash_mla_decode: v_cache must be the first {lim.kv_lora_rank} columns of "
-                             "the latent cache k_cache (one cache; the kernel reads V from it, "
-                             "mla_decode_types.hpp:281-285)")
+            raise ValueError(
+                f"sgl_kernel flash_mla_decode: v_cache must be the first {lim.kv_lora_rank} columns of "
+                "the latent cache k_cache (one cache; the kernel reads V from it, "
+                "mla_decode_types.hpp:281-285)"
+            )
         if not k_cache.is_contiguous():
-            raise ValueError("sgl_kernel flash_mla_decode needs the whole contiguous latent cache [pages, page, 1, "
-                             f"{lim.head_dim}] (CHECK_INPUT, mla_decode.cpp:148); got a strided one")
+            raise ValueError(
+                "sgl_kernel flash_mla_decode needs the whole contiguous latent cache [pages, page, 1, "
+                f"{lim.head_dim}] (CHECK_INPUT, mla_decode.cpp:148); got a strided one"
+            )
         total_q, batch = q.shape[0], step.page_table.shape[0]
         if total_q == 0 or batch == 0:
             return out
         if total_q != batch:
-            raise ValueError(f"sgl_kernel flash_mla_decode: one query per request, got {total_q} queries for "
-                             f"{batch} requests (attention.py:97-99)")
-        q_nope = q[..., :lim.kv_lora_rank].contiguous()
-        q_pe = q[..., lim.kv_lora_rank:].contiguous()
+            raise ValueError(
+                f"sgl_kernel flash_mla_decode: one query per request, got {total_q} queries for "
+                f"{batch} requests (attention.py:97-99)"
+            )
+        q_nope = q[..., : lim.kv_lora_rank].contiguous()
+        q_pe = q[..., lim.kv_lora_rank :].contiguous()
         kv = k_cache.view(-1, step.page_size, lim.head_dim)  # [pages, page, 576] (attention.py:75)
-        o = self._module().flash_mla_decode(q_nope, q_pe, kv, step.cache_seqlens, step.page_table,
-                                            launch.workspace, float(call.softmax_scale), launch.num_kv_splits)
+        o = self._module().flash_mla_decode(
+            q_nope,
+            q_pe,
+            kv,
+            step.cache_seqlens,
+            step.page_table,
+            launch.workspace,
+            float(call.softmax_scale),
+            launch.num_kv_splits,
+        )
         out.copy_(o)  # no out= in the vendor API (attention.py:115-119): the one copy, here
         return out
 

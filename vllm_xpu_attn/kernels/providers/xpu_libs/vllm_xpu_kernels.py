@@ -21,10 +21,17 @@ from typing import Optional
 import torch
 
 from .... import env
-from ...api import Feature, KernelRequest, Phase
-from ...api import FP8_DTYPES
-from ...api import write_kv_torch
-from .common import XpuLibProvider, empty_result, dist_version, fa3_window, is_fp8, own_storage, per_tensor_scale, try_import
+from ...api import FP8_DTYPES, Feature, KernelRequest, Phase, write_kv_torch
+from .common import (
+    XpuLibProvider,
+    dist_version,
+    empty_result,
+    fa3_window,
+    is_fp8,
+    own_storage,
+    per_tensor_scale,
+    try_import,
+)
 
 MODULE = "vllm_xpu_kernels.flash_attn_interface"
 DIST = "vllm-xpu-kernels"
@@ -35,26 +42,69 @@ ENV_TRUST = env.TRUST_VLLM_XPU_KERNELS  # =1: take an unknown version's kernel s
 # causal false (decode always runs non-causal, flash_api.cpp:320). Chunk prefill (paged):
 # (head bucket, causal, local, sink) with lse false.
 _DECODE_0_1_16_2 = {
-    (8, 64, 16, False, False), (8, 64, 64, False, False), (8, 64, 64, False, True), (8, 64, 64, True, False),
-    (8, 64, 64, True, True), (8, 96, 16, True, False), (8, 96, 64, False, False), (8, 96, 64, True, False),
-    (8, 128, 16, False, False), (8, 128, 16, True, False), (8, 128, 32, False, False), (8, 128, 64, False, False),
-    (8, 128, 64, False, True), (8, 128, 64, True, False), (8, 192, 64, False, False), (8, 256, 32, True, False),
-    (8, 256, 64, False, False), (8, 256, 64, True, False), (8, 512, 32, False, False), (8, 512, 64, False, False),
-    (16, 64, 16, False, False), (16, 64, 32, False, False), (16, 64, 64, False, False), (16, 128, 16, False, False),
-    (16, 128, 16, True, False), (16, 128, 64, False, False), (16, 128, 64, True, False), (16, 256, 64, False, False),
+    (8, 64, 16, False, False),
+    (8, 64, 64, False, False),
+    (8, 64, 64, False, True),
+    (8, 64, 64, True, False),
+    (8, 64, 64, True, True),
+    (8, 96, 16, True, False),
+    (8, 96, 64, False, False),
+    (8, 96, 64, True, False),
+    (8, 128, 16, False, False),
+    (8, 128, 16, True, False),
+    (8, 128, 32, False, False),
+    (8, 128, 64, False, False),
+    (8, 128, 64, False, True),
+    (8, 128, 64, True, False),
+    (8, 192, 64, False, False),
+    (8, 256, 32, True, False),
+    (8, 256, 64, False, False),
+    (8, 256, 64, True, False),
+    (8, 512, 32, False, False),
+    (8, 512, 64, False, False),
+    (16, 64, 16, False, False),
+    (16, 64, 32, False, False),
+    (16, 64, 64, False, False),
+    (16, 128, 16, False, False),
+    (16, 128, 16, True, False),
+    (16, 128, 64, False, False),
+    (16, 128, 64, True, False),
+    (16, 256, 64, False, False),
 }
 _CHUNK_PAGED_0_1_16_2 = {
-    (64, False, False, False), (64, False, True, False), (64, False, False, True), (64, False, True, True),
-    (64, True, False, False), (64, True, True, False), (64, True, False, True), (64, True, True, True),
-    (96, False, True, False), (96, True, False, False),
-    (128, False, False, False), (128, False, True, False), (128, False, False, True), (128, False, True, True),
-    (128, True, False, False), (128, True, True, False), (128, True, False, True), (128, True, True, True),
-    (192, True, False, False), (256, False, True, False), (256, True, False, False), (512, True, False, False),
+    (64, False, False, False),
+    (64, False, True, False),
+    (64, False, False, True),
+    (64, False, True, True),
+    (64, True, False, False),
+    (64, True, True, False),
+    (64, True, False, True),
+    (64, True, True, True),
+    (96, False, True, False),
+    (96, True, False, False),
+    (128, False, False, False),
+    (128, False, True, False),
+    (128, False, False, True),
+    (128, False, True, True),
+    (128, True, False, False),
+    (128, True, True, False),
+    (128, True, False, True),
+    (128, True, True, True),
+    (192, True, False, False),
+    (256, False, True, False),
+    (256, True, False, False),
+    (512, True, False, False),
 }
 # Non-paged chunk prefill (encoder self-attention): (head bucket, causal, local, sink), lse false
 _CHUNK_VARLEN_0_1_16_2 = {
-    (64, False, False, False), (64, True, False, False), (96, False, False, False), (128, False, False, False),
-    (128, True, False, False), (192, True, False, False), (256, False, False, False), (256, True, False, False),
+    (64, False, False, False),
+    (64, True, False, False),
+    (96, False, False, False),
+    (128, False, False, False),
+    (128, True, False, False),
+    (192, True, False, False),
+    (256, False, False, False),
+    (256, True, False, False),
 }
 KNOWN_BUILDS = {"0.1.16.2": (_DECODE_0_1_16_2, _CHUNK_PAGED_0_1_16_2, _CHUNK_VARLEN_0_1_16_2)}
 HEAD_BUCKETS = (64, 96, 128, 192, 256, 512)  # exact sizes only: other sizes' bucketing is not verifiable
@@ -68,7 +118,8 @@ def _refuse_fallback(*args, **kwargs):
     raise RuntimeError(
         "vllm-xpu-kernels has no compiled kernel for this configuration and would fall back to its PyTorch "
         "reference (host syncs, no graph capture); vllm-xpu-attn refuses that. The configuration should have been "
-        "refused at start-up: please report it.")
+        "refused at start-up: please report it."
+    )
 
 
 class VllmXpuKernelsProvider(XpuLibProvider):
@@ -78,7 +129,9 @@ class VllmXpuKernelsProvider(XpuLibProvider):
     dtypes = frozenset({torch.float16, torch.bfloat16})
     kv_dtypes = frozenset({torch.float16, torch.bfloat16, *FP8_DTYPES})
     head_dims = frozenset(HEAD_BUCKETS)
-    features = frozenset({Feature.WINDOW, Feature.SINKS, Feature.NON_CAUSAL})  # no softcap/ALiBi (never applied), no LSE
+    features = frozenset(
+        {Feature.WINDOW, Feature.SINKS, Feature.NON_CAUSAL}
+    )  # no softcap/ALiBi (never applied), no LSE
 
     def version(self) -> Optional[str]:
         return dist_version(DIST)
@@ -97,9 +150,11 @@ class VllmXpuKernelsProvider(XpuLibProvider):
         if why:
             return why
         if self.kernel_set() is None:
-            return (f"vllm-xpu-kernels {self.version()}: its compiled kernel set is known for "
-                    f"{sorted(KNOWN_BUILDS)} only (anything else falls back to a host-syncing PyTorch path); "
-                    f"set {ENV_TRUST}=1 to assume 0.1.16.2's set")
+            return (
+                f"vllm-xpu-kernels {self.version()}: its compiled kernel set is known for "
+                f"{sorted(KNOWN_BUILDS)} only (anything else falls back to a host-syncing PyTorch path); "
+                f"set {ENV_TRUST}=1 to assume 0.1.16.2's set"
+            )
         if getattr(mod, "_fallback_varlen_attn", None) is not _refuse_fallback:
             mod._fallback_varlen_attn = _refuse_fallback  # never fall back silently (W:640 calls it by name)
         return None
@@ -119,17 +174,23 @@ class VllmXpuKernelsProvider(XpuLibProvider):
         # a mixed (or uniform spec-decode) batch runs its one-token rows through the decode kernel, so
         # every phase needs the decode tuple; rows with more queries need the chunk-prefill tuple
         if d_key not in decode:
-            r.append(f"paged decode kernel (qgroup {d_key[0]}, head {req.head_dim}, tile {d_key[2]}, "
-                     f"local={local}, sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
+            r.append(
+                f"paged decode kernel (qgroup {d_key[0]}, head {req.head_dim}, tile {d_key[2]}, "
+                f"local={local}, sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}"
+            )
         if req.phase != Phase.DECODE:
             causal = req.causal and not local  # causal + window runs as local non-causal (fmha_xe2.cpp:117-124)
             if (req.head_dim, causal, local, req.has_sinks) not in chunk:
-                r.append(f"chunk-prefill kernel (head {req.head_dim}, causal={causal}, local={local}, "
-                         f"sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
+                r.append(
+                    f"chunk-prefill kernel (head {req.head_dim}, causal={causal}, local={local}, "
+                    f"sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}"
+                )
             if not req.causal and (req.head_dim, False, local, req.has_sinks) not in varlen:
                 # bidirectional layers may also run unpaged (encoder self-attention, flash_attn_varlen_func)
-                r.append(f"non-paged chunk-prefill kernel (head {req.head_dim}, causal=False, local={local}, "
-                         f"sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}")
+                r.append(
+                    f"non-paged chunk-prefill kernel (head {req.head_dim}, causal=False, local={local}, "
+                    f"sink={req.has_sinks}) is not compiled into vllm-xpu-kernels {self.version()}"
+                )
         return r
 
     def _module(self):
@@ -151,25 +212,60 @@ class VllmXpuKernelsProvider(XpuLibProvider):
         max_k = int(step.page_table.shape[1] * k_cache.shape[1])  # an upper bound; a host value, no sync
         sinks = layer.sinks
         res = self._module().flash_attn_varlen_func(
-            q, k_cache, v_cache, int(step.max_seqlen_q), step.cu_seqlens_q, max_k,
-            seqused_k=step.cache_seqlens, softmax_scale=call.softmax_scale, causal=call.causal,
-            window_size=list(fa3_window(call.window, call.causal)), block_table=step.page_table,
-            out=out, k_descale=kd, v_descale=vd, s_aux=sinks.to(q.dtype) if sinks is not None else None,
+            q,
+            k_cache,
+            v_cache,
+            int(step.max_seqlen_q),
+            step.cu_seqlens_q,
+            max_k,
+            seqused_k=step.cache_seqlens,
+            softmax_scale=call.softmax_scale,
+            causal=call.causal,
+            window_size=list(fa3_window(call.window, call.causal)),
+            block_table=step.page_table,
+            out=out,
+            k_descale=kd,
+            v_descale=vd,
+            s_aux=sinks.to(q.dtype) if sinks is not None else None,
         )
         if res is not None and res.data_ptr() != out.data_ptr():  # a build that ignores out= (one place)
             out.copy_(res)
         return out
 
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
-                               alibi_slopes=None, return_softmax_lse=False, out=None):
+    def flash_attn_varlen_func(
+        self,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        softcap=0.0,
+        sinks=None,
+        alibi_slopes=None,
+        return_softmax_lse=False,
+        out=None,
+    ):
         if alibi_slopes is not None or softcap > 0 or return_softmax_lse:
             raise ValueError("vllm_xpu_kernels provider: no ALiBi, softcap or LSE")
         res = self._module().flash_attn_varlen_func(
-            q, k, v, int(max_seqlen_q), cu_seqlens_q.to(torch.int32).contiguous(), int(max_seqlen_k),
-            cu_seqlens_k=cu_seqlens_k.to(torch.int32).contiguous(), softmax_scale=softmax_scale, causal=causal,
-            window_size=list(fa3_window(window_size, causal)), out=out,
-            s_aux=sinks.to(q.dtype) if sinks is not None else None)
+            q,
+            k,
+            v,
+            int(max_seqlen_q),
+            cu_seqlens_q.to(torch.int32).contiguous(),
+            int(max_seqlen_k),
+            cu_seqlens_k=cu_seqlens_k.to(torch.int32).contiguous(),
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=list(fa3_window(window_size, causal)),
+            out=out,
+            s_aux=sinks.to(q.dtype) if sinks is not None else None,
+        )
         if out is None:
             return res
         if res is not None and res.data_ptr() != out.data_ptr():  # a build that ignores out= (one place)
