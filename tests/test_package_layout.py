@@ -154,10 +154,17 @@ def test_usage_docs_list_every_variable():
 
 def _code_lines(path: Path):
     """(line number, normalised text) of lines that carry code: no blanks, comments, docstring-only or import lines,
-    lone punctuation; white space folded (as the duplicates tool reads code)."""
+    lone punctuation, no function signature (the formatter writes a long one a parameter a line: two functions
+    taking the same arguments are not a repeated block); white space folded (as the duplicates tool reads code)."""
     out = []
+    in_signature = False
     for i, raw in enumerate(path.read_text().splitlines(), 1):
         s = " ".join(raw.split())
+        if s.startswith(("def ", "async def ")) and not s.endswith(":"):
+            in_signature = True
+        if in_signature:
+            in_signature = not s.endswith(":")
+            continue
         if not s or s.startswith("#") or re.fullmatch(r"[\[\](){},:;]+", s) or s.startswith(("import ", "from ")):
             continue
         out.append((i, s))
