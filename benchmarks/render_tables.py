@@ -58,6 +58,7 @@ class Records:
 
 # ---------------------------------------------------------------------------------------------- formatting
 
+
 def sci(x: float) -> str:
     """2.44e-4 -> '2.4e-4' (bf16 differences: two significant digits)."""
     mant, exp = f"{x:.1e}".split("e")
@@ -79,8 +80,11 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def link(rel: str, base: str) -> str:
     """A markdown link to repository file ``rel`` from a doc in folder ``base`` ('docs' or '')."""
-    target = Path(rel).relative_to(base) if base and rel.startswith(base + "/") else (
-        Path("..") / rel if base else Path(rel))
+    target = (
+        Path(rel).relative_to(base)
+        if base and rel.startswith(base + "/")
+        else (Path("..") / rel if base else Path(rel))
+    )
     return f"[{rel}]({target.as_posix()})"
 
 
@@ -105,21 +109,42 @@ ATTN = "docs/benchmarks-h200.json"
 
 def _attn_caption(r: Records, base: str) -> str:
     rec = r.json(ATTN)
-    return (f"Path: ours through {ONE_CALL}; each peer through its engine's own call (`benchmarks/peers.py`). "
-            f"Machine: {rec['device']}, torch {rec['torch']}, Triton {rec['triton']}, copy {rec['copy_tbps']:.2f} "
-            f"TB/s in the same run; {when(rec)}. Record: {link(ATTN, base)}.")
+    return (
+        f"Path: ours through {ONE_CALL}; each peer through its engine's own call (`benchmarks/peers.py`). "
+        f"Machine: {rec['device']}, torch {rec['torch']}, Triton {rec['triton']}, copy {rec['copy_tbps']:.2f} "
+        f"TB/s in the same run; {when(rec)}. Record: {link(ATTN, base)}."
+    )
 
 
 def attention_decode(r: Records) -> str:
     """Decode, % of copy bandwidth, ours vs vLLM's / SGLang's Triton kernels and FlexAttention."""
     rec = r.json(ATTN)
-    rows = [[shape(d["batch"], d["context"]), f"**{d['triton_pct_copy']:.1f}** / {d['triton_pct_copy_latency']:.1f}",
-             f"{d['vllm_unified_pct_copy']:.1f}", f"{d['sglang_decode_pct_copy']:.1f}", f"{d['flex_paged_tbps']:.2f}"]
-            for d in rec["decode"]]
-    return (_attn_caption(r, "docs") + "\n\nDecode, % of copy bandwidth (ours: throughput / latency; peers: "
-            "throughput):\n\n" + table(["batch x context", "**ours**", "vLLM Triton unified", "SGLang Triton decode",
-                                         "FlexAttention paged (TB/s, latency)"], rows)
-            + "\n\n" + split_k_note(r, "docs"))
+    rows = [
+        [
+            shape(d["batch"], d["context"]),
+            f"**{d['triton_pct_copy']:.1f}** / {d['triton_pct_copy_latency']:.1f}",
+            f"{d['vllm_unified_pct_copy']:.1f}",
+            f"{d['sglang_decode_pct_copy']:.1f}",
+            f"{d['flex_paged_tbps']:.2f}",
+        ]
+        for d in rec["decode"]
+    ]
+    return (
+        _attn_caption(r, "docs") + "\n\nDecode, % of copy bandwidth (ours: throughput / latency; peers: "
+        "throughput):\n\n"
+        + table(
+            [
+                "batch x context",
+                "**ours**",
+                "vLLM Triton unified",
+                "SGLang Triton decode",
+                "FlexAttention paged (TB/s, latency)",
+            ],
+            rows,
+        )
+        + "\n\n"
+        + split_k_note(r, "docs")
+    )
 
 
 AB_LAYOUT = "docs/h200/ab-layout-kernels.jsonl"
@@ -133,38 +158,64 @@ def _split_k_later(r: Records) -> list[float]:
 
 def split_k_note(r: Records, base: str) -> str:
     """The 8 x 32768 decode figure of the paged-attention record against the later runs of the same shape."""
-    return (f"At 8 x 32768 (split-K) other H200 records measured {rng(_split_k_later(r), lambda x: f'{x:.1f}')} % "
-            f"of copy ({link(AB_LAYOUT, base)}, one-call API; {link(FP8, base)}, launch path): the records disagree "
-            f"at this shape.")
+    return (
+        f"At 8 x 32768 (split-K) other H200 records measured {rng(_split_k_later(r), lambda x: f'{x:.1f}')} % "
+        f"of copy ({link(AB_LAYOUT, base)}, one-call API; {link(FP8, base)}, launch path): the records disagree "
+        f"at this shape."
+    )
 
 
 def attention_prefill(r: Records) -> str:
     """Prefill, TFLOP/s, ours vs vLLM's kernel, FlexAttention and dense SDPA."""
     rec = r.json(ATTN)
     names = {"1x8192 causal": "1 x 8192", "16x512 on 2048 prefix": "16 x 512 on a 2048 prefix"}
-    rows = [[names.get(p["case"], p["case"]),
-             f"**{p['triton_tflops']:.0f}** / {p['triton_tflops_latency']:.0f}", f"{p['vllm_unified_tflops']:.0f}",
-             f"{p['flex_paged_tflops']:.0f}", f"{p['sdpa_cudnn_tflops']:.0f}", f"{p['sdpa_flash_tflops']:.0f}"]
-            for p in rec["prefill"]]
-    return ("Prefill, TFLOP/s (causal, bottom-right aligned; ours: throughput / latency; vLLM: throughput; "
-            "FlexAttention and SDPA: latency):\n\n"
-            + table(["case", "**ours**", "vLLM Triton unified", "FlexAttention paged", "SDPA cuDNN (dense)",
-                     "SDPA flash (dense)"], rows))
+    rows = [
+        [
+            names.get(p["case"], p["case"]),
+            f"**{p['triton_tflops']:.0f}** / {p['triton_tflops_latency']:.0f}",
+            f"{p['vllm_unified_tflops']:.0f}",
+            f"{p['flex_paged_tflops']:.0f}",
+            f"{p['sdpa_cudnn_tflops']:.0f}",
+            f"{p['sdpa_flash_tflops']:.0f}",
+        ]
+        for p in rec["prefill"]
+    ]
+    return (
+        "Prefill, TFLOP/s (causal, bottom-right aligned; ours: throughput / latency; vLLM: throughput; "
+        "FlexAttention and SDPA: latency):\n\n"
+        + table(
+            [
+                "case",
+                "**ours**",
+                "vLLM Triton unified",
+                "FlexAttention paged",
+                "SDPA cuDNN (dense)",
+                "SDPA flash (dense)",
+            ],
+            rows,
+        )
+    )
 
 
 def attention_agreement(r: Records) -> str:
     """Each peer's max |difference| from our output on the same inputs, per phase."""
     rec = r.json(ATTN)
     parts = []
-    for phase, keys in (("decode", ("vllm_unified_max_abs_diff", "sglang_decode_max_abs_diff",
-                                    "flex_paged_max_abs_diff_vs_triton")),
-                        ("prefill", ("vllm_unified_max_abs_diff", "flex_paged_max_abs_diff_vs_triton"))):
-        names = {"vllm_unified_max_abs_diff": "vLLM", "sglang_decode_max_abs_diff": "SGLang",
-                 "flex_paged_max_abs_diff_vs_triton": "FlexAttention"}
+    for phase, keys in (
+        ("decode", ("vllm_unified_max_abs_diff", "sglang_decode_max_abs_diff", "flex_paged_max_abs_diff_vs_triton")),
+        ("prefill", ("vllm_unified_max_abs_diff", "flex_paged_max_abs_diff_vs_triton")),
+    ):
+        names = {
+            "vllm_unified_max_abs_diff": "vLLM",
+            "sglang_decode_max_abs_diff": "SGLang",
+            "flex_paged_max_abs_diff_vs_triton": "FlexAttention",
+        }
         vals = [f"{names[k]} {rng([row[k] for row in rec[phase]], sci)}" for k in keys]
         parts.append(f"{phase} {', '.join(vals)}")
-    return ("Max |difference| of each peer's bf16 output from ours on the same inputs (one call each, before "
-            "timing): " + "; ".join(parts) + ".")
+    return (
+        "Max |difference| of each peer's bf16 output from ours on the same inputs (one call each, before "
+        "timing): " + "; ".join(parts) + "."
+    )
 
 
 # ------------------------------------------------------------ the engine path on the H100 (bench_attention.py)
@@ -172,6 +223,7 @@ def attention_agreement(r: Records) -> str:
 ATTN_ENGINE = "docs/benchmarks-h100.json"
 SPLITK = "benchmarks/lab/h100/splitk_sweep_h100.jsonl"
 FP8_H100 = "benchmarks/lab/h100/splitk_fp8_e4m3_h100.jsonl"
+FP8_ENGINE = "docs/fp8-engine-h100.json"
 
 
 def _rows(rec: dict, phase: str, path: str) -> list[dict]:
@@ -182,23 +234,76 @@ def attention_engine(r: Records) -> str:
     """Decode and prefill through the engine path (and the one-call API beside it), peers in the same run."""
     rec = r.json(ATTN_ENGINE)
     one = {(d["batch"], d["context"]): d for d in _rows(rec, "decode", "one_call")}
-    dec = [[shape(d["batch"], d["context"]), f"**{d['triton_pct_copy']:.1f}** / {d['triton_pct_copy_latency']:.1f}",
-            f"{one[(d['batch'], d['context'])]['triton_pct_copy']:.1f}", f"{d['vllm_unified_pct_copy']:.1f}",
-            f"{d['sglang_decode_pct_copy']:.1f}"] for d in _rows(rec, "decode", "engine")]
+    dec = [
+        [
+            shape(d["batch"], d["context"]),
+            f"**{d['triton_pct_copy']:.1f}** / {d['triton_pct_copy_latency']:.1f}",
+            f"{one[(d['batch'], d['context'])]['triton_pct_copy']:.1f}",
+            f"{d['vllm_unified_pct_copy']:.1f}",
+            f"{d['sglang_decode_pct_copy']:.1f}",
+        ]
+        for d in _rows(rec, "decode", "engine")
+    ]
     one_p = {p["case"]: p for p in _rows(rec, "prefill", "one_call")}
-    pre = [[spaced(p["case"]), f"**{p['triton_tflops']:.0f}** / {p['triton_tflops_latency']:.0f}",
-            f"{one_p[p['case']]['triton_tflops']:.0f}", f"{p['vllm_unified_tflops']:.0f}",
-            f"{p['sdpa_cudnn_tflops']:.0f}"] for p in _rows(rec, "prefill", "engine")]
-    return (f"Path: ours through the engine path ({rec['paths']['engine']}), the one-call API beside it; each peer "
-            f"through its engine's own call. Machine: {rec['device']}, torch {rec['torch']}, Triton {rec['triton']}, "
-            f"copy {rec['copy_tbps']:.2f} TB/s in the same run; {when(rec)}. Record: {link(ATTN_ENGINE, 'docs')}.\n\n"
-            "Decode, % of copy bandwidth (ours: throughput / latency; one call and peers: throughput):\n\n"
-            + table(["batch x context", "**ours, engine path**", "ours, one call", "vLLM Triton unified",
-                     "SGLang Triton decode"], dec)
-            + "\n\nPrefill, TFLOP/s (causal, bottom-right aligned; ours: throughput / latency):\n\n"
-            + table(["case", "**ours, engine path**", "ours, one call", "vLLM Triton unified", "SDPA cuDNN (dense)"],
-                    pre)
-            + "\n\n" + split_k_tile_note(r) + " " + fp8_h100_note(r))
+    pre = [
+        [
+            spaced(p["case"]),
+            f"**{p['triton_tflops']:.0f}** / {p['triton_tflops_latency']:.0f}",
+            f"{one_p[p['case']]['triton_tflops']:.0f}",
+            f"{p['vllm_unified_tflops']:.0f}",
+            f"{p['sdpa_cudnn_tflops']:.0f}",
+        ]
+        for p in _rows(rec, "prefill", "engine")
+    ]
+    return (
+        f"Path: ours through the engine path ({rec['paths']['engine']}), the one-call API beside it; each peer "
+        f"through its engine's own call. Machine: {rec['device']}, torch {rec['torch']}, Triton {rec['triton']}, "
+        f"copy {rec['copy_tbps']:.2f} TB/s in the same run; {when(rec)}. Record: {link(ATTN_ENGINE, 'docs')}.\n\n"
+        "Decode, % of copy bandwidth (ours: throughput / latency; one call and peers: throughput):\n\n"
+        + table(
+            [
+                "batch x context",
+                "**ours, engine path**",
+                "ours, one call",
+                "vLLM Triton unified",
+                "SGLang Triton decode",
+            ],
+            dec,
+        )
+        + "\n\nPrefill, TFLOP/s (causal, bottom-right aligned; ours: throughput / latency):\n\n"
+        + table(["case", "**ours, engine path**", "ours, one call", "vLLM Triton unified", "SDPA cuDNN (dense)"], pre)
+        + "\n\n"
+        + split_k_tile_note(r)
+        + "\n\n"
+        + fp8_engine(r)
+        + "\n\n"
+        + fp8_h100_note(r)
+    )
+
+
+def fp8_engine(r: Records) -> str:
+    """FP8 KV decode through the engine path against the bf16 cache in the same run."""
+    rec = r.json(FP8_ENGINE)
+    kinds = ["bf16", "e4m3", "e5m2", "e4m3 per-head"]
+    cells: dict[tuple[int, int], dict[str, str]] = {}
+    for x in rec["rows"]:
+        cell = (
+            f"{x['us']:.0f} us, {x['pct_copy']:.1f} %"
+            + ("" if x["kv"] == "bf16" else f", **{x['speedup_vs_bf16']:.2f}x**")
+            if "us" in x
+            else x.get("error", "-")
+        )
+        cells.setdefault((x["batch"], x["context"]), {})[x["kv"]] = cell
+    rows = [[shape(*k)] + [v.get(kind, "-") for kind in kinds] for k, v in cells.items()]
+    equal = all(x.get("bitwise_equal_one_call") for x in rec["rows"] if "us" in x)
+    return (
+        f"FP8 KV decode through the engine path ({rec['path']}; `benchmarks/bench_fp8_engine.py`, {rec['device']}, "
+        f"copy {rec['copy_tbps']:.2f} TB/s, {when(rec)}, {link(FP8_ENGINE, 'docs')}): us per layer, % of copy by "
+        f"the bytes read, speed-up over the bf16 cache of the same run (per-tensor descales bound with "
+        f"`ensure_bound`, per-head [batch, Hkv] with `bind`; every output "
+        f"{'bitwise equal to' if equal else 'NOT equal to'} the one-call API's):\n\n"
+        + table(["batch x context"] + kinds, rows)
+    )
 
 
 def split_k_tile_note(r: Records) -> str:
@@ -206,13 +311,21 @@ def split_k_tile_note(r: Records) -> str:
     rows = [x for x in r.jsonl(SPLITK) if "pct_copy" in x]
     shipped = [x["pct_copy"] for x in rows if x.get("what") == "shipped" and x["splits"] not in (1, None)]
     old = [x["pct_copy"] for x in rows if "what" not in x and x["tile"] == [16, 128, 8, 2]]
-    new = {tuple(x["shape"]): x["pct_copy"] for x in rows if "what" not in x and x["tile"] == [16, 128, 4, 2]
-           and x["splits"] == {(8, 32768): 8, (1, 131072): 32, (2, 65536): 32, (16, 16384): 4}.get(tuple(x["shape"]))}
-    return (f"Split-K decode runs its own tile on Hopper (`decode_split` in tuning.py): in the one-call sweep "
-            f"({link(SPLITK, 'docs')}, same H100) the no-split tile (16 x 128, 8 warps) held "
-            f"{rng(old, lambda x: f'{x:.1f}')} % of copy under split-K at every count ({rng(shipped, lambda x: f'{x:.1f}')} "
-            f"% at the counts the policy picks), the split tile (16 x 128, 4 warps) "
-            + ", ".join(f"{v:.1f} % at {shape(*k)}" for k, v in sorted(new.items())) + ".")
+    new = {
+        tuple(x["shape"]): x["pct_copy"]
+        for x in rows
+        if "what" not in x
+        and x["tile"] == [16, 128, 4, 2]
+        and x["splits"] == {(8, 32768): 8, (1, 131072): 32, (2, 65536): 32, (16, 16384): 4}.get(tuple(x["shape"]))
+    }
+    return (
+        f"Split-K decode runs its own tile on Hopper (`decode_split` in tuning.py): in the one-call sweep "
+        f"({link(SPLITK, 'docs')}, same H100) the no-split tile (16 x 128, 8 warps) held "
+        f"{rng(old, lambda x: f'{x:.1f}')} % of copy under split-K at every count ({rng(shipped, lambda x: f'{x:.1f}')} "
+        f"% at the counts the policy picks), the split tile (16 x 128, 4 warps) "
+        + ", ".join(f"{v:.1f} % at {shape(*k)}" for k, v in sorted(new.items()))
+        + "."
+    )
 
 
 def fp8_h100_note(r: Records) -> str:
@@ -220,10 +333,16 @@ def fp8_h100_note(r: Records) -> str:
     rows = r.jsonl(FP8_H100)
     base = {tuple(x["shape"]): x["us"] for x in rows if x.get("what", "").startswith("bf16")}
     fp8 = {tuple(x["shape"]): x for x in rows if x.get("what") == "shipped"}
-    parts = [f"{shape(*k)}: {base[k]:.0f} vs {v['us']:.0f} us ({base[k] / v['us']:.2f}x, {v['pct_copy']:.1f} % of "
-             f"copy by bytes read)" for k, v in sorted(fp8.items())]
-    return (f"FP8 (e4m3, per-tensor descales) against bf16 in one run (one-call API, {link(FP8_H100, 'docs')}): "
-            + "; ".join(parts) + "; the shipped `decode_fp8` tile was the fastest of the 27 swept.")
+    parts = [
+        f"{shape(*k)}: {base[k]:.0f} vs {v['us']:.0f} us ({base[k] / v['us']:.2f}x, {v['pct_copy']:.1f} % of "
+        f"copy by bytes read)"
+        for k, v in sorted(fp8.items())
+    ]
+    return (
+        f"FP8 (e4m3, per-tensor descales) against bf16 in one run (one-call API, {link(FP8_H100, 'docs')}): "
+        + "; ".join(parts)
+        + "; the shipped `decode_fp8` tile was the fastest of the 27 swept."
+    )
 
 
 # ------------------------------------------------------------------------------- FP8 decode (lab/fp8_plan.py)
@@ -250,20 +369,36 @@ def fp8_decode(r: Records) -> str:
         bf = d["bf16"]["us"]
         e4.append(bf / d["e4m3"]["us"])
         e5.append(bf / d["e5m2"]["us"])
-        body.append([shape(b, c), f"{bf:.0f} us ({d['bf16']['pct_copy']:.1f} %)",
-                     f"{d['e4m3']['us']:.0f} us ({d['e4m3']['pct_copy']:.1f} %)",
-                     f"{d['e5m2']['us']:.0f} us ({d['e5m2']['pct_copy']:.1f} %)", f"{e4[-1]:.2f}x / {e5[-1]:.2f}x"])
-    return (f"Path: {LAUNCH_PATH}, back-to-back (best of 3 x 100 calls), bf16 and FP8 in the same run. Machine: H200 "
-            f"(the file name; the record has no device field), copy {copy:.2f} TB/s in the same run; run date not "
-            f"recorded. Record: {link(FP8, 'docs')}. The package's shipped tiles (the first row of each shape and "
-            f"type in the record; the other rows are tile variants).\n\n"
-            + table(["batch x context", "bf16 (% of copy)", "e4m3 (% of copy by bytes read)", "e5m2 (same)",
-                     "bf16 time / FP8 time (e4m3 / e5m2)"], body)
-            + f"\n\nIn this run bf16 time / e4m3 time is {rng(e4, lambda x: f'{x:.2f}')} (below 1: e4m3 is slower) "
-              f"and bf16 / e5m2 {rng(e5, lambda x: f'{x:.2f}')}; the bf16 row at 8 x 32768 is "
-              f"{_fp8_shipped(rows)[(8, 32768)]['bf16']['pct_copy']:.1f} % of copy here, "
-              f"{_attn_row(r, 8, 32768)['triton_pct_copy']:.1f} % in the paged-attention record above "
-              f"(another path and another run): compare FP8 only with the bf16 column of this table.")
+        body.append(
+            [
+                shape(b, c),
+                f"{bf:.0f} us ({d['bf16']['pct_copy']:.1f} %)",
+                f"{d['e4m3']['us']:.0f} us ({d['e4m3']['pct_copy']:.1f} %)",
+                f"{d['e5m2']['us']:.0f} us ({d['e5m2']['pct_copy']:.1f} %)",
+                f"{e4[-1]:.2f}x / {e5[-1]:.2f}x",
+            ]
+        )
+    return (
+        f"Path: {LAUNCH_PATH}, back-to-back (best of 3 x 100 calls), bf16 and FP8 in the same run. Machine: H200 "
+        f"(the file name; the record has no device field), copy {copy:.2f} TB/s in the same run; run date not "
+        f"recorded. Record: {link(FP8, 'docs')}. The package's shipped tiles (the first row of each shape and "
+        f"type in the record; the other rows are tile variants).\n\n"
+        + table(
+            [
+                "batch x context",
+                "bf16 (% of copy)",
+                "e4m3 (% of copy by bytes read)",
+                "e5m2 (same)",
+                "bf16 time / FP8 time (e4m3 / e5m2)",
+            ],
+            body,
+        )
+        + f"\n\nIn this run bf16 time / e4m3 time is {rng(e4, lambda x: f'{x:.2f}')} (below 1: e4m3 is slower) "
+        f"and bf16 / e5m2 {rng(e5, lambda x: f'{x:.2f}')}; the bf16 row at 8 x 32768 is "
+        f"{_fp8_shipped(rows)[(8, 32768)]['bf16']['pct_copy']:.1f} % of copy here, "
+        f"{_attn_row(r, 8, 32768)['triton_pct_copy']:.1f} % in the paged-attention record above "
+        f"(another path and another run): compare FP8 only with the bf16 column of this table."
+    )
 
 
 def _attn_row(r: Records, batch: int, ctx: int) -> dict:
@@ -278,14 +413,15 @@ GUARDS = "docs/h200/guards.json"
 def guards(r: Records) -> str:
     """Guarded / unguarded time per call, median of the rounds."""
     rec = r.json(GUARDS)
-    rows = [[spaced(c["case"]), f"{c['ratio_back_to_back']:.4f}", f"{c['ratio_latency']:.4f}"]
-            for c in rec["cases"]]
-    return (f"Path: {LAUNCH_PATH}, the package against itself at git {rec['before']} (before the guards), rounds "
-            f"alternating in one process, median of {rec['rounds']} rounds. Machine: {rec['device']}, torch "
-            f"{rec['torch']}; {when(rec)}. Record: {link(GUARDS, 'docs')}.\n\n"
-            + table(["case", "guarded / unguarded, back-to-back", "guarded / unguarded, latency"], rows)
-            + "\n\nThe script stops when the two outputs differ bitwise (unless `--report-diff`); the record does not "
-              "store the comparison.")
+    rows = [[spaced(c["case"]), f"{c['ratio_back_to_back']:.4f}", f"{c['ratio_latency']:.4f}"] for c in rec["cases"]]
+    return (
+        f"Path: {LAUNCH_PATH}, the package against itself at git {rec['before']} (before the guards), rounds "
+        f"alternating in one process, median of {rec['rounds']} rounds. Machine: {rec['device']}, torch "
+        f"{rec['torch']}; {when(rec)}. Record: {link(GUARDS, 'docs')}.\n\n"
+        + table(["case", "guarded / unguarded, back-to-back", "guarded / unguarded, latency"], rows)
+        + "\n\nThe script stops when the two outputs differ bitwise (unless `--report-diff`); the record does not "
+        "store the comparison."
+    )
 
 
 # ------------------------------------------------------------------------ batch invariance (bench_batch_invariant)
@@ -299,12 +435,19 @@ def batch_invariant(r: Records) -> str:
     rows = []
     for row in rec["rows"]:
         note = " (no split-K)" if row["case"] == "decode 8x32768" else ""
-        rows.append([spaced(row["case"]),
-                     f"{row['default']['s_per_call_back_to_back'] * 1e6:.1f}",
-                     f"{row['invariant']['s_per_call_back_to_back'] * 1e6:.1f}", f"{row['cost_x']:.2f}x{note}"])
-    return (f"Path: {ONE_CALL}, `batch_invariant=False` / `True`, back-to-back (20 calls). Machine: "
-            f"{rec['device']}; {when(rec)}. Record: {link(BATCH_INV, 'docs')}.\n\n"
-            + table(["case", "default (us/call)", "batch-invariant (us/call)", "cost"], rows))
+        rows.append(
+            [
+                spaced(row["case"]),
+                f"{row['default']['s_per_call_back_to_back'] * 1e6:.1f}",
+                f"{row['invariant']['s_per_call_back_to_back'] * 1e6:.1f}",
+                f"{row['cost_x']:.2f}x{note}",
+            ]
+        )
+    return (
+        f"Path: {ONE_CALL}, `batch_invariant=False` / `True`, back-to-back (20 calls). Machine: "
+        f"{rec['device']}; {when(rec)}. Record: {link(BATCH_INV, 'docs')}.\n\n"
+        + table(["case", "default (us/call)", "batch-invariant (us/call)", "cost"], rows)
+    )
 
 
 # ----------------------------------------------------------------------------------- host cost (bench_host_cost)
@@ -322,10 +465,12 @@ def host_cost(r: Records) -> str:
         label = f"batch {b}, {k} keys"
         rows.append([label] + [f"{statistics.median(summ[f'this/{f}/B{b}_K{k}']['us']):.1f}" for f in feats])
     n = len(next(iter(summ.values()))["us"])
-    return (f"Path: {ENGINE_PATH}, {rec['config']['layers']} layers per step, per-layer host cost including "
-            f"planning, median of {n} rounds. Machine: a CUDA device (`{rec['config']['device']}`; the record names "
-            f"no model; filed with the H200 records); run date not recorded. Record: {link(HOST, 'docs')}.\n\n"
-            + table(["case (us per layer)", "plain", "sinks", "ALiBi", "FP8 KV"], rows))
+    return (
+        f"Path: {ENGINE_PATH}, {rec['config']['layers']} layers per step, per-layer host cost including "
+        f"planning, median of {n} rounds. Machine: a CUDA device (`{rec['config']['device']}`; the record names "
+        f"no model; filed with the H200 records); run date not recorded. Record: {link(HOST, 'docs')}.\n\n"
+        + table(["case (us per layer)", "plain", "sinks", "ALiBi", "FP8 KV"], rows)
+    )
 
 
 # --------------------------------------------------------------------------------------------- MLA (bench_mla)
@@ -341,19 +486,29 @@ def _mla_tflops(row: dict, latent: int = 512, rope: int = 64) -> float:
 def mla_decode(r: Records) -> str:
     """Our MLA decode vs SGLang's Triton MLA decode."""
     rec = r.json(MLA)
-    rows = [[str(x["heads"]), shape(x["batch"], x["ctx"]), f"{x['ours_us']:.0f}", f"{x['sglang_us']:.0f}",
-             f"{x['sglang_us'] / x['ours_us']:.2f}x"] for x in rec["rows"]]
+    rows = [
+        [
+            str(x["heads"]),
+            shape(x["batch"], x["ctx"]),
+            f"{x['ours_us']:.0f}",
+            f"{x['sglang_us']:.0f}",
+            f"{x['sglang_us'] / x['ours_us']:.2f}x",
+        ]
+        for x in rec["rows"]
+    ]
     wide = [x for x in rec["rows"] if x["heads"] == 128]
     ratios = [x["sglang_us"] / x["ours_us"] for x in rec["rows"]]
-    return (f"Path: ours through {ENGINE_PATH.replace('LayerRunner.forward', 'LayerRunner.forward_mla')}; SGLang's "
-            f"`decode_attention_fwd` as its backend calls it (`benchmarks/peers.py`). Back-to-back, 20 calls. Machine: "
-            f"{rec['device']}, torch {rec['torch']}, copy {rec['copy_tbps']:.2f} TB/s; run date not recorded. "
-            f"Record: {link(MLA, 'docs')}.\n\n"
-            + table(["heads", "batch x context", "ours (us)", "SGLang (us)", "SGLang / ours"], rows)
-            + f"\n\nSGLang's kernel takes {rng(ratios, lambda x: f'{x:.2f}')}x the time of ours. With 128 heads ours "
-              f"runs {rng([_mla_tflops(x) for x in wide], lambda x: f'{x:.0f}')} TFLOP/s of bf16 MMA at "
-              f"{rng([x['ours_pct_copy'] for x in wide], lambda x: f'{x:.0f}')} % of copy bandwidth (latent + rope "
-              f"bytes read).")
+    return (
+        f"Path: ours through {ENGINE_PATH.replace('LayerRunner.forward', 'LayerRunner.forward_mla')}; SGLang's "
+        f"`decode_attention_fwd` as its backend calls it (`benchmarks/peers.py`). Back-to-back, 20 calls. Machine: "
+        f"{rec['device']}, torch {rec['torch']}, copy {rec['copy_tbps']:.2f} TB/s; run date not recorded. "
+        f"Record: {link(MLA, 'docs')}.\n\n"
+        + table(["heads", "batch x context", "ours (us)", "SGLang (us)", "SGLang / ours"], rows)
+        + f"\n\nSGLang's kernel takes {rng(ratios, lambda x: f'{x:.2f}')}x the time of ours. With 128 heads ours "
+        f"runs {rng([_mla_tflops(x) for x in wide], lambda x: f'{x:.0f}')} TFLOP/s of bf16 MMA at "
+        f"{rng([x['ours_pct_copy'] for x in wide], lambda x: f'{x:.0f}')} % of copy bandwidth (latent + rope "
+        f"bytes read)."
+    )
 
 
 # ---------------------------------------------------------------------------------- compile stalls (bench_...)
@@ -371,12 +526,17 @@ def compile_stalls(r: Records) -> str:
         if m["n_stalls"]:
             batches = sorted({s["batch"] for s in m["stalls"]})
             stalls += f" ({m['stall_s']:.1f} s: decode steps at batch {', '.join(map(str, batches))})"
-        rows.append([mode, f"{m['startup_s']:.1f} s", str(m["startup_compiled"]), str(m["compiled_while_serving"]),
-                     stalls])
-    return (f"Path: {ONE_CALL} for the three dense kinds, {LAUNCH_PATH} for MLA. Machine: {rec['device']}; run date "
-            f"not recorded. Record: {link(STALLS, 'docs')}.\n\n"
-            + table(["mode", "start-up (4 kinds)", "kernels compiled at start-up", "compiled while serving",
-                     "stalls (total)"], rows))
+        rows.append(
+            [mode, f"{m['startup_s']:.1f} s", str(m["startup_compiled"]), str(m["compiled_while_serving"]), stalls]
+        )
+    return (
+        f"Path: {ONE_CALL} for the three dense kinds, {LAUNCH_PATH} for MLA. Machine: {rec['device']}; run date "
+        f"not recorded. Record: {link(STALLS, 'docs')}.\n\n"
+        + table(
+            ["mode", "start-up (4 kinds)", "kernels compiled at start-up", "compiled while serving", "stalls (total)"],
+            rows,
+        )
+    )
 
 
 # --------------------------------------------------------------------------- CPU provider (bench_cpu_provider)
@@ -398,28 +558,43 @@ def cpu_provider(r: Records) -> str:
         name, own_name = ENGINE_NAMES[res["engine"]]
         own, ours = res["backends"]["own"], res["backends"]["ours"]
         same.append(f"{ours['identical_to_own']}/{rec['batch']}")
-        rows.append([f"{name}: ours / {own_name}",
-                     f"{ours['prefill_ms_per_prompt_token']:.2f} / {own['prefill_ms_per_prompt_token']:.2f} "
-                     f"({ours['ratio_prefill']:.2f}x)",
-                     f"{ours['decode_ms_per_output_token']:.1f} / {own['decode_ms_per_output_token']:.1f} "
-                     f"({ours['ratio_decode']:.2f}x)"])
+        rows.append(
+            [
+                f"{name}: ours / {own_name}",
+                f"{ours['prefill_ms_per_prompt_token']:.2f} / {own['prefill_ms_per_prompt_token']:.2f} "
+                f"({ours['ratio_prefill']:.2f}x)",
+                f"{ours['decode_ms_per_output_token']:.1f} / {own['decode_ms_per_output_token']:.1f} "
+                f"({ours['ratio_decode']:.2f}x)",
+            ]
+        )
     others = []
     for rel in CPU_OTHERS:
         o = r.json(rel)
         for res in o["results"]:
             ours = res["backends"]["ours"]
-            others.append(f"{ENGINE_NAMES[res['engine']][0]} {ours['ratio_prefill']:.2f}x / "
-                          f"{ours['ratio_decode']:.2f}x ({link(rel, 'docs')}, {o['date']})")
-    own_decode = {e: [res["backends"]["own"]["decode_ms_per_output_token"] for x in (CPU,) + CPU_OTHERS
-                      for res in r.json(x)["results"] if res["engine"] == e] for e in ENGINE_NAMES}
+            others.append(
+                f"{ENGINE_NAMES[res['engine']][0]} {ours['ratio_prefill']:.2f}x / "
+                f"{ours['ratio_decode']:.2f}x ({link(rel, 'docs')}, {o['date']})"
+            )
+    own_decode = {
+        e: [
+            res["backends"]["own"]["decode_ms_per_output_token"]
+            for x in (CPU,) + CPU_OTHERS
+            for res in r.json(x)["results"]
+            if res["engine"] == e
+        ]
+        for e in ENGINE_NAMES
+    }
     spread = "; ".join(f"{ENGINE_NAMES[e][1]} {rng(v, lambda x: f'{x:.1f}')} ms" for e, v in own_decode.items() if v)
-    return (f"Path: the engine end to end (each backend in its own engine process; ours is the `torch_sdpa` "
-            f"provider). Machine: {_cpu_machine(rec)}; {rec['date']}. Median of {rec['reps']}. Record: "
-            f"{link(CPU, 'docs')}.\n\n"
-            + table(["engine", "prefill (ms per prompt token)", "decode (ms per output token)"], rows)
-            + f"\n\nGreedy tokens identical to the engine's own backend: {' and '.join(same)}. Other runs of the same "
-              f"command (prefill / decode ratio): {'; '.join(others)}. The engines' own decode in these runs: "
-              f"{spread} per output token.")
+    return (
+        f"Path: the engine end to end (each backend in its own engine process; ours is the `torch_sdpa` "
+        f"provider). Machine: {_cpu_machine(rec)}; {rec['date']}. Median of {rec['reps']}. Record: "
+        f"{link(CPU, 'docs')}.\n\n"
+        + table(["engine", "prefill (ms per prompt token)", "decode (ms per output token)"], rows)
+        + f"\n\nGreedy tokens identical to the engine's own backend: {' and '.join(same)}. Other runs of the same "
+        f"command (prefill / decode ratio): {'; '.join(others)}. The engines' own decode in these runs: "
+        f"{spread} per output token."
+    )
 
 
 # -------------------------------------------------------------------- transformers CB (bench_transformers_cb)
@@ -433,23 +608,43 @@ def transformers_cb(r: Records) -> str:
     for rel in TCB:
         rec = r.json(rel)
         ours, own = rec["tokens_per_s"]["xpu_attn"], rec["tokens_per_s"]["transformers_cb_sdpa"]
-        rows.append([rec["transformers"], " / ".join(f"{x:.0f}" for x in ours), " / ".join(f"{x:.0f}" for x in own),
-                     f"{rec['ratio_ours_over_own']:.2f}x", f"{rec['device']}, torch {rec['torch']}",
-                     link(rel, "docs")])
+        rows.append(
+            [
+                rec["transformers"],
+                " / ".join(f"{x:.0f}" for x in ours),
+                " / ".join(f"{x:.0f}" for x in own),
+                f"{rec['ratio_ours_over_own']:.2f}x",
+                f"{rec['device']}, torch {rec['torch']}",
+                link(rel, "docs"),
+            ]
+        )
     rec = r.json(TCB[0])
-    return (f"Path: the engine end to end (transformers' `generate_batch`; ours through this adapter's Triton "
-            f"provider). {rec['model']} {rec['dtype']}, {rec['requests']} requests x {rec['new_tokens']} tokens, page "
-            f"{rec['page_size']}, CUDA graphs off, order {rec['order']}. Run dates not recorded.\n\n"
-            + table(["transformers", "this backend (`xpu_attn`), tokens/s per run", "transformers' own CB (`sdpa`)",
-                     "best / best", "machine", "record"], rows))
+    return (
+        f"Path: the engine end to end (transformers' `generate_batch`; ours through this adapter's Triton "
+        f"provider). {rec['model']} {rec['dtype']}, {rec['requests']} requests x {rec['new_tokens']} tokens, page "
+        f"{rec['page_size']}, CUDA graphs off, order {rec['order']}. Run dates not recorded.\n\n"
+        + table(
+            [
+                "transformers",
+                "this backend (`xpu_attn`), tokens/s per run",
+                "transformers' own CB (`sdpa`)",
+                "best / best",
+                "machine",
+                "record",
+            ],
+            rows,
+        )
+    )
 
 
 # ------------------------------------------------------------------------------- HTTP load (serve_compare.py)
 
-LOAD = (("benchmarks/reports/load-vllm.json", "vLLM"),
-        ("benchmarks/reports/load-vllm-pressure.json", "vLLM, {blocks} x {bs}-token blocks (preemption)"),
-        ("benchmarks/reports/load-sglang.json", "SGLang"),
-        ("benchmarks/reports/load-sglang-pressure.json", "SGLang, {tokens}-token pool + retraction"))
+LOAD = (
+    ("benchmarks/reports/load-vllm.json", "vLLM"),
+    ("benchmarks/reports/load-vllm-pressure.json", "vLLM, {blocks} x {bs}-token blocks (preemption)"),
+    ("benchmarks/reports/load-sglang.json", "SGLang"),
+    ("benchmarks/reports/load-sglang-pressure.json", "SGLang, {tokens}-token pool + retraction"),
+)
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -462,19 +657,31 @@ def http_load(r: Records) -> str:
     for rel, label in LOAD:
         rec = r.json(rel)
         cmd = rec["backends"]["own"]["server"]["cmd"]
-        label = label.format(blocks=_flag(cmd, "--num-gpu-blocks-override"), bs=_flag(cmd, "--block-size"),
-                             tokens=_flag(cmd, "--max-total-tokens"))
+        label = label.format(
+            blocks=_flag(cmd, "--num-gpu-blocks-override"),
+            bs=_flag(cmd, "--block-size"),
+            tokens=_flag(cmd, "--max-total-tokens"),
+        )
         comp = rec["comparison"]
-        rows.append([label, f"{rec['backends']['own']['summary']['requests_per_s']:.1f}",
-                     f"{rec['backends']['ours']['summary']['requests_per_s']:.1f}",
-                     f"{comp['identical']}/{comp['completed_by_both']}"])
-    return ("Path: the engine end to end (its OpenAI-compatible HTTP server; ours with the `reference` provider). "
-            "Machine: the CPU (the reports name no core count); run dates not recorded. Records: "
-            + ", ".join(link(rel, "docs") for rel, _ in LOAD) + ".\n\n"
-            + table(["engine", "own backend req/s", "ours req/s", "identical greedy tokens"], rows))
+        rows.append(
+            [
+                label,
+                f"{rec['backends']['own']['summary']['requests_per_s']:.1f}",
+                f"{rec['backends']['ours']['summary']['requests_per_s']:.1f}",
+                f"{comp['identical']}/{comp['completed_by_both']}",
+            ]
+        )
+    return (
+        "Path: the engine end to end (its OpenAI-compatible HTTP server; ours with the `reference` provider). "
+        "Machine: the CPU (the reports name no core count); run dates not recorded. Records: "
+        + ", ".join(link(rel, "docs") for rel, _ in LOAD)
+        + ".\n\n"
+        + table(["engine", "own backend req/s", "ours req/s", "identical greedy tokens"], rows)
+    )
 
 
 # --------------------------------------------------------------------------------------- README's performance
+
 
 def readme_performance(r: Records) -> str:
     """README's summary table: each row names its path, machine and record."""
@@ -484,32 +691,46 @@ def readme_performance(r: Records) -> str:
     tcb = r.json(TCB[0])
     pct = lambda key: " / ".join(f"{d[key]:.1f}" for d in dec)  # noqa: E731
     rows = [
-        [f"paged decode, % of copy bandwidth, {' / '.join(shape(d['batch'], d['context']) for d in dec)} "
-         f"({a['device'].replace('NVIDIA ', '')}, engine path)", pct("triton_pct_copy"), pct("vllm_unified_pct_copy"),
-         pct("sglang_decode_pct_copy")],
-        [f"causal prefill, TFLOP/s, 1 x 8192 / 16 x 512 on 2048 ({a['device'].replace('NVIDIA ', '')}, engine path)",
-         " / ".join(f"{p['triton_tflops']:.0f}" for p in pre),
-         " / ".join(f"{p['vllm_unified_tflops']:.0f}" for p in pre),
-         "-"],
-        [f"decode through the engine, ms per output token, ours / engine's own (SmolLM2, "
-         f"{r.json(CPU)['cpu_count']}-core CPU)", "-",
-         f"{cpu['vllm']['ours']['decode_ms_per_output_token']:.1f} / "
-         f"{cpu['vllm']['own']['decode_ms_per_output_token']:.1f}",
-         f"{cpu['sglang']['ours']['decode_ms_per_output_token']:.1f} / "
-         f"{cpu['sglang']['own']['decode_ms_per_output_token']:.1f}"],
-        [f"transformers CB end to end, SmolLM2 {tcb['dtype']}, {tcb['requests']} requests, generated tokens/s: ours / "
-         f"transformers' `sdpa` ({tcb['transformers']}, {tcb['device'].replace('NVIDIA ', '')})",
-         f"{tcb['best_tokens_per_s']['xpu_attn']:.0f} / {tcb['best_tokens_per_s']['transformers_cb_sdpa']:.0f}",
-         "-", "-"],
+        [
+            f"paged decode, % of copy bandwidth, {' / '.join(shape(d['batch'], d['context']) for d in dec)} "
+            f"({a['device'].replace('NVIDIA ', '')}, engine path)",
+            pct("triton_pct_copy"),
+            pct("vllm_unified_pct_copy"),
+            pct("sglang_decode_pct_copy"),
+        ],
+        [
+            f"causal prefill, TFLOP/s, 1 x 8192 / 16 x 512 on 2048 ({a['device'].replace('NVIDIA ', '')}, engine path)",
+            " / ".join(f"{p['triton_tflops']:.0f}" for p in pre),
+            " / ".join(f"{p['vllm_unified_tflops']:.0f}" for p in pre),
+            "-",
+        ],
+        [
+            f"decode through the engine, ms per output token, ours / engine's own (SmolLM2, "
+            f"{r.json(CPU)['cpu_count']}-core CPU)",
+            "-",
+            f"{cpu['vllm']['ours']['decode_ms_per_output_token']:.1f} / "
+            f"{cpu['vllm']['own']['decode_ms_per_output_token']:.1f}",
+            f"{cpu['sglang']['ours']['decode_ms_per_output_token']:.1f} / "
+            f"{cpu['sglang']['own']['decode_ms_per_output_token']:.1f}",
+        ],
+        [
+            f"transformers CB end to end, SmolLM2 {tcb['dtype']}, {tcb['requests']} requests, generated tokens/s: ours / "
+            f"transformers' `sdpa` ({tcb['transformers']}, {tcb['device'].replace('NVIDIA ', '')})",
+            f"{tcb['best_tokens_per_s']['xpu_attn']:.0f} / {tcb['best_tokens_per_s']['transformers_cb_sdpa']:.0f}",
+            "-",
+            "-",
+        ],
     ]
-    return (table(["measurement", "ours", "vLLM's kernel", "SGLang's kernel"], rows)
-            + f"\n\nbf16, D 128, 32 q / 8 KV heads, page 64; `benchmarks/bench_attention.py` (ours through the "
-              f"engine path, `plan_step` once per step + `LayerRunner.forward` per layer over 32 layers, {when(a)}) -> "
-              f"{link(ATTN_ENGINE, '')}, [plot](docs/benchmarks-h100.png); CPU: `benchmarks/bench_cpu_provider.py` (vLLM / SGLang end to end, "
-              f"{r.json(CPU)['date']}) -> {link(CPU, '')}; transformers CB: `benchmarks/bench_transformers_cb.py` -> "
-              f"{link(TCB[0], '')}. Everything else (FP8, MLA, host cost, guards, batch-invariant mode, HTTP load), "
-              f"each with its path and machine, and the H200's one-call figures: [docs/benchmarks.md](docs/benchmarks.md). "
-              f"Regenerated by `python benchmarks/render_tables.py`.")
+    return (
+        table(["measurement", "ours", "vLLM's kernel", "SGLang's kernel"], rows)
+        + f"\n\nbf16, D 128, 32 q / 8 KV heads, page 64; `benchmarks/bench_attention.py` (ours through the "
+        f"engine path, `plan_step` once per step + `LayerRunner.forward` per layer over 32 layers, {when(a)}) -> "
+        f"{link(ATTN_ENGINE, '')}, [plot](docs/benchmarks-h100.png); CPU: `benchmarks/bench_cpu_provider.py` (vLLM / SGLang end to end, "
+        f"{r.json(CPU)['date']}) -> {link(CPU, '')}; transformers CB: `benchmarks/bench_transformers_cb.py` -> "
+        f"{link(TCB[0], '')}. Everything else (FP8, MLA, host cost, guards, batch-invariant mode, HTTP load), "
+        f"each with its path and machine, and the H200's one-call figures: [docs/benchmarks.md](docs/benchmarks.md). "
+        f"Regenerated by `python benchmarks/render_tables.py`."
+    )
 
 
 CI_TIME = "docs/ci/fresh_clone_ci.json"
@@ -520,27 +741,50 @@ def readme_test_time(r: Records) -> str:
     rec = r.json(CI_TIME)
     suites = rec["suites"]
     ok = all(s.get("exit") == 0 for s in suites.values())
-    return (f"**The tests** took {rec['total_s'] / 60:.1f} min on a fresh clone on {rec['cores']} cores, installs "
-            f"included ({len(suites)} suites, {'all passed' if ok else 'NOT all passed'}; {rec['date']}, "
-            f"commit {rec['commit']}: {link(CI_TIME, '')}).")
+    return (
+        f"**The tests** took {rec['total_s'] / 60:.1f} min on a fresh clone on {rec['cores']} cores, installs "
+        f"included ({len(suites)} suites, {'all passed' if ok else 'NOT all passed'}; {rec['date']}, "
+        f"commit {rec['commit']}: {link(CI_TIME, '')})."
+    )
 
 
 # ------------------------------------------------------------------------------------------------- driving
 
 RENDERERS: dict[str, Callable[[Records], str]] = {
-    "attention-decode": attention_decode, "attention-prefill": attention_prefill,
-    "attention-agreement": attention_agreement, "fp8-decode": fp8_decode, "guards": guards,
-    "batch-invariant": batch_invariant, "host-cost": host_cost, "mla-decode": mla_decode,
-    "compile-stalls": compile_stalls, "cpu-provider": cpu_provider, "transformers-cb": transformers_cb,
-    "http-load": http_load, "readme-performance": readme_performance, "readme-test-time": readme_test_time,
+    "attention-decode": attention_decode,
+    "attention-prefill": attention_prefill,
+    "attention-agreement": attention_agreement,
+    "fp8-decode": fp8_decode,
+    "guards": guards,
+    "batch-invariant": batch_invariant,
+    "host-cost": host_cost,
+    "mla-decode": mla_decode,
+    "compile-stalls": compile_stalls,
+    "cpu-provider": cpu_provider,
+    "transformers-cb": transformers_cb,
+    "http-load": http_load,
+    "readme-performance": readme_performance,
+    "readme-test-time": readme_test_time,
     "attention-engine": attention_engine,
 }
 
 # Which blocks each doc must hold: a block dropped from a doc is an error, not a silent pass.
 DOCS: dict[str, tuple[str, ...]] = {
-    "docs/benchmarks.md": ("attention-engine", "attention-decode", "attention-prefill", "attention-agreement", "fp8-decode", "guards",
-                           "batch-invariant", "host-cost", "mla-decode", "compile-stalls", "cpu-provider",
-                           "transformers-cb", "http-load"),
+    "docs/benchmarks.md": (
+        "attention-engine",
+        "attention-decode",
+        "attention-prefill",
+        "attention-agreement",
+        "fp8-decode",
+        "guards",
+        "batch-invariant",
+        "host-cost",
+        "mla-decode",
+        "compile-stalls",
+        "cpu-provider",
+        "transformers-cb",
+        "http-load",
+    ),
     "README.md": ("readme-performance", "readme-test-time"),
 }
 
@@ -561,8 +805,7 @@ def render_text(text: str, records: Records, required: tuple[str, ...] = ()) -> 
     unknown = sorted(found - RENDERERS.keys())
     if missing or unknown:
         raise ValueError(f"render blocks missing: {missing}; without a renderer: {unknown}")
-    return BLOCK.sub(lambda m: m.group(1) + wrap(RENDERERS[m.group("name")](records)) + m.group(4),
-                     text)
+    return BLOCK.sub(lambda m: m.group(1) + wrap(RENDERERS[m.group("name")](records)) + m.group(4), text)
 
 
 def render_all(root: Path = ROOT) -> dict[str, tuple[str, str]]:
