@@ -78,6 +78,8 @@ def main() -> None:
                     help="cache dtype: an FP8 cache sweeps the decode_fp8 tile (per-tensor descales), and each shape "
                          "first times the bf16 cache with the shipped configuration (the 1.8x target's baseline)")
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, comma-separated")
+    ap.add_argument("--feature", default=None, choices=["softcap", "sinks", "alibi", "softcap+sinks"],
+                    help="decode with a layer feature (the 64x4096 feature rows of ab_trees sat at 79-82 %% of copy)")
     args = ap.parse_args()
     fp8 = {"bf16": None, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[args.kv]
     phase = "decode" if fp8 is None else "decode_fp8"
@@ -88,7 +90,7 @@ def main() -> None:
     shipped_split_tile = tuning[fam].get("decode_split")
     bw = copy_tbps()
     print(json.dumps({"device": torch.cuda.get_device_name(), "family": fam, "copy_tbps": round(bw, 3),
-                      "kv": args.kv, "phase": phase, "shipped_tile": shipped_tile}), flush=True)
+                      "kv": args.kv, "feature": args.feature, "phase": phase, "shipped_tile": shipped_tile}), flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     tiles = [(16, n, w, s) for n, w, s in itertools.product([64, 128], [4, 8], [2, 3, 4])]
     if fp8 is not None:
@@ -102,12 +104,19 @@ def main() -> None:
     for batch, ctx in shapes:
         q, kc, vc, pt, seq, cu = paged_inputs(batch, 1, ctx, gen)
         kw = {}
+        if args.feature and "softcap" in args.feature:
+            kw["softcap"] = 30.0
+        if args.feature and "sinks" in args.feature:
+            kw["sinks"] = torch.randn(q.shape[1], device="cuda", generator=gen)
+        if args.feature == "alibi":
+            kw["alibi_slopes"] = torch.tensor([2 ** (-8 * (i + 1) / q.shape[1]) for i in range(q.shape[1])],
+                                              device="cuda")
         if fp8 is not None:
             t16 = min(throughput(lambda: tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1)) for _ in range(3))
             print(json.dumps({"shape": [batch, ctx], "what": "bf16 shipped (baseline)", "us": round(t16 * 1e6, 2)}))
             scale = torch.ones(1, device="cuda", dtype=torch.float32)
             kc, vc = kc.to(fp8), vc.to(fp8)
-            kw = dict(k_descale=scale, v_descale=scale)
+            kw.update(k_descale=scale, v_descale=scale)
         kv_bytes = 2 * batch * ctx * HKV * kc.shape[-1] * kc.element_size()
         tuning[fam][phase] = shipped_tile
         if shipped_split_tile is not None:
