@@ -177,9 +177,9 @@ def test_rules_catch_fp64_and_signature_drift(tmp_path):
     assert r.returncode == 1 and data["failed"] == 1, r.stdout + r.stderr
     assert "fp64 on dg2" in _fails(data) or "Double type is not supported" in _fails(data), _fails(data)
     drift = tmp_path / "kernels_drift.py"
-    head = "def _write_kv_kernel(X, C, SLOT, SCALE,"
+    head = "def _write_kv_kernel(\n    X,\n    C,\n    SLOT,\n    SCALE,\n"  # as ruff format writes it
     assert head in src
-    drift.write_text(src.replace(head, head[:-1] + ", NEW,"))
+    drift.write_text(src.replace(head, head + "    NEW,\n"))
     r, data = _run(
         tmp_path, "--only", r"bmg:write_kv/d128/bf16->bf16$", env={"VXA_INTEL_KERNELS": str(drift)}, timeout=600
     )
