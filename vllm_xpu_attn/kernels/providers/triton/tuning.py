@@ -19,7 +19,8 @@ from typing import Optional
 # cannot take tensor descriptors (families that have descriptors); "prefill_ptr_wide" (and its fp32 variant): a
 # layer whose cache strides refuse descriptors inside a descriptor step (the same BLOCK_M, so the same grid);
 # "decode_fp8": decode over an FP8 cache (the same BLOCK_M and split count); "decode_split": split-K decode over a
-# 16-bit cache (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
+# 16-bit cache (the same BLOCK_M and split count); "decode_feature": decode of a layer with softcap, sinks or
+# ALiBi (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
 # (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA kernel, "mla_wide" from 64 heads per rank
 # (compute-bound: bigger head tiles). CUDA entries are tuned (docs/benchmarks.md); Intel entries are
 # conservative (less register file and SLM on Xe).
@@ -38,6 +39,9 @@ TUNING: dict[str, dict[str, tuple]] = {
         # split-K: 8 warps x 128 keys (the fastest without split) hold 76-84 % of copy under split-K at
         # every count on an H100, 4 warps 94-102 % (benchmarks/lab/h100/splitk_sweep_h100.jsonl)
         "decode_split": (16, 128, 4, 2),
+        # softcap / sinks / ALiBi: the 8-warp decode tile holds 78-83 % of copy at 64 x 4096, 4 warps 98-101 %
+        # (benchmarks/lab/h100/feature_*_h100.jsonl)
+        "decode_feature": (16, 128, 4, 2),
     },
     "cuda": {
         "prefill": (64, 64, 4, 2),
