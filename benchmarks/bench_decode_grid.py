@@ -24,13 +24,16 @@ import os
 import time
 from dataclasses import dataclass
 
+import bench_attention as B
 import torch
 
-import bench_attention as B
 from vllm_xpu_attn.core import LayerRunner, LayerSpec, Mode, StepInputs, plan_step
 
 LAYERS, CACHES = 32, 4
-PATH = "plan_step once per step, then LayerRunner.forward per layer over {n} layers cycling over {c} caches; per-layer figure = step time / {n}"
+PATH = (
+    "plan_step once per step, then LayerRunner.forward per layer over {n} layers cycling over {c} caches; "
+    "per-layer figure = step time / {n}"
+)
 
 
 @dataclass(frozen=True)
