@@ -4,7 +4,7 @@
 
 Compiles one specialisation (the 1 x 8192 prefill's by default: bf16, D=128, GQA 4, page 64, the
 sm90 descriptor tiles 128 x 64, 4 warps, 2 stages; the JSON overrides constexprs, "q"/"kv" dtypes,
-"warps", "stages") through Triton's NVIDIA backend and its bundled ptxas, and prints shared memory,
+"warps", "stages", "_opts": extra compile options such as {"maxnreg": 128}) through Triton's NVIDIA backend and its bundled ptxas, and prints shared memory,
 global scratch and ptxas' register / stack report. Use the Triton version the GPU machine runs
 (pip install triton==3.6.0 into a venv): ptxas ships with it, and its behaviour is what is being checked.
 """
@@ -50,7 +50,7 @@ for n in fn.arg_names:
 aligned = [n for n in fn.arg_names if n in ptr or n.startswith("stride_") and n not in ("stride_ptb", "stride_ds_b")]
 attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
 k = triton.compile(ASTSource(fn, sig, cx, attrs), target=GPUTarget("cuda", 90, 32),
-                   options=dict(num_warps=warps, num_stages=stages))
+                   options=dict(num_warps=warps, num_stages=stages, **variant.pop("_opts", {})))
 import collections, subprocess, tempfile, os, re
 bindir = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
 with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
