@@ -10,13 +10,13 @@ set -u
 export PYTHONPATH=.:benchmarks PYTHONUNBUFFERED=1
 L=/tmp/logs; mkdir -p $L /tmp/suite
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee $L/gpu.txt
-t=$SECONDS; timeout 170 python benchmarks/bench_decode_grid.py --out $OUT > $L/grid.log 2>&1; echo "grid rc $? $((SECONDS-t)) s"
-t=$SECONDS; timeout 150 python benchmarks/bench_attention.py --no-flex --out $OUT > $L/bench_attention.log 2>&1; echo "attention rc $? $((SECONDS-t)) s"
+t=$SECONDS; timeout 150 python benchmarks/bench_decode_grid.py --out $OUT > $L/grid.log 2>&1; echo "grid rc $? $((SECONDS-t)) s"
+t=$SECONDS; timeout 110 python benchmarks/bench_attention.py --no-flex --out $OUT > $L/bench_attention.log 2>&1; echo "attention rc $? $((SECONDS-t)) s"
 mv $OUT/results.png $OUT/bench_attention.png 2>/dev/null; mv $OUT/results.json $OUT/bench_attention.json 2>/dev/null
-t=$SECONDS; timeout 80 python benchmarks/bench_fp8_engine.py --out $OUT > $L/fp8.log 2>&1; echo "fp8 rc $? $((SECONDS-t)) s"
-t=$SECONDS; OUT=/tmp/suite timeout 170 bash tests/gpu/suite_parallel.sh 16 12 > $L/suite_console.log 2>&1
+t=$SECONDS; timeout 60 python benchmarks/bench_fp8_engine.py --out $OUT > $L/fp8.log 2>&1; echo "fp8 rc $? $((SECONDS-t)) s"
+t=$SECONDS; OUT=/tmp/suite timeout 150 bash tests/gpu/suite_parallel.sh 16 12 > $L/suite_console.log 2>&1
 echo "suite rc $? $((SECONDS-t)) s"; tail -qn 1 /tmp/suite/suite-*.log
-t=$SECONDS; timeout 60 python benchmarks/bench_compile_stalls.py > $L/compile_stalls.log 2>&1; echo "stalls rc $? $((SECONDS-t)) s"; tail -n 3 $L/compile_stalls.log
+t=$SECONDS; OUT=$L timeout 95 python benchmarks/bench_compile_stalls.py > $L/compile_stalls.log 2>&1; echo "stalls rc $? $((SECONDS-t)) s"; tail -n 3 $L/compile_stalls.log
 tar czf $OUT/suite_logs.tgz -C /tmp suite; tar czf $OUT/logs.tgz -C /tmp logs
 grep -h '"name"' $L/grid.log | python -c "
 import sys, json
