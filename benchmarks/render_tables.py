@@ -275,6 +275,8 @@ def attention_engine(r: Records) -> str:
         + "\n\n"
         + split_k_tile_note(r)
         + "\n\n"
+        + decode_grid(r)
+        + "\n\n"
         + fp8_engine(r)
         + "\n\n"
         + fp8_h100_note(r)
@@ -303,6 +305,40 @@ def fp8_engine(r: Records) -> str:
         f"`ensure_bound`, per-head [batch, Hkv] with `bind`; every output "
         f"{'bitwise equal to' if equal else 'NOT equal to'} the one-call API's):\n\n"
         + table(["batch x context"] + kinds, rows)
+    )
+
+
+DECODE_GRID = "docs/decode-grid-h100.json"
+
+
+def decode_grid(r: Records) -> str:
+    """Issue #51's wider decode grid through the engine path, vLLM's and SGLang's kernels in the same run."""
+    rec = r.json(DECODE_GRID)
+
+    def cell(x: dict, name: str) -> str:
+        if f"{name}_pct_copy" in x:
+            return f"{x[f'{name}_pct_copy']:.1f}"
+        return "-" if f"{name}_error" not in x else "n/a"
+
+    rows = [
+        [
+            x["name"],
+            shape(x["batch"], x["ctx"]),
+            f"{x['hq']} / {x['hkv']}, D {x['d']}",
+            f"**{x['pct_copy']:.1f}** / {x['pct_copy_latency']:.1f}" if "pct_copy" in x else x.get("error", "-"),
+            cell(x, "vllm_unified"),
+            cell(x, "sglang_decode"),
+        ]
+        for x in rec["rows"]
+    ]
+    diffs = [x[k] for x in rec["rows"] for k in ("vllm_unified_max_abs_diff", "sglang_decode_max_abs_diff") if k in x]
+    return (
+        f"Decode over the wider grid ({rec['rows'][0]['path']}; `benchmarks/bench_decode_grid.py`, {rec['device']}, "
+        f"copy {rec['copy_tbps']:.2f} TB/s, {when(rec)}, {link(DECODE_GRID, 'docs')}): % of copy by the K/V bytes "
+        f"a layer must read (a window reads its 1,024 keys); ours throughput / latency, peers throughput; n/a: the "
+        f"peer's decode kernel has no such form (ALiBi or window in SGLang's). Peers' outputs within "
+        f"{max(diffs) if diffs else float('nan'):.2g} of ours (max |diff|, bf16).\n\n"
+        + table(["layer", "batch x context", "heads, head dim", "**ours, engine path**", "vLLM Triton", "SGLang Triton"], rows)
     )
 
 

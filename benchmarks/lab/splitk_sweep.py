@@ -34,7 +34,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), os.path.dirname(os.path.dirname(HERE))]
 
-from bench_attention import HKV, paged_inputs  # noqa: E402
+import bench_attention as B  # noqa: E402
+from bench_attention import paged_inputs  # noqa: E402
 from timing import copy_tbps, throughput  # noqa: E402
 
 from vllm_xpu_attn.kernels.api import get_provider  # noqa: E402
@@ -80,7 +81,14 @@ def main() -> None:
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, comma-separated")
     ap.add_argument("--feature", default=None, choices=["softcap", "sinks", "alibi", "softcap+sinks"],
                     help="decode with a layer feature (the 64x4096 feature rows of ab_trees sat at 79-82 %% of copy)")
+    ap.add_argument("--layer", default=None, choices=["d64", "kv2", "window"],
+                    help="bench_decode_grid's rows below 90 %%: head dim 64, 16 q / 2 KV heads, a 1,024-key window")
     args = ap.parse_args()
+    if args.layer == "d64":
+        B.D = 64
+    elif args.layer == "kv2":
+        B.HQ, B.HKV = 16, 2
+    HKV = B.HKV
     fp8 = {"bf16": None, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[args.kv]
     phase = "decode" if fp8 is None else "decode_fp8"
     t_start = time.time()
@@ -88,9 +96,10 @@ def main() -> None:
     tuning, fam = _tuning()
     shipped_tile = tuning[fam][phase]
     shipped_split_tile = tuning[fam].get("decode_split")
+    shipped_feature_tile = tuning[fam].get("decode_feature")
     bw = copy_tbps()
     print(json.dumps({"device": torch.cuda.get_device_name(), "family": fam, "copy_tbps": round(bw, 3),
-                      "kv": args.kv, "feature": args.feature, "phase": phase, "shipped_tile": shipped_tile}), flush=True)
+                      "kv": args.kv, "feature": args.feature, "layer": args.layer, "phase": phase, "shipped_tile": shipped_tile}), flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     tiles = [(16, n, w, s) for n, w, s in itertools.product([64, 128], [4, 8], [2, 3, 4])]
     if fp8 is not None:
@@ -117,10 +126,14 @@ def main() -> None:
             scale = torch.ones(1, device="cuda", dtype=torch.float32)
             kc, vc = kc.to(fp8), vc.to(fp8)
             kw.update(k_descale=scale, v_descale=scale)
-        kv_bytes = 2 * batch * ctx * HKV * kc.shape[-1] * kc.element_size()
+        if args.layer == "window":
+            kw["window_size"] = (1023, 0)
+        kv_bytes = 2 * batch * (min(ctx, 1024) if args.layer == "window" else ctx) * HKV * kc.shape[-1] * kc.element_size()
         tuning[fam][phase] = shipped_tile
         if shipped_split_tile is not None:
             tuning[fam]["decode_split"] = shipped_split_tile
+        if shipped_feature_tile is not None:
+            tuning[fam]["decode_feature"] = shipped_feature_tile
         tri.clear_caches()
         launch = tri.arm_paged if hasattr(tri, "arm_paged") else tri.plan_paged
         ref = tri.flash_attn_with_kvcache(q, kc, vc, pt, seq, cu, 1, **kw).float()
@@ -141,8 +154,10 @@ def main() -> None:
         best[f"{batch}x{ctx}"] = rec
         for tile in tiles:
             tuning[fam][phase] = tile
-            if phase == "decode" and "decode_split" in tuning[fam]:
-                tuning[fam]["decode_split"] = tile
+            if phase == "decode":  # the split and feature tiles follow the swept one
+                for extra in ("decode_split", "decode_feature"):
+                    if extra in tuning[fam]:
+                        tuning[fam][extra] = tile
             tri.clear_caches()
             for ns in (1, 2, 4, 8, 16, 32, 64):
                 if ctx // ns < 512 or batch * HKV * ns > 8192 or (ns == 1 and batch * HKV < 128):
