@@ -945,16 +945,16 @@ def _write_kv_kernel(
 
 
 @triton.jit
-def _mla_rows(tile, q_start, q_len, k_len, num_q_heads, BLOCK_H: tl.constexpr):
+def _mla_rows(tile, q_len, k_len, num_q_heads, BLOCK_H: tl.constexpr):
     """The BLOCK_H rows of an MLA head tile, a row being (query token, head) in token-major order: (token t,
-    head, row inside the sequence's queries r_ok, causal position pos, query row index q_rows int64), each
-    [BLOCK_H]; queries are aligned to the end of the keys."""
+    head, row inside the sequence's queries r_ok, causal position pos), each [BLOCK_H]; queries are aligned to
+    the end of the keys."""
     rows = tile * BLOCK_H + tl.arange(0, BLOCK_H)
     t = rows // num_q_heads
     heads = rows % num_q_heads
     r_ok = t < q_len
     pos = k_len - q_len + t  # bottom-right aligned position of each row's query
-    return t, heads, r_ok, pos, (q_start + t).to(tl.int64)
+    return t, heads, r_ok, pos
 
 
 @triton.jit
@@ -1046,11 +1046,12 @@ def _mla_attn_kernel(
     q_len = q_end - q_start
     if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
         return
-    t, heads, r_ok, pos, q_rows = _mla_rows(tile, q_start, q_len, k_len, num_q_heads, BLOCK_H)
+    t, heads, r_ok, pos = _mla_rows(tile, q_len, k_len, num_q_heads, BLOCK_H)
     FUSED: tl.constexpr = (BLOCK_DC == D_C) and (BLOCK_DV == D_C)
     offs_c = tl.arange(0, BLOCK_DC)
     offs_v = dv0 + tl.arange(0, BLOCK_DV)
     offs_r = tl.arange(0, D_R)
+    q_rows = (q_start + t).to(tl.int64)
     q_row = Q + q_rows[:, None] * stride_qt + heads[:, None].to(tl.int64) * stride_qh
     if FUSED:
         q_c = tl.load(q_row + offs_c[None, :], mask=r_ok[:, None], other=0.0)
@@ -1317,8 +1318,9 @@ def _mla_page_kernel(
     q_len = q_end - q_start
     if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
         return
-    t, heads, r_ok, pos, q_rows = _mla_rows(tile, q_start, q_len, k_len, num_q_heads, BLOCK_H)
+    t, heads, r_ok, pos = _mla_rows(tile, q_len, k_len, num_q_heads, BLOCK_H)
     offs_h = tl.arange(0, HALF)
+    q_rows = (q_start + t).to(tl.int64)
     q_row = Q + q_rows[:, None] * stride_qt + heads[:, None].to(tl.int64) * stride_qh
     q_c0 = tl.load(q_row + offs_h[None, :], mask=r_ok[:, None], other=0.0)
     q_c1 = tl.load(q_row + HALF + offs_h[None, :], mask=r_ok[:, None], other=0.0)
