@@ -271,14 +271,21 @@ def test_triton_mla_fp8_latent_with_bf16_queries_matches_reference(kv_dtype, spl
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)
 
 
+PAGE_FORMS = ["page", "tma", "ahead", "ahead-ptr"]
+
+
 @pytest.fixture
 def mla_form(request, monkeypatch):
-    """The MLA page-block kernel (tuning.MLA_KERNEL_FORM "page" / "tma": _mla_page_kernel, issue #49) forced on the
-    interpreter's family for one test; the provider's kept launch configurations cleared around it."""
+    """The MLA page-block kernel (tuning.MLA_KERNEL_FORM "page" / "tma" / "ahead": _mla_page_kernel, issue #49)
+    forced on the interpreter's family for one test ("ahead-ptr": "ahead" with the cache refused for descriptors,
+    so its score tiles take pointer loads); the provider's kept launch configurations cleared around it."""
     from vllm_xpu_attn.kernels.api import get_provider
-    from vllm_xpu_attn.kernels.providers.triton import tuning
+    from vllm_xpu_attn.kernels.providers.triton import step_launch, tuning
 
-    monkeypatch.setitem(tuning.MLA_KERNEL_FORM, "cpu", {"mla_decode": request.param, "mla_wide": request.param})
+    form = request.param.removesuffix("-ptr")
+    monkeypatch.setitem(tuning.MLA_KERNEL_FORM, "cpu", {"mla_decode": form, "mla_wide": form})
+    if request.param.endswith("-ptr"):
+        monkeypatch.setattr(step_launch, "desc_layer_ok", lambda *a: False)
     tri = get_provider("triton")
     tri.clear_caches()
     yield request.param
@@ -286,14 +293,16 @@ def mla_form(request, monkeypatch):
 
 
 def _page_kernel_ran(form: str) -> None:
-    """The page-block kernel is what launched, with descriptors exactly in the "tma" form."""
+    """The page-block kernel is what launched: descriptors exactly in the "tma" / "ahead" forms, the scores one
+    block ahead exactly in "ahead"."""
     from vllm_xpu_attn.kernels.api import get_provider
 
     launched = get_provider("triton").launched_variants("_mla_page_kernel")
-    assert launched and {v["USE_DESC"] for v in launched} == {form == "tma"}
+    assert launched and {v["USE_DESC"] for v in launched} == {form in ("tma", "ahead")}
+    assert {v["AHEAD"] for v in launched} == {form.startswith("ahead")}
 
 
-@pytest.mark.parametrize("mla_form", ["page", "tma"], indirect=True)
+@pytest.mark.parametrize("mla_form", PAGE_FORMS, indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("page", [16, 64])
 @pytest.mark.parametrize("decode", [True, False], ids=["decode", "extend"])
@@ -304,7 +313,7 @@ def test_triton_mla_page_kernel_matches_naive(mla_form, dtype, page, decode):
     _page_kernel_ran(mla_form)
 
 
-@pytest.mark.parametrize("mla_form", ["page", "tma"], indirect=True)
+@pytest.mark.parametrize("mla_form", PAGE_FORMS, indirect=True)
 @pytest.mark.parametrize("splits", [1, 2, 4])
 def test_triton_mla_page_kernel_split_k_and_nan_tail(mla_form, splits):
     """_mla_page_kernel's split-K partials, merge and LSE against the reference provider, over a cache whose
@@ -326,7 +335,7 @@ def test_triton_mla_page_kernel_split_k_and_nan_tail(mla_form, splits):
     _page_kernel_ran(mla_form)
 
 
-@pytest.mark.parametrize("mla_form", ["page", "tma"], indirect=True)
+@pytest.mark.parametrize("mla_form", PAGE_FORMS, indirect=True)
 @pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3", "e5m2"])
 def test_triton_mla_page_kernel_fp8_latent(mla_form, kv_dtype):
     """_mla_page_kernel with bf16 queries over an FP8 latent cache and its descale, split-K, against the

@@ -45,6 +45,7 @@ BASE = dict(
     WRITE_LSE=False,
     FP32_DOT=False,
     USE_DESC=False,  # _mla_page_kernel: pointer loads unless asked
+    AHEAD=False,  # _mla_page_kernel: the scores one key block ahead ("ahead" form)
 )
 DEFAULTS = [
     {"tag": "shipped mla_wide"},

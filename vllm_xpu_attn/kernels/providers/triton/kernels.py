@@ -1253,7 +1253,51 @@ def _mla_page_block(
     return m_new, l_i, acc0, acc1
 
 
-# the same arguments as _mla_attn_kernel (one launch path), plus USE_DESC
+@triton.jit
+def _opaque(x):
+    """x unchanged through an identity the compiler cannot see into (CUDA PTX): a product summed through it does
+    not become another product's accumulator, so it is no "chained dot" to Triton's warp layout rule."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _mla_scores(q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, stride_kp, stride_ks, n_pages,
+                PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                FP32_DOT: tl.constexpr, USE_DESC: tl.constexpr):  # fmt: skip
+    """The raw scores [BLOCK_H, BLOCK_N] fp32 (unscaled, unmasked) of key block [start, start + BLOCK_N), inside
+    one page, and whether its page id was bad (flagged; page 0 read instead). Keys past the sequence end are read as
+    they are (finite or not): the caller's mask selects them away. The three products (two latent halves, RoPE)
+    are summed through ``_opaque`` on 16-bit dots: none feeds another product, so with the scores used only in the
+    next iteration (_mla_page_kernel's AHEAD loop) Triton splits this product's keys over the warpgroups instead of
+    having each compute all of it."""
+    HALF: tl.constexpr = D_C // 2
+    pg = tl.load(pt_row + start // PAGE).to(tl.int64)
+    pg_bad = (pg < 0) | (pg >= n_pages)
+    if pg_bad:
+        _flag(ERR, 2, b, pg)
+    pg = tl.where(pg_bad, 0, pg)
+    if USE_DESC:
+        r = pg.to(tl.int32) * PAGE + start % PAGE
+        kc0 = kc_desc.load([r, 0])
+        kc1 = kc_desc.load([r, HALF])
+        kr = kr_desc.load([r, 0])
+    else:
+        row = KV + pg * stride_kp + (start % PAGE + tl.arange(0, BLOCK_N)) * stride_ks
+        kc0 = tl.load(row[:, None] + tl.arange(0, HALF)[None, :])
+        kc1 = tl.load(row[:, None] + HALF + tl.arange(0, HALF)[None, :])
+        kr = tl.load(row[:, None] + D_C + tl.arange(0, D_R)[None, :])
+    if FP32_DOT:  # the interpreter (no inline PTX; no warp layouts either)
+        s = tl.dot(q_c0, tl.trans(kc0.to(tl.float32)), input_precision="ieee")
+        s += tl.dot(q_c1, tl.trans(kc1.to(tl.float32)), input_precision="ieee")
+        s += tl.dot(q_r, tl.trans(kr.to(tl.float32)), input_precision="ieee")
+    else:
+        s = _opaque(tl.dot(q_c0, tl.trans(kc0.to(q_c0.dtype))))
+        s += _opaque(tl.dot(q_c1, tl.trans(kc1.to(q_c0.dtype))))
+        s += _opaque(tl.dot(q_r, tl.trans(kr.to(q_r.dtype))))
+    return s, pg_bad
+
+
+# the same arguments as _mla_attn_kernel (one launch path), plus USE_DESC and AHEAD
 @triton.jit(do_not_specialize=["kv_rows", "pt_cols", "total_q", "stride_ptb"])
 def _mla_page_kernel(
     Q,
@@ -1291,8 +1335,9 @@ def _mla_page_kernel(
     WRITE_LSE: tl.constexpr,
     FP32_DOT: tl.constexpr,
     USE_DESC: tl.constexpr,
+    AHEAD: tl.constexpr,
 ):
-    """Absorbed MLA by page blocks (issue #49; tuning.MLA_KERNEL_FORM "page" / "tma"): _mla_attn_kernel's
+    """Absorbed MLA by page blocks (issue #49; tuning.MLA_KERNEL_FORM "page" / "tma" / "ahead"): _mla_attn_kernel's
     contract (rows, causal alignment, split-K partials, LSE, bounds), fused latent only, key blocks inside one
     page (PAGE % BLOCK_N == 0, checked by the provider).
 
@@ -1302,6 +1347,13 @@ def _mla_page_kernel(
     all); the 512-wide value accumulator as two D_C / 2 halves (two products, as FlashMLA splits it over two
     warpgroups); and the key loop split into blocks every row fully sees (no mask, no select) and the masked
     tail (the block holding ``hi`` and, for extend rows, the causal diagonal).
+
+    AHEAD ("ahead" form): the scores of key block i + 1 are made in iteration i and folded in iteration i + 1
+    (_mla_scores). No product then consumes the scores in the iteration that makes them, so Triton gives that
+    product warpsPerCTA [4, 2] (each warpgroup half the keys) instead of the chained-dot [8, 1], under which both
+    warpgroups of a 64-head tile compute all of QK^T: QK^T is computed once (as FlashMLA does), and its wgmma of
+    block i + 1 may overlap block i's softmax. The price: block i's values are loaded again in iteration i
+    (masked pointer loads; L2/L1 hits: the block was read one iteration earlier for its scores).
 
     Q [total_q, H, D_C + D_R] (16-bit or fp32); KV [pages, PAGE, 1, D_C + D_R] (16-bit, fp32 or FP8 with the
     per-tensor descale KDS); O [total_q, H, D_C]; LSE [H, total_q] fp32 (WRITE_LSE); OP / LP the split-K
@@ -1352,16 +1404,49 @@ def _mla_page_kernel(
     acc1 = tl.zeros([BLOCK_H, HALF], tl.float32)
     pt_row = PT + b.to(tl.int64) * stride_ptb
     n_pages = kv_rows // PAGE
-    for start in range(lo, mid, BLOCK_N):
-        m_i, l_i, acc0, acc1 = _mla_page_block(
-            q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, hi, pos, r_ok, m_i, l_i, acc0, acc1,
-            stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC, False,
-        )  # fmt: skip
-    for start in range(mid, hi, BLOCK_N):
-        m_i, l_i, acc0, acc1 = _mla_page_block(
-            q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, hi, pos, r_ok, m_i, l_i, acc0, acc1,
-            stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC, True,
-        )  # fmt: skip
+    if AHEAD:
+        # iteration `start` makes the scores of block start + BLOCK_N (the last block's again in the last
+        # iteration, unused) and folds block `start`; the first iteration folds an empty block before lo, so
+        # there is no prologue product (its shared-memory tiles would stay allocated: 254 KB, over the 227 KB)
+        last_blk = lo + tl.maximum(hi - lo - 1, 0) // BLOCK_N * BLOCK_N
+        end = tl.where(hi > lo, hi, lo - BLOCK_N)  # no key: no iteration (no page id read past the table)
+        s_cur = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
+        bad_cur = False
+        offs_n = tl.arange(0, BLOCK_N)
+        for start in range(lo - BLOCK_N, end, BLOCK_N):
+            s_next, bad_next = _mla_scores(
+                q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, tl.minimum(start + BLOCK_N, last_blk),
+                stride_kp, stride_ks, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC,
+            )  # fmt: skip
+            j = start + offs_n
+            j_ok = (j >= lo) & (j < hi)
+            ok = r_ok[:, None] & j_ok[None, :] & (j[None, :] <= pos[:, None])
+            m_i_new, alpha, p, l_i = _softmax_fold(tl.where(ok, s_cur * qk_scale, float("-inf")), m_i, l_i, bad_cur)
+            at = tl.maximum(start, 0)  # the empty first block reads nothing (masked) from a valid page
+            pg = tl.load(pt_row + at // PAGE).to(tl.int64)
+            pg = tl.where((pg < 0) | (pg >= n_pages), 0, pg)  # flagged when its scores were made
+            row = KV + pg * stride_kp + (at % PAGE + offs_n) * stride_ks
+            v0 = tl.load(row[:, None] + offs_h[None, :], mask=j_ok[:, None], other=0.0)
+            v1 = tl.load(row[:, None] + HALF + offs_h[None, :], mask=j_ok[:, None], other=0.0)
+            if FP32_DOT:
+                acc0 = acc0 * alpha[:, None] + tl.dot(p, v0.to(tl.float32), input_precision="ieee")
+                acc1 = acc1 * alpha[:, None] + tl.dot(p, v1.to(tl.float32), input_precision="ieee")
+            else:
+                pb = p.to(q_c0.dtype)
+                acc0 = acc0 * alpha[:, None] + tl.dot(pb, v0.to(q_c0.dtype))
+                acc1 = acc1 * alpha[:, None] + tl.dot(pb, v1.to(q_c0.dtype))
+            m_i, s_cur, bad_cur = m_i_new, s_next, bad_next
+    else:
+        for start in range(lo, mid, BLOCK_N):
+            m_i, l_i, acc0, acc1 = _mla_page_block(
+                q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, hi, pos, r_ok, m_i, l_i, acc0, acc1,
+                stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC, False,
+            )  # fmt: skip
+        for start in range(mid, hi, BLOCK_N):
+            m_i, l_i, acc0, acc1 = _mla_page_block(
+                q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, hi, pos, r_ok, m_i, l_i, acc0, acc1,
+                stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC, True,
+            )  # fmt: skip
 
     empty = l_i == 0  # no key: out 0, LSE -inf; NaN (bad input) stays NaN
     inv = kv_scale / tl.where(empty, 1.0, l_i)

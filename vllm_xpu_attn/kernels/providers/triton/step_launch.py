@@ -198,10 +198,10 @@ class TritonLaunch(PagedLaunch):
             )
         # beyond the layer signature: the LSE / workspace alignment and this layer's descriptor decision
         if cfg.mla_decode:
-            # the MLA page kernel's "tma" form: K/V by descriptor where Triton has them and the latent cache
+            # the MLA page kernel's "tma" / "ahead" forms: K/V by descriptor where Triton has them and the latent cache
             # takes them (tuning.MLA_KERNEL_FORM); the scratch allocator descriptors need is set here
             use_desc = (
-                cfg.variant.mla_form == "tma"
+                cfg.variant.mla_form in ("tma", "ahead")
                 and descriptors_supported()
                 and desc_layer_ok(k_cache, k_cache, step.page_size)
             )

@@ -287,8 +287,9 @@ def attn_variant(
         consts = dict(sv.static, HAS_DESCALE=descale, FP32_DOT=fp32_dot)
         if sv.mla_form == "gather":
             return Variant("_mla_attn_kernel", consts, sv.warps, sv.stages, sv.options)
-        # the page-block kernel: K/V by descriptor in the "tma" form where the layer's cache takes them
-        consts["USE_DESC"] = sv.mla_form == "tma" and use_desc
+        # the page-block kernel: K/V by descriptor in the "tma" / "ahead" forms where the layer's cache takes them
+        consts["USE_DESC"] = sv.mla_form in ("tma", "ahead") and use_desc
+        consts["AHEAD"] = sv.mla_form == "ahead"
         return Variant("_mla_page_kernel", consts, sv.warps, sv.stages, sv.options)
     consts = dict(
         sv.static,
