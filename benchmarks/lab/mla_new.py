@@ -2,7 +2,7 @@
 
 Times absorbed-MLA decode per candidate (kernel form x launch tiles x split count; tuning.MLA_KERNEL_FORM:
 "gather" = _mla_attn_kernel, what cuda_sm90 ships; "page" / "tma" = _mla_page_kernel with pointer / tensor-descriptor
-K/V loads) next to SGLang's Triton MLA decode, at the issue's shapes: 128 heads x 64 x 4096, 16 x 64 x 4096,
+K/V loads; "ahead" = _mla_page_kernel with the scores one key block ahead, QK^T computed once per 64-head tile) next to SGLang's Triton MLA decode, at the issue's shapes: 128 heads x 64 x 4096, 16 x 64 x 4096,
 16 x 1 x 8192, bf16 and FP8 e4m3 latent caches. Every candidate is checked against an fp32 MQA over the gathered
 latent rows (mla_sweep.case) before it is timed; one JSON line per (shape, kv, candidate): back-to-back us,
 TFLOP/s (2 x batch x heads x ctx x (576 + 512)), TB/s of latent bytes and % of the copy bandwidth measured in the same
@@ -43,17 +43,18 @@ SHAPES = [(128, 64, 4096), (16, 64, 4096), (16, 1, 8192)]  # (heads, batch, ctx)
 WIDE = {
     "bf16": [
         ("gather", (64, 64, 8, 2), None),
+        ("ahead", (64, 32, 8, 2), None),
+        ("ahead", (64, 16, 8, 2), None),
         ("tma", (64, 64, 8, 2), None),
         ("page", (64, 64, 8, 2), None),
-        ("tma", (64, 32, 8, 2), None),
         ("tma", (64, 32, 8, 3), None),
         ("gather", (64, 32, 8, 2), None),
     ],
     "e4m3": [
         ("gather", (64, 64, 8, 2), None),
+        ("ahead", (64, 32, 8, 2), None),
         ("tma", (64, 64, 8, 2), None),
         ("gather", (64, 64, 8, 1), None),
-        ("tma", (64, 64, 8, 1), None),
     ],
 }
 NARROW = {
@@ -62,7 +63,7 @@ NARROW = {
         ("tma", (16, 32, 4, 2), None),
         ("page", (16, 32, 4, 2), None),
         ("tma", (16, 32, 4, 3), None),
-        ("tma", (16, 64, 4, 2), None),
+        ("ahead", (16, 32, 4, 2), None),
     ],
     "e4m3": [
         ("gather", (16, 32, 4, 2), None),
@@ -103,6 +104,7 @@ def run(c: dict, h: int, b: int, ctx: int, device: str, splits, timed: bool, n: 
     page_runs = prov.launched_variants("_mla_page_kernel")
     row["kernel"] = "_mla_page_kernel" if page_runs else "_mla_attn_kernel"
     row["desc"] = sorted({bool(v["USE_DESC"]) for v in page_runs})
+    row["ahead"] = sorted({bool(v["AHEAD"]) for v in page_runs})
     if timed:
         from timing import throughput
 
@@ -219,7 +221,7 @@ def summary(rows: list[dict]) -> list[dict]:
     for key in dict.fromkeys((tuple(r["shape"]), r["kv"]) for r in rows):
         mine = [r for r in rows if (tuple(r["shape"]), r["kv"]) == key and r.get("ok") and "us" in r]
         shipped = next((r for r in mine if r["form"] == "gather"), None)
-        new = min((r for r in mine if r["form"] in ("page", "tma")), key=lambda r: r["us"], default=None)
+        new = min((r for r in mine if r["form"] in ("page", "tma", "ahead")), key=lambda r: r["us"], default=None)
         sgl = next((r for r in mine if r["form"] == "sglang"), None)
         brief = lambda r: r and {k: r.get(k) for k in ("form", "tiles", "splits", "us", "tflops", "pct_copy")}  # noqa: E731
         row = {

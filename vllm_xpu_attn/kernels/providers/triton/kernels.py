@@ -1264,12 +1264,12 @@ def _opaque(x):
 def _mla_scores(q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, stride_kp, stride_ks, n_pages,
                 PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
                 FP32_DOT: tl.constexpr, USE_DESC: tl.constexpr):  # fmt: skip
-    """The raw scores [BLOCK_H, BLOCK_N] fp32 (unscaled, unmasked) of key block [start, start + BLOCK_N), inside
-    one page, and whether its page id was bad (flagged; page 0 read instead). Keys past the sequence end are read as
-    they are (finite or not): the caller's mask selects them away. The three products (two latent halves, RoPE)
-    are summed through ``_opaque`` on 16-bit dots: none feeds another product, so with the scores used only in the
-    next iteration (_mla_page_kernel's AHEAD loop) Triton splits this product's keys over the warpgroups instead of
-    having each compute all of it."""
+    """The raw scores of key block [start, start + BLOCK_N), inside one page, as three products [BLOCK_H, BLOCK_N]
+    fp32 (two latent halves, RoPE; unscaled, unmasked; ``_sum_scores`` adds them), and whether its page id was bad
+    (flagged; page 0 read instead). Keys past the sequence end are read as they are (finite or not): the caller's
+    mask selects them away. None of the products feeds another, so with the scores used only in the next iteration
+    (_mla_page_kernel's AHEAD loop) Triton splits their keys over the warpgroups instead of having each compute all
+    of them, and their wgmma can run while the current block's softmax does (the sum is taken at the end)."""
     HALF: tl.constexpr = D_C // 2
     pg = tl.load(pt_row + start // PAGE).to(tl.int64)
     pg_bad = (pg < 0) | (pg >= n_pages)
@@ -1287,14 +1287,23 @@ def _mla_scores(q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, st
         kc1 = tl.load(row[:, None] + HALF + tl.arange(0, HALF)[None, :])
         kr = tl.load(row[:, None] + D_C + tl.arange(0, D_R)[None, :])
     if FP32_DOT:  # the interpreter (no inline PTX; no warp layouts either)
-        s = tl.dot(q_c0, tl.trans(kc0.to(tl.float32)), input_precision="ieee")
-        s += tl.dot(q_c1, tl.trans(kc1.to(tl.float32)), input_precision="ieee")
-        s += tl.dot(q_r, tl.trans(kr.to(tl.float32)), input_precision="ieee")
+        s0 = tl.dot(q_c0, tl.trans(kc0.to(tl.float32)), input_precision="ieee")
+        s1 = tl.dot(q_c1, tl.trans(kc1.to(tl.float32)), input_precision="ieee")
+        s2 = tl.dot(q_r, tl.trans(kr.to(tl.float32)), input_precision="ieee")
     else:
-        s = _opaque(tl.dot(q_c0, tl.trans(kc0.to(q_c0.dtype))))
-        s += _opaque(tl.dot(q_c1, tl.trans(kc1.to(q_c0.dtype))))
-        s += _opaque(tl.dot(q_r, tl.trans(kr.to(q_r.dtype))))
-    return s, pg_bad
+        s0 = tl.dot(q_c0, tl.trans(kc0.to(q_c0.dtype)))
+        s1 = tl.dot(q_c1, tl.trans(kc1.to(q_c0.dtype)))
+        s2 = tl.dot(q_r, tl.trans(kr.to(q_r.dtype)))
+    return s0, s1, s2, pg_bad
+
+
+@triton.jit
+def _sum_scores(s0, s1, s2, FP32_DOT: tl.constexpr):
+    """The three score products summed; on 16-bit dots through ``_opaque``, so that none is another's
+    accumulator (the chained-dot rule) and the wait for their wgmma lands where the sum is taken."""
+    if FP32_DOT:
+        return s0 + s1 + s2
+    return _opaque(s0) + _opaque(s1) + _opaque(s2)
 
 
 # the same arguments as _mla_attn_kernel (one launch path), plus USE_DESC and AHEAD
@@ -1414,7 +1423,7 @@ def _mla_page_kernel(
         bad_cur = False
         offs_n = tl.arange(0, BLOCK_N)
         for start in range(lo - BLOCK_N, end, BLOCK_N):
-            s_next, bad_next = _mla_scores(
+            s0, s1, s2, bad_next = _mla_scores(
                 q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, tl.minimum(start + BLOCK_N, last_blk),
                 stride_kp, stride_ks, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC,
             )  # fmt: skip
@@ -1435,7 +1444,7 @@ def _mla_page_kernel(
                 pb = p.to(q_c0.dtype)
                 acc0 = acc0 * alpha[:, None] + tl.dot(pb, v0.to(q_c0.dtype))
                 acc1 = acc1 * alpha[:, None] + tl.dot(pb, v1.to(q_c0.dtype))
-            m_i, s_cur, bad_cur = m_i_new, s_next, bad_next
+            m_i, s_cur, bad_cur = m_i_new, _sum_scores(s0, s1, s2, FP32_DOT), bad_next
     else:
         for start in range(lo, mid, BLOCK_N):
             m_i, l_i, acc0, acc1 = _mla_page_block(
