@@ -14,7 +14,7 @@ BUDGET=${BUDGET:-470}
 left() { local l=$((BUDGET - SECONDS - 10)); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 go() { [ $((BUDGET - SECONDS - 10)) -gt 20 ]; }
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-# 1. the candidates (about 30 compiles with the warm-up off, 3 timings each); its own budget skips the tail
+# 1. the candidates (23 compiles with the warm-up off, 3 timings each); its own budget skips the tail
 timeout "$(left 270)" python benchmarks/lab/mla_new.py --budget 220 > $OUT/mla_new.jsonl 2> $OUT/mla_new.err
 echo "mla_new rc $? at ${SECONDS}s"; tail -n 3 $OUT/mla_new.err
 python - <<'PY'

@@ -2,8 +2,9 @@
 
 Times absorbed-MLA decode per candidate (kernel form x launch tiles x split count; tuning.MLA_KERNEL_FORM:
 "gather" = _mla_attn_kernel, what cuda_sm90 ships; "page" / "tma" = _mla_page_kernel with pointer / tensor-descriptor
-K/V loads; "ahead" = _mla_page_kernel with the scores one key block ahead, QK^T computed once per 64-head tile) next to SGLang's Triton MLA decode, at the issue's shapes: 128 heads x 64 x 4096, 16 x 64 x 4096,
-16 x 1 x 8192, bf16 and FP8 e4m3 latent caches. Every candidate is checked against an fp32 MQA over the gathered
+K/V loads; "ahead" = _mla_page_kernel with the scores one key block ahead, QK^T computed once per 64-head tile)
+next to SGLang's Triton MLA decode, at the issue's shapes: 128 heads x 64 x 4096, 16 x 64 x 4096, 16 x 1 x 8192,
+bf16 and FP8 e4m3 latent caches. Every candidate is checked against an fp32 MQA over the gathered
 latent rows (mla_sweep.case) before it is timed; one JSON line per (shape, kv, candidate): back-to-back us,
 TFLOP/s (2 x batch x heads x ctx x (576 + 512)), TB/s of latent bytes and % of the copy bandwidth measured in the same
 run, the kernel that ran, or the error a candidate ends in. The last line ("summary") is the table of the fastest
@@ -45,16 +46,14 @@ WIDE = {
         ("gather", (64, 64, 8, 2), None),
         ("ahead", (64, 32, 8, 2), None),
         ("ahead", (64, 16, 8, 2), None),
+        ("ahead", (64, 16, 8, 3), None),
         ("tma", (64, 64, 8, 2), None),
-        ("page", (64, 64, 8, 2), None),
-        ("tma", (64, 32, 8, 3), None),
         ("gather", (64, 32, 8, 2), None),
     ],
     "e4m3": [
         ("gather", (64, 64, 8, 2), None),
         ("ahead", (64, 32, 8, 2), None),
         ("tma", (64, 64, 8, 2), None),
-        ("gather", (64, 64, 8, 1), None),
     ],
 }
 NARROW = {
@@ -62,7 +61,6 @@ NARROW = {
         ("gather", (16, 32, 4, 2), None),
         ("tma", (16, 32, 4, 2), None),
         ("page", (16, 32, 4, 2), None),
-        ("tma", (16, 32, 4, 3), None),
         ("ahead", (16, 32, 4, 2), None),
     ],
     "e4m3": [
@@ -74,9 +72,9 @@ NARROW = {
 # batch 1: the policy's split count (8 at 8192 keys) leaves most SMs idle; more splits of fewer keys
 SMALL = {
     "bf16": [("gather", (16, 32, 4, 2), None)]
-    + [("tma", (16, 32, 4, 2), s) for s in (None, 16, 32, 64)]
-    + [("page", (16, 32, 4, 2), 32), ("gather", (16, 32, 4, 2), 32)],
-    "e4m3": [("gather", (16, 32, 4, 2), None), ("tma", (16, 32, 4, 2), None), ("tma", (16, 32, 4, 2), 32)],
+    + [("tma", (16, 32, 4, 2), s) for s in (None, 32, 64)]
+    + [("gather", (16, 32, 4, 2), 32)],
+    "e4m3": [("gather", (16, 32, 4, 2), None), ("tma", (16, 32, 4, 2), 32)],
 }
 CANDIDATES = {0: WIDE, 1: NARROW, 2: SMALL}
 # the targets: TFLOP/s at 128 heads, % of copy at 16 heads
