@@ -1,7 +1,7 @@
 """AOT-compile absorbed-MLA decode kernels for sm_90a on a machine without a GPU (dev tool, issue #49).
 
-    /work/t36/bin/python benchmarks/lab/mla_aot.py                       # the shipped 128- and 16-head tiles
-    /work/t36/bin/python benchmarks/lab/mla_aot.py '{"BLOCK_H": 64, "warps": 8}' ...   # one line per JSON
+    python benchmarks/lab/mla_aot.py                       # the shipped 128- and 16-head tiles (triton==3.6.0 venv)
+    python benchmarks/lab/mla_aot.py '{"BLOCK_H": 64, "warps": 8}' ...   # one line per JSON
 
 Compiles one specialisation per JSON argument of ``_mla_attn_kernel`` (or ``"kernel": "<name>"``, a sibling in
 kernels.py taking the same arguments) through Triton's NVIDIA backend and its bundled ptxas, and prints one JSON
