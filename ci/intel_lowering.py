@@ -580,15 +580,21 @@ def cases(tuning: dict, targets: list[str]) -> list[dict]:
     return [BUILDERS[b](tuning, tg, **kw) for tg in targets for b, kw in case_specs(tuning)]
 
 
+# kernels the provider launches on CUDA families only, with the tuning rule that would send one to "xpu": not
+# compiled here while that rule keeps it off Intel. _mla_page_kernel (issue #49, docs/mla-kernel.md) is
+# tuning.MLA_KERNEL_FORM's "page"/"tma" form; "xpu" has no entry there, so its MLA steps launch _mla_attn_kernel.
+CUDA_ONLY_KERNELS = {"_mla_page_kernel": lambda: set(T.MLA_KERNEL_FORM.get("xpu", {}).values()) <= {"gather"}}
+
+
 def launched_kernels() -> list[str]:
     """The kernels provider.py, step_launch.py and paging.py import from kernels.py (``from .kernels import ...``):
-    what they launch."""
+    what they launch, less those only CUDA families launch (CUDA_ONLY_KERNELS, while their rule holds)."""
     names = set()
     for src in (PROVIDER, STEP_LAUNCH, PAGING):
         for node in ast.walk(ast.parse(src.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "kernels":
                 names |= {alias.name for alias in node.names}
-    return sorted(names)
+    return sorted(n for n in names if not (n in CUDA_ONLY_KERNELS and CUDA_ONLY_KERNELS[n]()))
 
 
 # the feature sets compiled at D 256 and D 64 besides D 128's (Gemma 2/3: softcap, sliding window; GPT-OSS: sinks

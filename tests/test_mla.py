@@ -269,3 +269,93 @@ def test_triton_mla_fp8_latent_with_bf16_queries_matches_reference(kv_dtype, spl
     )
     torch.testing.assert_close(o.float(), want_o.float(), atol=1.6e-2, rtol=1.6e-2)
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)
+
+
+PAGE_FORMS = ["page", "tma", "ahead", "ahead-ptr"]
+
+
+@pytest.fixture
+def mla_form(request, monkeypatch):
+    """The MLA page-block kernel (tuning.MLA_KERNEL_FORM "page" / "tma" / "ahead": _mla_page_kernel, issue #49)
+    forced on the interpreter's family for one test ("ahead-ptr": "ahead" with the cache refused for descriptors,
+    so its score tiles take pointer loads); the provider's kept launch configurations cleared around it."""
+    from vllm_xpu_attn.kernels.api import get_provider
+    from vllm_xpu_attn.kernels.providers.triton import step_launch, tuning
+
+    form = request.param.removesuffix("-ptr")
+    monkeypatch.setitem(tuning.MLA_KERNEL_FORM, "cpu", {"mla_decode": form, "mla_wide": form})
+    if request.param.endswith("-ptr"):
+        monkeypatch.setattr(step_launch, "desc_layer_ok", lambda *a: False)
+    tri = get_provider("triton")
+    tri.clear_caches()
+    yield request.param
+    tri.clear_caches()
+
+
+def _page_kernel_ran(form: str) -> None:
+    """The page-block kernel is what launched: descriptors exactly in the "tma" / "ahead" forms, the scores one
+    block ahead exactly in "ahead"."""
+    from vllm_xpu_attn.kernels.api import get_provider
+
+    launched = get_provider("triton").launched_variants("_mla_page_kernel")
+    assert launched and {v["USE_DESC"] for v in launched} == {form in ("tma", "ahead")}
+    assert {v["AHEAD"] for v in launched} == {form.startswith("ahead")}
+
+
+@pytest.mark.parametrize("mla_form", PAGE_FORMS, indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("page", [16, 64])
+@pytest.mark.parametrize("decode", [True, False], ids=["decode", "extend"])
+def test_triton_mla_page_kernel_matches_naive(mla_form, dtype, page, decode):
+    """_mla_page_kernel (pointer and descriptor loads) through LayerRunner, decode and extend rows (causal
+    diagonal inside head tiles: its masked tail), against the naive MLA."""
+    _check_absorbed("triton", dtype, page, decode)
+    _page_kernel_ran(mla_form)
+
+
+@pytest.mark.parametrize("mla_form", PAGE_FORMS, indirect=True)
+@pytest.mark.parametrize("splits", [1, 2, 4])
+def test_triton_mla_page_kernel_split_k_and_nan_tail(mla_form, splits):
+    """_mla_page_kernel's split-K partials, merge and LSE against the reference provider, over a cache whose
+    unwritten slots (each page's tail past a sequence's keys) hold NaN: the masked tail must read them as 0."""
+    from vllm_xpu_attn.kernels.api import get_provider
+
+    step, call, cache, q = _latent_decode_case(seed=13)
+    lens = step.cache_seqlens.tolist()
+    dirty = cache.clone()
+    for b, n in enumerate(lens):  # NaN in every slot of this sequence's pages past its n keys
+        for j in range(n, step.page_table.shape[1] * 16):
+            dirty[step.page_table[b, j // 16].long(), j % 16] = float("nan")
+    launch = get_provider("triton").arm_paged(step, call, num_splits=splits)
+    assert launch.mla_decode and launch.num_splits == splits
+    o, lse = launch.run(q, dirty, dirty[..., :D_C], torch.empty(3, H, D_C))
+    want_o, want_lse = _reference(step, call, cache, q)
+    torch.testing.assert_close(o, want_o, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, want_lse, atol=1e-4, rtol=1e-4)
+    _page_kernel_ran(mla_form)
+
+
+@pytest.mark.parametrize("mla_form", PAGE_FORMS, indirect=True)
+@pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3", "e5m2"])
+def test_triton_mla_page_kernel_fp8_latent(mla_form, kv_dtype):
+    """_mla_page_kernel with bf16 queries over an FP8 latent cache and its descale, split-K, against the
+    reference on the same FP8 cache."""
+    from vllm_xpu_attn.kernels.api import LayerTensors, get_provider
+
+    step, call, cache, q = _latent_decode_case(seed=7)
+    cache, q = (cache * 4).to(kv_dtype), (q * 3).bfloat16()
+    ds = torch.tensor([0.375])
+    layer = LayerTensors.make(call, device=q.device, kv_dtype=kv_dtype, k_descale=ds, v_descale=ds)
+    o, lse = (
+        get_provider("triton")
+        .arm_paged(step, call, num_splits=2)
+        .run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C, dtype=torch.bfloat16), layer=layer)
+    )
+    want_o, want_lse = (
+        get_provider("reference")
+        .arm_paged(step, call)
+        .run(q, cache, cache[..., :D_C], torch.empty(3, H, D_C, dtype=torch.bfloat16), layer=layer)
+    )
+    torch.testing.assert_close(o.float(), want_o.float(), atol=1.6e-2, rtol=1.6e-2)
+    torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)
+    _page_kernel_ran(mla_form)

@@ -944,6 +944,46 @@ def _write_kv_kernel(
         tl.store(dst, x.to(C.dtype.element_ty), mask=msk)
 
 
+@triton.jit
+def _mla_rows(tile, q_len, k_len, num_q_heads, BLOCK_H: tl.constexpr):
+    """The BLOCK_H rows of an MLA head tile, a row being (query token, head) in token-major order: (token t,
+    head, row inside the sequence's queries r_ok, causal position pos), each [BLOCK_H]; queries are aligned to
+    the end of the keys."""
+    rows = tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    t = rows // num_q_heads
+    heads = rows % num_q_heads
+    r_ok = t < q_len
+    pos = k_len - q_len + t  # bottom-right aligned position of each row's query
+    return t, heads, r_ok, pos
+
+
+@triton.jit
+def _mla_key_range(split, tile, q_len, k_len, num_q_heads, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                   NUM_SPLITS: tl.constexpr):  # fmt: skip
+    """Keys [lo, hi) of one MLA program: causal (no key after the head tile's last query row), then split
+    ``split`` of NUM_SPLITS whole-BLOCK_N shares of them (split-K decode)."""
+    last = tl.minimum(q_len - 1, (tile * BLOCK_H + BLOCK_H - 1) // num_q_heads)
+    hi = tl.minimum(k_len, k_len - q_len + last + 1)  # causal: no key after this tile's last query
+    lo = 0
+    if NUM_SPLITS > 1:
+        per = tl.cdiv(tl.cdiv(hi, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        lo = split * per
+        hi = tl.minimum(hi, lo + per)
+    return lo, hi
+
+
+@triton.jit
+def _softmax_fold(s, m_i, l_i, bad):
+    """One key block's scores s [rows, keys] fp32 (base 2, masked keys -inf) folded into the running max m_i and
+    sum l_i [rows]: (m_new, alpha = the old sum's rescale, p [rows, keys], l_i); ``bad`` turns l_i NaN."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = tl.where(bad, float("nan"), l_i * alpha + tl.sum(p, 1))
+    return m_new, alpha, p, l_i
+
+
 # total_q and the table's row stride change per step: not specialised, so the variants compiled at warm-up
 # (warmup.py) serve every step (num_q_heads is the layer's)
 @triton.jit(do_not_specialize=["kv_rows", "pt_cols", "total_q", "stride_ptb"])
@@ -1006,11 +1046,7 @@ def _mla_attn_kernel(
     q_len = q_end - q_start
     if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
         return
-    rows = tile * BLOCK_H + tl.arange(0, BLOCK_H)
-    t = rows // num_q_heads
-    heads = rows % num_q_heads
-    r_ok = t < q_len
-    pos = k_len - q_len + t  # bottom-right aligned position of each row's query
+    t, heads, r_ok, pos = _mla_rows(tile, q_len, k_len, num_q_heads, BLOCK_H)
     FUSED: tl.constexpr = (BLOCK_DC == D_C) and (BLOCK_DV == D_C)
     offs_c = tl.arange(0, BLOCK_DC)
     offs_v = dv0 + tl.arange(0, BLOCK_DV)
@@ -1026,13 +1062,7 @@ def _mla_attn_kernel(
         kv_scale = tl.load(KDS).to(tl.float32)
         qk_scale = qk_scale * kv_scale
 
-    last = tl.minimum(q_len - 1, (tile * BLOCK_H + BLOCK_H - 1) // num_q_heads)
-    hi = tl.minimum(k_len, k_len - q_len + last + 1)  # causal: no key after this tile's last query
-    lo = 0
-    if NUM_SPLITS > 1:
-        per = tl.cdiv(tl.cdiv(hi, NUM_SPLITS), BLOCK_N) * BLOCK_N
-        lo = split * per
-        hi = tl.minimum(hi, lo + per)
+    lo, hi = _mla_key_range(split, tile, q_len, k_len, num_q_heads, BLOCK_H, BLOCK_N, NUM_SPLITS)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32) + tl.where(seq_bad, float("nan"), 0.0)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
@@ -1072,11 +1102,7 @@ def _mla_attn_kernel(
                 kc = kc.to(q_r.dtype)
         ok = r_ok[:, None] & j_ok[None, :] & (j[None, :] <= pos[:, None])
         s = tl.where(ok, s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = tl.where(pg_bad, float("nan"), l_i * alpha + tl.sum(p, 1))
+        m_new, alpha, p, l_i = _softmax_fold(s, m_i, l_i, pg_bad)
         if FP32_DOT:
             acc = acc * alpha[:, None] + tl.dot(p, kc.to(tl.float32), input_precision="ieee")
         else:
@@ -1128,3 +1154,322 @@ def _token_pages_kernel(
         m = cols < n_pages
         slot = tl.load(TT + row * stride_tt + cols.to(tl.int64) * PAGE, mask=m, other=0)
         tl.store(OUT + b * n_pages + cols, tl.where(row_bad, -1, slot // PAGE).to(tl.int32), mask=m)
+
+
+@triton.jit
+def _mla_page_block(
+    q_c0,
+    q_c1,
+    q_r,
+    kc_desc,
+    kr_desc,
+    KV,
+    pt_row,
+    ERR,
+    b,
+    start,
+    hi,
+    pos,
+    r_ok,
+    m_i,
+    l_i,
+    acc0,
+    acc1,
+    stride_kp,
+    stride_ks,
+    qk_scale,
+    n_pages,
+    PAGE: tl.constexpr,
+    D_C: tl.constexpr,
+    D_R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+    USE_DESC: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """Keys [start, start + BLOCK_N) of one page folded into a head tile's running softmax (_mla_page_kernel).
+
+    q_c0 / q_c1 [BLOCK_H, D_C / 2] and q_r [BLOCK_H, D_R]: the tile's latent halves and RoPE query part (16-bit,
+    or fp32 when FP32_DOT); m_i, l_i [BLOCK_H] fp32 (base 2); acc0 / acc1 [BLOCK_H, D_C / 2] fp32: the two
+    halves of the output columns (FlashMLA's split of the 512-wide value accumulator, here two products of
+    N = D_C / 2, so a TMA box (<= 256 columns) loads each half). MASKED=False: every key of the block is
+    visible to every row (no key at or past ``hi`` nor after a row's causal position): no mask, no select, no
+    zeroing. MASKED: keys past ``hi`` are read as 0 by masked pointer loads (descriptors or not: a page's unwritten
+    tail may hold NaN, and p = 0 does not cancel it) and the scores masked.
+    A page id outside [0, n_pages) reads page 0 instead, is flagged (guard.py) and turns l_i NaN."""
+    HALF: tl.constexpr = D_C // 2
+    pg = tl.load(pt_row + start // PAGE).to(tl.int64)  # the block lies in one page (PAGE % BLOCK_N == 0)
+    pg_bad = (pg < 0) | (pg >= n_pages)
+    if pg_bad:
+        _flag(ERR, 2, b, pg)
+    pg = tl.where(pg_bad, 0, pg)
+    j = start + tl.arange(0, BLOCK_N)
+    j_ok = j < hi
+    offs_h = tl.arange(0, HALF)
+    if USE_DESC and not MASKED:
+        # slot row of the block's first key; int32 (the provider checks pages x PAGE < 2**31)
+        r = pg.to(tl.int32) * PAGE + start % PAGE
+        kc0 = kc_desc.load([r, 0])  # [BLOCK_N, HALF]
+        kc1 = kc_desc.load([r, HALF])
+        kr = kr_desc.load([r, 0])  # [BLOCK_N, D_R]
+    else:
+        # the masked tail takes pointer loads under USE_DESC too: zeroing a descriptor tile (a page's unwritten
+        # tail may hold NaN) takes it through registers, which spilled 364 B at 64 heads x 64 keys (AOT, sm90)
+        # affine addresses inside the one page: one 64-bit base, int32 row offsets
+        row = KV + pg * stride_kp + (start % PAGE + tl.arange(0, BLOCK_N)) * stride_ks
+        if MASKED:
+            kc0 = tl.load(row[:, None] + offs_h[None, :], mask=j_ok[:, None], other=0.0)
+            kc1 = tl.load(row[:, None] + HALF + offs_h[None, :], mask=j_ok[:, None], other=0.0)
+            kr = tl.load(row[:, None] + D_C + tl.arange(0, D_R)[None, :], mask=j_ok[:, None], other=0.0)
+        else:
+            kc0 = tl.load(row[:, None] + offs_h[None, :])
+            kc1 = tl.load(row[:, None] + HALF + offs_h[None, :])
+            kr = tl.load(row[:, None] + D_C + tl.arange(0, D_R)[None, :])
+    # the scores over the latent as two products (each key half is both a K and a V operand), then the RoPE part
+    if FP32_DOT:
+        kc0 = kc0.to(tl.float32)
+        kc1 = kc1.to(tl.float32)
+        s = tl.dot(q_c0, tl.trans(kc0), input_precision="ieee")
+        s += tl.dot(q_c1, tl.trans(kc1), input_precision="ieee")
+        s += tl.dot(q_r, tl.trans(kr.to(tl.float32)), input_precision="ieee")
+    else:
+        kc0 = kc0.to(q_c0.dtype)
+        kc1 = kc1.to(q_c0.dtype)
+        s = tl.dot(q_c0, tl.trans(kc0))
+        s += tl.dot(q_c1, tl.trans(kc1))
+        s += tl.dot(q_r, tl.trans(kr.to(q_r.dtype)))
+    s = s * qk_scale
+    if MASKED:
+        ok = r_ok[:, None] & j_ok[None, :] & (j[None, :] <= pos[:, None])
+        s = tl.where(ok, s, float("-inf"))
+    m_new, alpha, p, l_i = _softmax_fold(s, m_i, l_i, pg_bad)
+    if FP32_DOT:
+        acc0 = acc0 * alpha[:, None] + tl.dot(p, kc0, input_precision="ieee")
+        acc1 = acc1 * alpha[:, None] + tl.dot(p, kc1, input_precision="ieee")
+    else:
+        pb = p.to(kc0.dtype)
+        acc0 = acc0 * alpha[:, None] + tl.dot(pb, kc0)
+        acc1 = acc1 * alpha[:, None] + tl.dot(pb, kc1)
+    return m_new, l_i, acc0, acc1
+
+
+@triton.jit
+def _opaque(x):
+    """x unchanged through an identity the compiler cannot see into (CUDA PTX): a product summed through it does
+    not become another product's accumulator, so it is no "chained dot" to Triton's warp layout rule."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _mla_scores(q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, stride_kp, stride_ks, n_pages,
+                PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                FP32_DOT: tl.constexpr, USE_DESC: tl.constexpr):  # fmt: skip
+    """The raw scores of key block [start, start + BLOCK_N), inside one page, as three products [BLOCK_H, BLOCK_N]
+    fp32 (two latent halves, RoPE; unscaled, unmasked; ``_sum_scores`` adds them), and whether its page id was bad
+    (flagged; page 0 read instead). Keys past the sequence end are read as they are (finite or not): the caller's
+    mask selects them away. None of the products feeds another, so with the scores used only in the next iteration
+    (_mla_page_kernel's AHEAD loop) Triton splits their keys over the warpgroups instead of having each compute all
+    of them, and their wgmma can run while the current block's softmax does (the sum is taken at the end)."""
+    HALF: tl.constexpr = D_C // 2
+    pg = tl.load(pt_row + start // PAGE).to(tl.int64)
+    pg_bad = (pg < 0) | (pg >= n_pages)
+    if pg_bad:
+        _flag(ERR, 2, b, pg)
+    pg = tl.where(pg_bad, 0, pg)
+    if USE_DESC:
+        r = pg.to(tl.int32) * PAGE + start % PAGE
+        kc0 = kc_desc.load([r, 0])
+        kc1 = kc_desc.load([r, HALF])
+        kr = kr_desc.load([r, 0])
+    else:
+        row = KV + pg * stride_kp + (start % PAGE + tl.arange(0, BLOCK_N)) * stride_ks
+        kc0 = tl.load(row[:, None] + tl.arange(0, HALF)[None, :])
+        kc1 = tl.load(row[:, None] + HALF + tl.arange(0, HALF)[None, :])
+        kr = tl.load(row[:, None] + D_C + tl.arange(0, D_R)[None, :])
+    if FP32_DOT:  # the interpreter (no inline PTX; no warp layouts either)
+        s0 = tl.dot(q_c0, tl.trans(kc0.to(tl.float32)), input_precision="ieee")
+        s1 = tl.dot(q_c1, tl.trans(kc1.to(tl.float32)), input_precision="ieee")
+        s2 = tl.dot(q_r, tl.trans(kr.to(tl.float32)), input_precision="ieee")
+    else:
+        s0 = tl.dot(q_c0, tl.trans(kc0.to(q_c0.dtype)))
+        s1 = tl.dot(q_c1, tl.trans(kc1.to(q_c0.dtype)))
+        s2 = tl.dot(q_r, tl.trans(kr.to(q_r.dtype)))
+    return s0, s1, s2, pg_bad
+
+
+@triton.jit
+def _sum_scores(s0, s1, s2, FP32_DOT: tl.constexpr):
+    """The three score products summed; on 16-bit dots through ``_opaque``, so that none is another's
+    accumulator (the chained-dot rule) and the wait for their wgmma lands where the sum is taken."""
+    if FP32_DOT:
+        return s0 + s1 + s2
+    return _opaque(s0) + _opaque(s1) + _opaque(s2)
+
+
+# the same arguments as _mla_attn_kernel (one launch path), plus USE_DESC and AHEAD
+@triton.jit(do_not_specialize=["kv_rows", "pt_cols", "total_q", "stride_ptb"])
+def _mla_page_kernel(
+    Q,
+    KV,
+    PT,
+    SEQ,
+    CUQ,
+    KDS,
+    O,
+    LSE,
+    OP,
+    LP,
+    ERR,
+    stride_qt,
+    stride_qh,
+    stride_kp,
+    stride_ks,
+    stride_ot,
+    stride_oh,
+    stride_ptb,
+    total_q,
+    num_q_heads,
+    scale,
+    kv_rows,
+    pt_cols,
+    PAGE: tl.constexpr,
+    D_C: tl.constexpr,
+    D_R: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DC: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    HAS_DESCALE: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+    USE_DESC: tl.constexpr,
+    AHEAD: tl.constexpr,
+):
+    """Absorbed MLA by page blocks (issue #49; tuning.MLA_KERNEL_FORM "page" / "tma" / "ahead"): _mla_attn_kernel's
+    contract (rows, causal alignment, split-K partials, LSE, bounds), fused latent only, key blocks inside one
+    page (PAGE % BLOCK_N == 0, checked by the provider).
+
+    What differs from _mla_attn_kernel, each aimed at the register spill of the 64-head tile on sm90
+    (docs/mla-kernel.md): one page id per key block and affine addresses inside it (no per-key page ids and
+    64-bit row pointers), or with USE_DESC the K/V tile by tensor descriptor (TMA: no address registers at
+    all); the 512-wide value accumulator as two D_C / 2 halves (two products, as FlashMLA splits it over two
+    warpgroups); and the key loop split into blocks every row fully sees (no mask, no select) and the masked
+    tail (the block holding ``hi`` and, for extend rows, the causal diagonal).
+
+    AHEAD ("ahead" form): the scores of key block i + 1 are made in iteration i and folded in iteration i + 1
+    (_mla_scores). No product then consumes the scores in the iteration that makes them, so Triton gives that
+    product warpsPerCTA [4, 2] (each warpgroup half the keys) instead of the chained-dot [8, 1], under which both
+    warpgroups of a 64-head tile compute all of QK^T: QK^T is computed once (as FlashMLA does), and its wgmma of
+    block i + 1 may overlap block i's softmax. The price: block i's values are loaded again in iteration i
+    (masked pointer loads; L2/L1 hits: the block was read one iteration earlier for its scores).
+
+    Q [total_q, H, D_C + D_R] (16-bit or fp32); KV [pages, PAGE, 1, D_C + D_R] (16-bit, fp32 or FP8 with the
+    per-tensor descale KDS); O [total_q, H, D_C]; LSE [H, total_q] fp32 (WRITE_LSE); OP / LP the split-K
+    partials ([NUM_SPLITS, total_q x H, D_C] / [NUM_SPLITS, total_q x H] fp32) that _merge_splits reads."""
+    tl.static_assert(BLOCK_DC == D_C and BLOCK_DV == D_C, "_mla_page_kernel: fused latent only")
+    tl.static_assert(PAGE % BLOCK_N == 0, "_mla_page_kernel: key blocks inside one page")
+    HALF: tl.constexpr = D_C // 2
+    b = tl.program_id(0)
+    tile = tl.program_id(1)
+    split = tl.program_id(2)
+    q_start, q_end, k_len, seq_bad = _checked_lengths(
+        ERR, CUQ, SEQ, b, total_q, pt_cols * PAGE, (tile == 0) & (split == 0)
+    )
+    q_len = q_end - q_start
+    if tile * BLOCK_H >= q_len * num_q_heads:  # past this sequence's rows (or a padded request)
+        return
+    t, heads, r_ok, pos = _mla_rows(tile, q_len, k_len, num_q_heads, BLOCK_H)
+    offs_h = tl.arange(0, HALF)
+    q_rows = (q_start + t).to(tl.int64)
+    q_row = Q + q_rows[:, None] * stride_qt + heads[:, None].to(tl.int64) * stride_qh
+    q_c0 = tl.load(q_row + offs_h[None, :], mask=r_ok[:, None], other=0.0)
+    q_c1 = tl.load(q_row + HALF + offs_h[None, :], mask=r_ok[:, None], other=0.0)
+    q_r = tl.load(q_row + D_C + tl.arange(0, D_R)[None, :], mask=r_ok[:, None], other=0.0)
+    if FP32_DOT:
+        q_c0 = q_c0.to(tl.float32)
+        q_c1 = q_c1.to(tl.float32)
+        q_r = q_r.to(tl.float32)
+    qk_scale = scale * LOG2E
+    kv_scale = 1.0
+    if HAS_DESCALE:
+        kv_scale = tl.load(KDS).to(tl.float32)
+        qk_scale = qk_scale * kv_scale
+    kc_desc = KV  # unused without descriptors (a name for the helper's argument)
+    kr_desc = KV
+    if USE_DESC:
+        # the cache as [slots, D_C + D_R] rows; the latent halves and the RoPE part as boxes of <= 256 columns
+        kc_desc = _slot_rows(KV, kv_rows, D_C, stride_ks, BLOCK_N, HALF)
+        kr_desc = _slot_rows(KV + D_C, kv_rows, D_R, stride_ks, BLOCK_N, D_R)
+
+    first = tile * BLOCK_H // num_q_heads  # the tile's first query token: the lowest causal position
+    lo, hi = _mla_key_range(split, tile, q_len, k_len, num_q_heads, BLOCK_H, BLOCK_N, NUM_SPLITS)
+    # keys every row sees: below hi and at or before the first row's position; whole blocks of them unmasked
+    seen = tl.minimum(hi, k_len - q_len + first + 1)
+    mid = tl.maximum(lo, lo + (seen - lo) // BLOCK_N * BLOCK_N)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32) + tl.where(seq_bad, float("nan"), 0.0)
+    acc0 = tl.zeros([BLOCK_H, HALF], tl.float32)
+    acc1 = tl.zeros([BLOCK_H, HALF], tl.float32)
+    pt_row = PT + b.to(tl.int64) * stride_ptb
+    n_pages = kv_rows // PAGE
+    if AHEAD:
+        # iteration `start` makes the scores of block start + BLOCK_N (the last block's again in the last
+        # iteration, unused) and folds block `start`; the first iteration folds an empty block before lo, so
+        # there is no prologue product (its shared-memory tiles would stay allocated: 254 KB, over the 227 KB)
+        last_blk = lo + tl.maximum(hi - lo - 1, 0) // BLOCK_N * BLOCK_N
+        end = tl.where(hi > lo, hi, lo - BLOCK_N)  # no key: no iteration (no page id read past the table)
+        s_cur = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
+        bad_cur = False
+        offs_n = tl.arange(0, BLOCK_N)
+        for start in range(lo - BLOCK_N, end, BLOCK_N):
+            s0, s1, s2, bad_next = _mla_scores(
+                q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, tl.minimum(start + BLOCK_N, last_blk),
+                stride_kp, stride_ks, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC,
+            )  # fmt: skip
+            j = start + offs_n
+            j_ok = (j >= lo) & (j < hi)
+            ok = r_ok[:, None] & j_ok[None, :] & (j[None, :] <= pos[:, None])
+            m_i_new, alpha, p, l_i = _softmax_fold(tl.where(ok, s_cur * qk_scale, float("-inf")), m_i, l_i, bad_cur)
+            at = tl.maximum(start, 0)  # the empty first block reads nothing (masked) from a valid page
+            pg = tl.load(pt_row + at // PAGE).to(tl.int64)
+            pg = tl.where((pg < 0) | (pg >= n_pages), 0, pg)  # flagged when its scores were made
+            row = KV + pg * stride_kp + (at % PAGE + offs_n) * stride_ks
+            v0 = tl.load(row[:, None] + offs_h[None, :], mask=j_ok[:, None], other=0.0)
+            v1 = tl.load(row[:, None] + HALF + offs_h[None, :], mask=j_ok[:, None], other=0.0)
+            if FP32_DOT:
+                acc0 = acc0 * alpha[:, None] + tl.dot(p, v0.to(tl.float32), input_precision="ieee")
+                acc1 = acc1 * alpha[:, None] + tl.dot(p, v1.to(tl.float32), input_precision="ieee")
+            else:
+                pb = p.to(q_c0.dtype)
+                acc0 = acc0 * alpha[:, None] + tl.dot(pb, v0.to(q_c0.dtype))
+                acc1 = acc1 * alpha[:, None] + tl.dot(pb, v1.to(q_c0.dtype))
+            m_i, s_cur, bad_cur = m_i_new, _sum_scores(s0, s1, s2, FP32_DOT), bad_next
+    else:
+        for start in range(lo, mid, BLOCK_N):
+            m_i, l_i, acc0, acc1 = _mla_page_block(
+                q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, hi, pos, r_ok, m_i, l_i, acc0, acc1,
+                stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC, False,
+            )  # fmt: skip
+        for start in range(mid, hi, BLOCK_N):
+            m_i, l_i, acc0, acc1 = _mla_page_block(
+                q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, hi, pos, r_ok, m_i, l_i, acc0, acc1,
+                stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC, True,
+            )  # fmt: skip
+
+    empty = l_i == 0  # no key: out 0, LSE -inf; NaN (bad input) stays NaN
+    inv = kv_scale / tl.where(empty, 1.0, l_i)
+    o0 = acc0 * inv[:, None]
+    o1 = acc1 * inv[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    if NUM_SPLITS == 1:
+        o_row = O + q_rows[:, None] * stride_ot + heads[:, None].to(tl.int64) * stride_oh
+        tl.store(o_row + offs_h[None, :], o0.to(O.dtype.element_ty), mask=r_ok[:, None])
+        tl.store(o_row + HALF + offs_h[None, :], o1.to(O.dtype.element_ty), mask=r_ok[:, None])
+        if WRITE_LSE:
+            tl.store(LSE + heads.to(tl.int64) * total_q + q_rows, lse, mask=r_ok)
+    else:
+        idx = split.to(tl.int64) * total_q * num_q_heads + q_rows * num_q_heads + heads
+        tl.store(OP + idx[:, None] * D_C + offs_h[None, :], o0, mask=r_ok[:, None])
+        tl.store(OP + idx[:, None] * D_C + HALF + offs_h[None, :], o1, mask=r_ok[:, None])
+        tl.store(LP + idx, lse, mask=r_ok)

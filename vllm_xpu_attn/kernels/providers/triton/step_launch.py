@@ -14,7 +14,7 @@ import torch
 
 from .... import env
 from ...api import FLAGS, FP8_DTYPES, NO_LAYER_TENSORS, LayerConsts, LayerTensors, PagedLaunch, PagedStep
-from .descriptors import DESC_DTYPES, desc_layer_ok, ensure_scratch_allocator
+from .descriptors import DESC_DTYPES, desc_layer_ok, descriptors_supported, ensure_scratch_allocator
 from .launch import FastLaunch
 from .launch_config import LaunchConfig
 from .signature import LAYER_ALIGNED, launch_extras, launch_specialisation, layer_signature
@@ -197,9 +197,19 @@ class TritonLaunch(PagedLaunch):
                 q, k_cache, v_cache, out, layer, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
             )
         # beyond the layer signature: the LSE / workspace alignment and this layer's descriptor decision
-        extras = launch_extras(
-            lse, o_part, l_part, cfg.desc and q.dtype in DESC_DTYPES and desc_layer_ok(k_cache, v_cache, step.page_size)
-        )
+        if cfg.mla_decode:
+            # the MLA page kernel's "tma" / "ahead" forms: K/V by descriptor where Triton has them and the latent cache
+            # takes them (tuning.MLA_KERNEL_FORM); the scratch allocator descriptors need is set here
+            use_desc = (
+                cfg.variant.mla_form in ("tma", "ahead")
+                and descriptors_supported()
+                and desc_layer_ok(k_cache, k_cache, step.page_size)
+            )
+            if use_desc:
+                ensure_scratch_allocator()
+        else:
+            use_desc = cfg.desc and q.dtype in DESC_DTYPES and desc_layer_ok(k_cache, v_cache, step.page_size)
+        extras = launch_extras(lse, o_part, l_part, use_desc)
         armed = cfg.layers.get(key)
         if armed is None or armed.extras != extras:
             self.provider.warm_once(step, call, q, k_cache, v_cache, out, layer)  # every variant, once per layer kind
@@ -309,7 +319,7 @@ class TritonLaunch(PagedLaunch):
     ) -> tuple[FastLaunch, Optional[FastLaunch]]:
         """(attention, split-K merge or None) launchers of one layer signature ``key`` with ``extras``, from the
         provider's kept ones: the variants (variants.py) of the configuration and this layer's flags."""
-        from .kernels import _merge_splits, _mla_attn_kernel, _paged_attn_kernel
+        from .kernels import _merge_splits, _mla_attn_kernel, _mla_page_kernel, _paged_attn_kernel
 
         cfg, call = self.cfg, self.call
         has_sinks = layer.sinks is not None
@@ -326,7 +336,9 @@ class TritonLaunch(PagedLaunch):
             use_desc=extras[2],
             interpreting=env.triton_interpreting(),
         )
-        fn = _mla_attn_kernel if v.kernel == "_mla_attn_kernel" else _paged_attn_kernel
+        fn = {"_mla_attn_kernel": _mla_attn_kernel, "_mla_page_kernel": _mla_page_kernel}.get(
+            v.kernel, _paged_attn_kernel
+        )
         attn = self.provider.launcher(fn, cfg.grid, v.constexprs, v.num_warps, v.num_stages, spec, v.options)
         m = merge_variant(cfg.variant, call.v_head_dim, sinks=has_sinks, return_lse=call.return_lse)
         merge = (

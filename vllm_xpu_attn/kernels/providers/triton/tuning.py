@@ -84,6 +84,21 @@ MLA_LATENT_TILES: dict[str, dict[str, tuple[int, int]]] = {
 }
 
 
+# Which absorbed-MLA kernel a family's MLA phase launches (issue #49, docs/mla-kernel.md): "gather" is
+# _mla_attn_kernel (per-key page ids, any page size, any latent tiles: Intel's lowering and today's CUDA
+# default); "page" is _mla_page_kernel (one page id per key block, affine pointer loads, the 512 value columns as
+# two halves, unmasked fully-visible blocks: 0 B spill in its key loop on sm90 where _mla_attn_kernel's loop
+# spills 43 loads / 26 stores per iteration, benchmarks/lab/mla_aot.py); "tma" is _mla_page_kernel with K/V by
+# tensor descriptor where the cache allows (descriptors.desc_layer_ok), else as "page"; "ahead" is _mla_page_kernel
+# with the scores made one key block ahead (AHEAD: QK^T computed once, not by both warpgroups of a 64-head tile;
+# the values loaded again), score tiles by descriptor where the cache allows. The page forms need
+# PAGE % BLOCK_N == 0 and the fused latent (MLA_LATENT_TILES (0, 0)); other steps keep "gather". Absent: "gather".
+# cuda_sm90 ships "gather" until a GPU run shows the page kernel faster (benchmarks/lab/gpu_mla_new.sh).
+MLA_KERNEL_FORM: dict[str, dict[str, str]] = {
+    "cuda_sm90": {"mla_decode": "gather", "mla_wide": "gather"},
+}
+MLA_FORMS = ("gather", "page", "tma", "ahead")
+
 # The paged kernel's head-dim tiles, (CHUNK_D, CHUNK_DV), by "<phase>_d<BLOCK_D>": the scores summed over CHUNK_D-wide
 # slices of the head dim (one q slice and one key slice live at a time) and CHUNK_DV of the output columns per
 # program (BLOCK_DV / CHUNK_DV programs per row tile, each recomputing the scores). Absent, or 0: the whole head
@@ -141,6 +156,14 @@ def mla_latent_tiles(family: str, phase: str, d_c: int, mla_latent: Optional[dic
             raise ValueError(f"MLA_LATENT_TILES[{family!r}][{phase!r}]: {w} is not a power of two >= 16")
         out.append(w)
     return out[0], out[1]
+
+
+def mla_kernel_form(family: str, phase: str, table: Optional[dict] = None) -> str:
+    """The MLA kernel form ("gather", "page", "tma", "ahead") of a family's MLA phase (``MLA_KERNEL_FORM``)."""
+    form = (MLA_KERNEL_FORM if table is None else table).get(family, {}).get(phase, "gather")
+    if form not in MLA_FORMS:
+        raise ValueError(f"MLA_KERNEL_FORM[{family!r}][{phase!r}]: {form!r} is not one of {MLA_FORMS}")
+    return form
 
 
 def mla_phase(num_q_heads: int) -> str:

@@ -26,6 +26,7 @@ except ImportError:  # loaded by file path (ci/intel_lowering.py): tuning.py is 
 
 tile_config, head_dim_phase, paged_d_tiles = _tuning.tile_config, _tuning.head_dim_phase, _tuning.paged_d_tiles
 mla_latent_tiles, mla_phase, alibi_as_dot = _tuning.mla_latent_tiles, _tuning.mla_phase, _tuning.alibi_as_dot
+mla_kernel_form = _tuning.mla_kernel_form
 pow2, cdiv, reachable_splits = _tuning.pow2, _tuning.cdiv, _tuning.reachable_splits
 
 FP8_NAMES = ("e4m3", "e5m2")
@@ -39,6 +40,7 @@ class Tables:
     mla_latent: Optional[dict] = None  # MLA_LATENT_TILES
     paged_d: Optional[dict] = None  # PAGED_D_TILES
     alibi_as_dot: Optional[dict] = None  # ALIBI_AS_DOT
+    mla_form: Optional[dict] = None  # MLA_KERNEL_FORM
 
 
 SHIPPED = Tables()
@@ -120,6 +122,7 @@ class StepVariant:
     bdv: int
     desc: bool
     static: dict
+    mla_form: str = "gather"  # MLA: tuning.MLA_KERNEL_FORM's kernel form where the step allows it
 
 
 def mla_kernel_fits(call: Any) -> bool:
@@ -178,6 +181,10 @@ def step_variant(
             NUM_SPLITS=n,
             WRITE_LSE=call.return_lse,
         )
+        # the page-block kernel takes fused latent tiles and key blocks inside one page; other steps gather
+        form = mla_kernel_form(family, which, tables.mla_form)
+        if (block_dc, block_dv) != (dv, dv) or page_size % block_n:
+            form = "gather"
         # axis 2: the key splits x the output-column programs (tuning.MLA_LATENT_TILES)
         return StepVariant(
             phase,
@@ -195,6 +202,7 @@ def step_variant(
             dv,
             False,
             static,
+            form,
         )
     # families with a pointer-load prefill kernel use it where a step takes no descriptors
     which = (
@@ -276,9 +284,13 @@ def attn_variant(
     dots (numpy has no bf16): fp32 dots there (ALiBi layers of any dtype: the causal bias is a bf16 dot)."""
     fp32_dot = q_dtype == "fp32" or (interpreting and (q_dtype == "bf16" or alibi))
     if sv.mla:
-        return Variant(
-            "_mla_attn_kernel", dict(sv.static, HAS_DESCALE=descale, FP32_DOT=fp32_dot), sv.warps, sv.stages, sv.options
-        )
+        consts = dict(sv.static, HAS_DESCALE=descale, FP32_DOT=fp32_dot)
+        if sv.mla_form == "gather":
+            return Variant("_mla_attn_kernel", consts, sv.warps, sv.stages, sv.options)
+        # the page-block kernel: K/V by descriptor in the "tma" / "ahead" forms where the layer's cache takes them
+        consts["USE_DESC"] = sv.mla_form in ("tma", "ahead") and use_desc
+        consts["AHEAD"] = sv.mla_form == "ahead"
+        return Variant("_mla_page_kernel", consts, sv.warps, sv.stages, sv.options)
     consts = dict(
         sv.static,
         HAS_SINKS=sinks,
