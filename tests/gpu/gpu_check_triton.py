@@ -506,6 +506,57 @@ def test_cuda_graph_capture_of_descriptor_prefill():
         assert_close_to(out.float().cpu(), want.double().cpu(), torch.bfloat16)
 
 
+@pytest.mark.parametrize("hq", [16, 128])
+def test_cuda_graph_capture_of_mla_decode(hq):
+    """Absorbed MLA decode (latent 512 + rope 64, page 64; 16 heads: the "mla_decode" phase, 128: "mla_wide") on
+    the kernel form the device ships (tuning.MLA_KERNEL_FORM: the descriptor forms allocate their scratch inside
+    the capture), through plan_step + LayerRunner.forward_mla as the engines' graph runners call it, captured
+    once and replayed on new queries, page assignments and lengths (split-K included); each replay checked
+    against the reference provider over the same latent rows."""
+    from vllm_xpu_attn.core import LayerSpec, MLADims, Mode, StepInputs
+
+    dims = MLADims(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)  # DeepSeek-V3
+    bs, ps, ctx = 4, 64, 3000
+    per = (ctx + ps - 1) // ps
+    n_pages = bs * per + 5
+    runner = core.LayerRunner(LayerSpec.for_mla(hq, dims, scale=576**-0.5), DEV, ps)
+    g = torch.Generator().manual_seed(12)
+    cache = torch.randn(n_pages, ps, 1, 576, generator=g).to(DEV).bfloat16()
+    q = torch.zeros(bs, hq, 576, dtype=torch.bfloat16, device=DEV)
+    out = torch.zeros(bs, hq, 512, dtype=torch.bfloat16, device=DEV)
+    table = torch.zeros(bs, per, dtype=torch.int32, device=DEV)
+    lens = torch.full((bs,), ctx, dtype=torch.int32, device=DEV)
+    cu = torch.arange(0, bs + 1, dtype=torch.int32, device=DEV)
+
+    def new_batch(seed):
+        gg = torch.Generator().manual_seed(seed)
+        q.copy_(torch.randn(bs, hq, 576, generator=gg).bfloat16())
+        table.copy_(torch.randperm(n_pages, generator=gg)[: bs * per].view(bs, per).int())
+        lens.copy_(torch.randint(1, ctx + 1, (bs,), generator=gg).int())
+
+    def step():
+        plan = core.plan_step(StepInputs(Mode.DECODE, lens, per * ps, bs, ps, page_table=table, max_seqlen_q=1))
+        runner.forward_mla(plan, q, cache, out)
+
+    new_batch(0)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up compiles outside capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for seed in (1, 2, 3):
+        new_batch(seed)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = REF.flash_attn_with_kvcache(q, cache, cache[..., :512], table, lens, cu, 1, softmax_scale=576**-0.5)
+        assert_close_to(out.float().cpu(), want.double().cpu(), torch.bfloat16)
+
+
 @pytest.mark.parametrize("page", [1, 16, 64])
 def test_token_rows_plan_on_device_equals_the_cpu_plan(page):
     """SGLang's step plan on the device (the one-launch token->page conversion, kernels/providers/triton/paging.py)

@@ -19,8 +19,8 @@ from typing import Optional
 # cannot take tensor descriptors (families that have descriptors); "prefill_ptr_wide" (and its fp32 variant): a
 # layer whose cache strides refuse descriptors inside a descriptor step (the same BLOCK_M, so the same grid);
 # "decode_fp8": decode over an FP8 cache (the same BLOCK_M and split count); "decode_split": split-K decode over a
-# 16-bit cache (the same BLOCK_M and split count); "decode_feature": decode of a layer with softcap, sinks or
-# ALiBi (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
+# 16-bit cache (the same BLOCK_M and split count); "decode_feature": decode of a layer with softcap, sinks,
+# ALiBi or a sliding window (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
 # (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA kernel, "mla_wide" from 64 heads per rank
 # (compute-bound: bigger head tiles). CUDA entries are tuned (docs/benchmarks.md); Intel entries are
 # conservative (less register file and SLM on Xe).
@@ -39,9 +39,12 @@ TUNING: dict[str, dict[str, tuple]] = {
         # split-K: 8 warps x 128 keys (the fastest without split) hold 76-84 % of copy under split-K at
         # every count on an H100, 4 warps 94-102 % (benchmarks/lab/h100/splitk_sweep_h100.jsonl)
         "decode_split": (16, 128, 4, 2),
-        # softcap / sinks / ALiBi: the 8-warp decode tile holds 78-83 % of copy at 64 x 4096, 4 warps 98-101 %
-        # (benchmarks/lab/h100/feature_*_h100.jsonl)
+        # softcap / sinks / ALiBi / a sliding window: the 8-warp decode tile holds 78-83 % of copy at 64 x 4096,
+        # 4 warps 98-101 % (benchmarks/lab/h100/feature_*_h100.jsonl); a 1,024-key window 80.7 % vs 69.7 %
+        # (h100/sweep_window_h100.jsonl)
         "decode_feature": (16, 128, 4, 2),
+        # head dim 64: 91.1 % of copy at 64 x 4096 vs 83.7 % on the D 128 tile (h100/sweep_d64_h100.jsonl)
+        "decode_d64": (16, 64, 4, 3),
     },
     "cuda": {
         "prefill": (64, 64, 4, 2),
@@ -95,7 +98,9 @@ MLA_LATENT_TILES: dict[str, dict[str, tuple[int, int]]] = {
 # PAGE % BLOCK_N == 0 and the fused latent (MLA_LATENT_TILES (0, 0)); other steps keep "gather". Absent: "gather".
 # cuda_sm90 ships "gather" until a GPU run shows the page kernel faster (benchmarks/lab/gpu_mla_new.sh).
 MLA_KERNEL_FORM: dict[str, dict[str, str]] = {
-    "cuda_sm90": {"mla_decode": "gather", "mla_wide": "gather"},
+    # H100, benchmarks/lab/h100/mla_new_h100.jsonl: 128 heads x 64 x 4096 328.8 us vs 498.8 (gather), 16 heads
+    # 134.4 vs 150.2 us; e4m3 470.9 vs 702.6 / 165.8 vs 192.4 ("page" 129.9 us at 16 heads bf16, within 4 %)
+    "cuda_sm90": {"mla_decode": "tma", "mla_wide": "tma"},
 }
 MLA_FORMS = ("gather", "page", "tma", "ahead")
 
