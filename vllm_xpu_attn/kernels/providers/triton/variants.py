@@ -317,7 +317,7 @@ def attn_variant(
         and "decode_feature" in tun[family]
         and sv.block_m <= 16
     ):
-        # softcap / sinks / ALiBi / sliding-window decode: its own key tile and warps, the same row tiles (grid) and split count
+        # softcap / sinks / ALiBi / sliding-window decode: its own key tile and warps, the same grid and split count
         _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_feature", tun)
     # the step's compile options either way (xpu: the GRF mode)
     return Variant("_paged_attn_kernel", consts, warps, stages, sv.options)
