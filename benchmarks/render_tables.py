@@ -511,7 +511,8 @@ def host_cost(r: Records) -> str:
 
 # --------------------------------------------------------------------------------------------- MLA (bench_mla)
 
-MLA = "docs/h200/mla-decode.json"
+MLA = "docs/mla-decode-h100.json"  # the page kernel's "tma" form (tuning.MLA_KERNEL_FORM); the H200 record
+# docs/h200/mla-decode.json timed the gather kernel that shipped before it
 
 
 def _mla_tflops(row: dict, latent: int = 512, rope: int = 64) -> float:
@@ -537,7 +538,8 @@ def mla_decode(r: Records) -> str:
     return (
         f"Path: ours through {ENGINE_PATH.replace('LayerRunner.forward', 'LayerRunner.forward_mla')}; SGLang's "
         f"`decode_attention_fwd` as its backend calls it (`benchmarks/peers.py`). Back-to-back, 20 calls. Machine: "
-        f"{rec['device']}, torch {rec['torch']}, copy {rec['copy_tbps']:.2f} TB/s; run date not recorded. "
+        f"{rec['device']}, torch {rec['torch']}, copy {rec['copy_tbps']:.2f} TB/s; {when(rec)}. Kernel: on Hopper the "
+        f"page-block kernel's tensor-descriptor form (`tuning.MLA_KERNEL_FORM`, docs/mla-kernel.md). "
         f"Record: {link(MLA, 'docs')}.\n\n"
         + table(["heads", "batch x context", "ours (us)", "SGLang (us)", "SGLang / ours"], rows)
         + f"\n\nSGLang's kernel takes {rng(ratios, lambda x: f'{x:.2f}')}x the time of ours. With 128 heads ours "
