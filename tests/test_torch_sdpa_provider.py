@@ -9,7 +9,8 @@ from layouts import assert_close_to, assert_lse_close, layouts
 from naive import naive_paged_attention
 
 from vllm_xpu_attn.kernels.api import KernelRequest, Phase, get_provider, select_provider
-from vllm_xpu_attn.kernels.providers.cpu_sdpa import bucket_decode_rows
+from vllm_xpu_attn.kernels.providers import cpu_sdpa
+from vllm_xpu_attn.kernels.providers.cpu_sdpa import bucket_decode_rows, chunk_decode_rows
 
 SDPA = get_provider("torch_sdpa")
 
@@ -125,6 +126,147 @@ def test_bucket_decode_rows_bounds_padding():
         assert len(b) * max(lens[i] for i in b) <= 1.5 * sum(lens[i] for i in b) or len(b) == 1
     assert bucket_decode_rows(lens, slack=10**6) == [[1, 3, 6, 2, 4, 0, 5]]  # padding cheaper than calls
     assert bucket_decode_rows([10] * 8) == [list(range(8))]  # equal lengths: one call
+
+
+def test_chunk_decode_rows_bounds_gathered_keys():
+    reads = [300, 290, 150, 7, 6, 5, 1]
+    runs = chunk_decode_rows([[0, 1, 2], [3, 4, 5, 6]], reads, max_keys=600)
+    assert runs == [[0, 1], [2], [3, 4, 5, 6]]  # in order, each run within one bucket
+    for r in runs:
+        assert len(r) * reads[r[0]] <= 600 or len(r) == 1
+    assert chunk_decode_rows([[0, 1]], [900, 800], max_keys=10) == [[0], [1]]  # one row at least
+
+
+@settings(max_examples=80)
+@given(
+    layout=layouts(max_batch=8), max_bytes=st.sampled_from([1, 3000, 40000]), want_lse=st.booleans(), fold=st.booleans()
+)
+def test_decode_runs_match_naive(layout, max_bytes, want_lse, fold):
+    """Decode buckets split into runs of at most ``max_bytes`` of gathered K+V (one row a run at 1 byte), query heads
+    folded into query rows or not (whatever fold_heads would pick on this machine), with every feature the layouts
+    make (GQA, windows, ALiBi, sinks, FP8, softcap): vs the oracle."""
+    old = cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads
+    cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads = max_bytes, lambda n, hkv: fold
+    try:
+        res = SDPA.flash_attn_with_kvcache(*layout.args(), **layout.kwargs, return_softmax_lse=want_lse)
+    finally:
+        cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads = old
+    out, lse = res if want_lse else (res, None)
+    ref_out, ref_lse = _naive(layout)
+    assert_close_to(out, ref_out, layout.q.dtype, logit_bound=layout.logit_bound())
+    if want_lse:
+        assert_lse_close(lse, ref_lse)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_decode_never_folds_query_heads(kv_dtype):
+    """FP8 caches keep the unfolded kernel call's bits even where fold_heads says fold: folding moves outputs by
+    ~1e-6 (fp32 summation order), which in a model can flip a later K/V element sitting on an FP8 rounding tie
+    (vLLM's FP8 test: one layer-1 key element rounded to -1.875 instead of -2.0, logprobs off by 6.5e-3). fp32
+    caches do fold and their bits move (else this test would not see folding at all); both vs the oracle."""
+    g = torch.Generator().manual_seed(7)
+    page, hq, hkv, d, n = 16, 9, 3, 64, 8
+    kc = (torch.randn(40, page, hkv, d, generator=g) * 2).to(kv_dtype)
+    vc = (torch.randn(40, page, hkv, d, generator=g) * 2).to(kv_dtype)
+    table = torch.randperm(40, generator=g)[: n * 4].view(n, 4).int()
+    lens = torch.randint(1, 4 * page, (n,), generator=g).int()
+    cu = torch.arange(n + 1, dtype=torch.int32)
+    qkv = torch.randn(n, (hq + 2 * hkv) * d, generator=g)
+    q = qkv[:, : hq * d].view(n, hq, d)  # strided, as an engine's fused QKV projection hands it
+    kw = dict(k_descale=torch.tensor(0.37), v_descale=torch.tensor(1.9))
+
+    def run(kc, vc, fold, **kw):
+        old = cpu_sdpa.fold_heads
+        cpu_sdpa.fold_heads = lambda n, hkv: fold
+        try:
+            return SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens, cu, 1, **kw)
+        finally:
+            cpu_sdpa.fold_heads = old
+
+    folded, unfolded = run(kc, vc, True, **kw), run(kc, vc, False, **kw)
+    assert torch.equal(folded, unfolded)
+    ref = naive_paged_attention(q, kc, vc, table, lens, cu, k_descale=kw["k_descale"], v_descale=kw["v_descale"])[0]
+    assert_close_to(folded, ref, torch.float32)
+    k32, v32 = kc.float() * 0.37, vc.float() * 1.9  # the same keys in an fp32 cache: folded, other bits
+    f32 = run(k32, v32, True)
+    assert not torch.equal(f32, run(k32, v32, False))
+    assert_close_to(f32, ref, torch.float32)
+
+
+@pytest.mark.parametrize("want_lse", [False, True])
+@pytest.mark.parametrize("window", [(-1, -1), (20, 0)])
+def test_unwritten_and_out_of_window_keys_are_never_read(want_lse, window):
+    """Decode rows of different lengths share a bucket padded to its longest row: the pages' unwritten tails and
+    the keys left of a window hold NaN/Inf (an engine's reused pages may), and no output or LSE sees them."""
+    g = torch.Generator().manual_seed(4)
+    page, hq, hkv, d = 16, 6, 2, 32
+    lens = [37, 30, 45, 33]
+    kc = torch.randn(16, page, hkv, d, generator=g)
+    vc = torch.randn(16, page, hkv, d, generator=g)
+    table = torch.randperm(16, generator=g)[:12].view(4, 3).int()
+    for b, n in enumerate(lens):  # everything this row may not read: poisoned
+        rows = (table[b].long()[:, None] * page + torch.arange(page)).flatten()
+        bad = rows[n:] if window[0] < 0 else torch.cat([rows[: max(0, n - 1 - window[0])], rows[n:]])
+        kc.view(-1, hkv, d)[bad] = float("nan")
+        vc.view(-1, hkv, d)[bad] = float("inf")
+    q = torch.randn(4, hq, d, generator=g)
+    cu = torch.arange(5, dtype=torch.int32)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    res = SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens_t, cu, 1, window_size=window, return_softmax_lse=want_lse)
+    out, lse = res if want_lse else (res, None)
+    ref_out, ref_lse = naive_paged_attention(q, kc, vc, table, lens_t, cu, window=window)
+    assert torch.isfinite(out).all()
+    assert_close_to(out, ref_out, torch.float32)
+    if want_lse:
+        assert_lse_close(lse, ref_lse)
+
+
+def test_pooled_buffers_shared_by_launches_of_different_sizes():
+    """Gather buffers outlive a step (a per-thread pool, grown when a larger group comes): a launch planned before a
+    larger one grew the pool, run again after it, still reads its own keys; each run vs the oracle."""
+    from vllm_xpu_attn.kernels.api import LayerConsts, PagedStep
+
+    g = torch.Generator().manual_seed(11)
+    page, hq, hkv, d = 16, 6, 2, 32
+    kc = torch.randn(40, page, hkv, d, generator=g)
+    vc = torch.randn(40, page, hkv, d, generator=g)
+    call = LayerConsts.make(hq, hkv, d)
+
+    def launch(lens):
+        table = torch.randperm(40, generator=g)[: len(lens) * 8].view(len(lens), 8).int()
+        lens = torch.tensor(lens, dtype=torch.int32)
+        cu = torch.arange(len(lens) + 1, dtype=torch.int32)
+        q = torch.randn(len(lens), hq, d, generator=g)
+        return SDPA.arm_paged(PagedStep(cu, lens, table, 1, 8 * page, page), call), (q, table, lens, cu)
+
+    small, big = launch([20, 9]), launch([120, 128, 100, 127])
+    for lnch, (q, table, lens, cu) in (small, big, small):
+        out = torch.empty(q.shape[0], hq, d)
+        lnch.run(q, kc, vc, out)
+        assert_close_to(out, naive_paged_attention(q, kc, vc, table, lens, cu)[0], torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn])
+@pytest.mark.parametrize("skip", [False, True])
+def test_write_kv_matches_row_by_row_stores(dtype, skip):
+    """write_kv on CPU (all slots valid: index_copy_ without a mask; some < 0: the masked path) vs storing each row
+    by hand; FP8 caches hold k / scale rounded to FP8."""
+    g = torch.Generator().manual_seed(2)
+    kc, vc = torch.zeros(5, 4, 2, 8, dtype=dtype), torch.zeros(5, 4, 2, 8, dtype=dtype)
+    k, v = torch.randn(6, 2, 8, generator=g), torch.randn(6, 2, 8, generator=g)
+    slots = torch.tensor([3, 17, 0, 19, 8, 9])
+    if skip:
+        slots[[1, 4]] = -1
+    scale = torch.tensor(0.5) if dtype == torch.float8_e4m3fn else None
+    SDPA.write_kv(
+        k.to(kc.dtype) if scale is None else k, v.to(kc.dtype) if scale is None else v, kc, vc, slots, scale, scale
+    )
+    want_k, want_v = torch.zeros(20, 2, 8, dtype=torch.float64), torch.zeros(20, 2, 8, dtype=torch.float64)
+    for i, s in enumerate(slots.tolist()):
+        if s >= 0:
+            want_k[s] = (k[i] / (scale or 1.0)).to(dtype).double()
+            want_v[s] = (v[i] / (scale or 1.0)).to(dtype).double()
+    assert torch.equal(kc.view(20, 2, 8).double(), want_k) and torch.equal(vc.view(20, 2, 8).double(), want_v)
 
 
 def _req(**kw):

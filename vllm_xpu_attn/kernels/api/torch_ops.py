@@ -51,6 +51,10 @@ def write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=N
     check_write_kv_all(k, v, k_cache, v_cache, slot_mapping)  # both, before either is written
     num_slots = k_cache.shape[0] * k_cache.shape[1]
     if slot_mapping.device.type == "cpu":
+        lo_hi = torch.aminmax(slot_mapping) if slot_mapping.numel() else None
+        if lo_hi is not None and int(lo_hi.min) >= 0 and int(lo_hi.max) < num_slots:  # no slot skipped: no mask
+            _write_all_cpu(k, v, k_cache, v_cache, slot_mapping.long(), k_scale, v_scale)
+            return
         check_write_kv_slots(slot_mapping, num_slots)
         keep = slot_mapping >= 0
     else:  # no host sync: out-of-range slots are skipped and flagged (guard.py), raised at a step boundary
@@ -68,6 +72,20 @@ def write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=N
             flat.view(torch.uint8)[slots] = vals.view(torch.uint8)  # index_put lacks FP8 kernels on some devices
         else:
             flat[slots] = vals
+
+
+def _write_all_cpu(k, v, k_cache, v_cache, slots, k_scale, v_scale) -> None:
+    """write_kv_torch's CPU fast path, every slot in range (checked by the caller): index_copy_, no boolean mask
+    (whose nonzero + index + index_put cost ~4x more per layer). k/v [T, Hkv, D], caches [P, page, Hkv, D],
+    slots long [T]."""
+    for new, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        if new is None:
+            continue
+        flat = cache.view(-1, *cache.shape[2:])
+        if is_fp8(cache.dtype):
+            flat.view(torch.uint8).index_copy_(0, slots, quantize_fp8(new, cache.dtype, scale).view(torch.uint8))
+        else:
+            flat.index_copy_(0, slots, new.to(cache.dtype))
 
 
 def quantize_fp8(x: torch.Tensor, fp8_dtype: torch.dtype, scale) -> torch.Tensor:

@@ -11,14 +11,20 @@ Per step (once, shared by every layer of the step and configuration), ``TorchSdp
 page table into flat slot indices and groups the sequences:
 
 * decode rows (one query) are bucketed by key length (a bucket's padding is bounded; long and short
-  rows do not share one) and run as one batched call per bucket over whole gathered pages (a page is one
-  contiguous block: ~10x faster to gather than its rows one by one), keys outside a row's range masked
-  and zeroed (a page's unwritten tail or a page left of a window may hold anything);
+  rows do not share one), each bucket split into runs of at most DECODE_CHUNK_BYTES of gathered K + V (so
+  the kernel reads them back from the last-level cache, not memory), and run as one batched call per run
+  over whole gathered pages (a page is one contiguous block: ~10x faster to gather than its rows one by
+  one), keys outside a row's range masked and zeroed (a page's unwritten tail or a page left of a window
+  may hold anything). The kernel sees each KV head's query heads folded into its query rows (q [n, Hkv,
+  Hq/Hkv, D]): it reads a KV head's keys once, not Hq/Hkv times;
 * every other sequence (prefill, extend, verify) runs as its own call over exactly its keys, with a
   bottom-right-aligned causal / window mask.
 
-Per layer it gathers K/V pages (decode) or rows (the rest) with ``index_select`` (FP8 caches are widened and
-descaled after the gather), adds ALiBi to the mask, calls the kernel and scatters the rows into ``out``.
+Per layer it gathers K/V pages (decode) or rows (the rest) with ``index_select`` into buffers pooled per thread
+(reused by every layer and step: a fresh multi-MB buffer costs a page fault per 4 KiB), or, for a one-sequence call
+over consecutive cache rows, hands the kernel a view of the cache (no gather); FP8 caches are widened and
+descaled after the gather; it adds ALiBi to the mask, calls the kernel and copies the rows into ``out``. An fp32
+decode run with nothing to add (no sinks, ALiBi, softcap or LSE) takes the fewest ops (``_decode_plain``).
 
 The kernel computes in fp32 whatever the storage (16-bit and FP8 rows are widened after the gather; the output
 is rounded once). Served natively: GQA/MQA, fp32/fp16/bf16, FP8 KV (e4m3/e5m2, scalar or [batch, Hkv] descales),
@@ -31,6 +37,7 @@ reference serves it: batch-invariant mode (the kernel's key blocking follows the
 
 from __future__ import annotations
 
+import threading
 from typing import Optional, Sequence
 
 import torch
@@ -57,6 +64,9 @@ NEG_INF = float("-inf")
 # DECODE_PAD_SLACK padded keys more (a separate call costs more than gathering a few hundred padded rows).
 DECODE_PAD_RATIO = 1.5
 DECODE_PAD_SLACK = 512
+# A decode kernel call gathers at most this many bytes of K + V (fp32) when it has more than one row: gathered just
+# before the kernel reads them, they are still in the last-level cache (split further, the calls cost more).
+DECODE_CHUNK_BYTES = 8 << 20
 
 
 def _flash_op():
@@ -84,6 +94,39 @@ def bucket_decode_rows(
     if cur:
         buckets.append(cur)
     return buckets
+
+
+def fold_heads(n: int, hkv: int) -> bool:
+    """Whether a decode call over ``n`` rows folds each KV head's query heads into its query rows (q [n, Hkv,
+    Hq/Hkv, D]: the kernel reads a KV head's keys once, not Hq/Hkv times). Not when that leaves the kernel fewer
+    than two (row, KV head) items a thread: one row's 3 items on 2 threads balance worse than the unfolded 9,
+    and one row's keys stay in cache for the re-reads (1 x 2048: 197 vs 207 us unfolded, 2 threads).
+
+    FP8 caches never fold (``_run_groups``): folding changes the kernel's fp32 summation order (outputs move by
+    ~1e-6, as close to the exact result as unfolded), and with a 3-bit mantissa such a change can flip one later
+    K/V element that sits on an FP8 rounding tie. vLLM's FP8 test saw exactly that (docs/cpu/profile.md): one
+    layer-1 key element at -1.9375006 (unfolded, and -1.93750048 in the transformers oracle) vs -1.93749976
+    (folded), rounding to -2.0 vs -1.875, moved prompt 0's logprobs by 6.5e-3 (the tolerance is 1e-3). Unfolded,
+    FP8 decode rows keep the bits of the one-row-per-head kernel call."""
+    return n * hkv >= 2 * torch.get_num_threads()
+
+
+def chunk_decode_rows(buckets: list[list[int]], reads: Sequence[int], max_keys: int) -> list[list[int]]:
+    """Split each bucket (row indices, longest first) into runs of consecutive rows whose padded keys (rows x the
+    run's first ``reads``) stay <= ``max_keys``, one row at least: a run's gathered K/V is then still in the
+    last-level cache when the kernel reads it (one gather of a whole 32 x 2048 bucket is 100 MB: the kernel would
+    read it back from memory, ~2x slower)."""
+    runs: list[list[int]] = []
+    for bucket in buckets:
+        cur: list[int] = []
+        for i in bucket:
+            if cur and (len(cur) + 1) * reads[cur[0]] > max_keys:
+                runs.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            runs.append(cur)
+    return runs
 
 
 def _visibility(lq: int, lk: int, causal: bool, window: tuple[int, int]) -> torch.Tensor:
@@ -127,7 +170,9 @@ def _check_values(
 class _Group:
     """One kernel call of a step: ``n`` sequences padded to ``lq`` x ``lk``.
 
-    q_rows long [n * lq] (rows of q, for decode buckets) or q0/q1 (one sequence's contiguous rows);
+    q_rows long [n * lq] (rows of q, for a decode bucket over non-consecutive rows) or q0/q1 (consecutive rows: one
+    sequence's, or a decode bucket's); span: the first flat cache row when a one-sequence group reads consecutive
+    rows (a view, no gather), else None; plain: a decode bucket ``_decode_plain`` can run;
     slots long [n * lk] flat cache slots (padding repeats the sequence's first slot, a written one), or pages
     long [n * lk / page_size] (decode buckets: whole pages, rows no query sees listed in ``drop``);
     seqs long [n] sequence ids (per-sequence descales); mask float32 [n, 1, lq, lk] additive (0 / -inf)
@@ -153,6 +198,9 @@ class _Group:
         "q_pos",
         "is_causal",
         "unseen",
+        "span",
+        "plain",
+        "fold",
     )
 
     def __init__(self, n, lq, lk, q_rows, q0, q1, slots, seqs, vis, q_pos, is_causal, pages=None):
@@ -176,6 +224,22 @@ class _Group:
         if pages is not None and self.unseen is not None:
             self.drop, self.unseen = self.unseen.reshape(-1).nonzero().flatten(), None
         self._dist = None
+        self.span = self._contiguous_span()
+        # a decode bucket _decode_plain can run: consecutive rows, every row sees a key
+        self.plain = lq == 1 and q_rows is None and self.dead is None and self.unseen is None
+        self.fold = False  # decode buckets: set by the launch (fold_heads)
+
+    def _contiguous_span(self) -> Optional[int]:
+        """The first flat cache row (page * page_size + offset) when this one-sequence group reads lk consecutive
+        rows and zeroes none of them in place: then the kernel reads the cache itself, no gather. None otherwise."""
+        if self.n != 1 or self.drop is not None:
+            return None
+        if self.pages is not None:
+            run = self.pages
+            consecutive = run.numel() == 1 or bool((run[1:] - run[:-1] == 1).all())
+            return int(run[0]) * (self.lk // run.numel()) if consecutive else None
+        first = int(self.slots[0])
+        return first if bool((self.slots == torch.arange(first, first + self.lk)).all()) else None
 
     def alibi_mask(self, slopes: torch.Tensor) -> torch.Tensor:
         """float32 [n, Hq, lq, lk]: the visibility mask minus slope_h * |key - query|."""
@@ -189,6 +253,21 @@ class _Group:
             self._dist = (k_pos[None, None, :] - self.q_pos[:, :, None]).abs().float().unsqueeze(1)
         bias = self._dist * -slopes.float()[None, :, None, None]
         return bias if self.mask is None else bias + self.mask
+
+
+_POOL = threading.local()  # per thread: (which, dtype, cols) -> the largest gather buffer made so far
+
+
+def _pooled(key: tuple, rows: int) -> torch.Tensor:
+    """This thread's buffer [>= rows, key[2]] of dtype key[1] for ``key``, grown (never shrunk) when too small.
+    Steps run one after another on a thread and a buffer is only read within one group's run, so launches share it."""
+    pool = getattr(_POOL, "bufs", None)
+    if pool is None:
+        pool = _POOL.bufs = {}
+    buf = pool.get(key)
+    if buf is None or buf.shape[0] < rows:
+        buf = pool[key] = torch.empty(rows, key[2], dtype=key[1])
+    return buf
 
 
 class TorchSdpaLaunch(PagedLaunch):
@@ -206,13 +285,14 @@ class TorchSdpaLaunch(PagedLaunch):
 
     def buffer(self, which: str, dtype: torch.dtype, rows: int, cols: int) -> torch.Tensor:
         """A buffer [rows, cols] ``dtype`` for gathered K or V rows (``which``): one per kind, as large as the
-        step's largest group (groups run one after another), reused by every layer of the step (fresh buffers
-        cost more than the copy: a page fault per 4 KiB of a new multi-MB allocation)."""
+        step's largest group (groups run one after another), reused by every layer of the step and, through this
+        thread's pool, by later steps (fresh buffers cost more than the copy: a page fault per 4 KiB of a new
+        multi-MB allocation, ~8 ms a step at 32 x 2048)."""
         key = (which, dtype, cols)
         buf = self._bufs.get(key)
         if buf is None or buf.shape[0] < rows:
-            rows_max = max(g.n * g.lk for g in self._groups)
-            buf = self._bufs[key] = torch.empty(max(rows, rows_max), cols, dtype=dtype)
+            rows_max = max(max(g.n * g.lk for g in self._groups), rows)
+            buf = self._bufs[key] = _pooled(key, rows_max)
         return buf[:rows]
 
     def _build(self, num_pages: int, total_q: int) -> None:
@@ -277,8 +357,16 @@ class TorchSdpaLaunch(PagedLaunch):
                 )
             )
         left = call.window[0]
-        for bucket in bucket_decode_rows([lens[b] for b in decode]):
-            seqs = [decode[i] for i in bucket]
+        # keys a row gathers (whole pages, from its first visible key's to its last key's): the runs' size
+        reads = [
+            ((lens[b] - 1) // page - (max(0, lens[b] - 1 - left) // page if left >= 0 else 0) + 1) * page
+            for b in decode
+        ]
+        row_bytes = 4 * call.num_kv_heads * (call.head_dim + call.v_head_dim)  # one key's K + V row, fp32
+        for bucket in chunk_decode_rows(
+            bucket_decode_rows([lens[b] for b in decode]), reads, max(1, DECODE_CHUNK_BYTES // row_bytes)
+        ):
+            seqs = sorted(decode[i] for i in bucket)  # in row order: consecutive rows are a slice of q and out
             ln = torch.tensor([lens[b] for b in seqs])
             # each row's pages: from the one holding its first visible key to the one holding its last key
             first = (ln - 1 - left).clamp(min=0) // page if left >= 0 else torch.zeros_like(ln)
@@ -294,14 +382,16 @@ class TorchSdpaLaunch(PagedLaunch):
                 vis &= k_pos >= (ln - 1 - left)[:, None]
             vis = None if bool(vis.all()) else vis.unsqueeze(1)
             # ALiBi distances are taken against 0..lk-1: the query position relative to the first gathered key
+            rows = [cu[b] for b in seqs]
+            consecutive = rows == list(range(rows[0], rows[0] + len(rows)))  # a slice of q/out, no index_select
             groups.append(
                 _Group(
                     len(seqs),
                     1,
                     lk,
-                    torch.tensor([cu[b] for b in seqs]),
-                    None,
-                    None,
+                    None if consecutive else torch.tensor(rows),
+                    rows[0] if consecutive else None,
+                    rows[-1] + 1 if consecutive else None,
                     None,
                     torch.tensor(seqs),
                     vis,
@@ -310,6 +400,7 @@ class TorchSdpaLaunch(PagedLaunch):
                     pages=pages.flatten(),
                 )
             )
+            groups[-1].fold = fold_heads(len(seqs), call.num_kv_heads)
         if left < 0:  # without a window the unseen keys of a row group are padding (a repeated, written slot)
             for g in groups:
                 if g.pages is None:
@@ -343,6 +434,10 @@ def _gather(cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch", which: 
     whole pages (g.pages) or rows (g.slots, page * page_size + offset), never copying the whole cache. A cache
     whose rows are strided inside a page is read by advanced indexing."""
     h, d = cache.shape[2], cache.shape[3]
+    if g.span is not None:  # consecutive rows: a view of the cache (the kernel reads it; nothing writes it)
+        rows = _flat_rows(cache, per_page=False)
+        if rows is not None:
+            return rows[g.span : g.span + g.lk].view(-1, h, d)
     flat = _flat_rows(cache, per_page=g.pages is not None)
     if flat is not None:
         idx = g.pages if g.pages is not None else g.slots
@@ -425,7 +520,22 @@ class TorchSdpaProvider(KernelProvider):
         # P @ V (~12 % more error than fp32 compute, which is what the reference and vLLM's CPU_ATTN do); FP8 rows
         # are descaled in fp32 too. Output rounded once, into ``out``.
         cdt = torch.float32
+        # fp32 decode with nothing to add to the kernel's output (the usual decode layer): _decode_plain
+        plain = (
+            not call.softcap
+            and d == dv
+            and sinks is None
+            and lse_out is None
+            and layer.alibi_slopes is None
+            and q.dtype == cdt
+            and out.dtype == cdt
+            and k_cache.dtype == cdt
+            and v_cache.dtype == cdt
+        )
         for g in launch._groups:
+            if plain and g.plain:
+                _decode_plain(op, q, k_cache, v_cache, out, g, launch, call.num_kv_heads, call.softmax_scale)
+                continue
             k = _gather(k_cache, g, launch, "k")
             v = _gather(v_cache, g, launch, "v")
             if fp8:  # [n * lk, Hkv, D] fp32
@@ -442,10 +552,7 @@ class TorchSdpaProvider(KernelProvider):
                 k, v = k.masked_fill(drop, 0), v.masked_fill(drop, 0)
             k = k.view(g.n, g.lk, *k.shape[1:]).transpose(1, 2)  # [n, Hkv, lk, D]
             v = v.view(g.n, g.lk, *v.shape[1:]).transpose(1, 2)
-            if g.q_rows is not None:
-                qg = q.index_select(0, g.q_rows).unsqueeze(2).to(cdt)  # [n, Hq, 1, D]
-            else:
-                qg = q[g.q0 : g.q1].transpose(0, 1).unsqueeze(0).to(cdt)  # [1, Hq, lq, D]
+            qg = _group_q(q, g, cdt)  # [n, Hq, lq, D]
             mask = g.mask if layer.alibi_slopes is None else g.alibi_mask(layer.alibi_slopes)
             if call.softcap:  # the fused kernel cannot cap its scores: the scores made here, fp32
                 o, lse = softcap_attention(qg, k, v, mask, g.is_causal, call.softmax_scale, call.softcap)
@@ -454,8 +561,8 @@ class TorchSdpaProvider(KernelProvider):
                     qg, k = _pad(qg, width), _pad(k, width)
                 if dv != width:
                     v = _pad(v, width)
-                # [n, Hq, lq, W], [n, Hq, lq] fp32
-                o, lse = op(qg, k, v, 0.0, g.is_causal, attn_mask=mask, scale=call.softmax_scale)
+                fold = g.fold and not fp8  # FP8: never (fold_heads)
+                o, lse = _fused(op, qg, k, v, mask, g.is_causal, call.softmax_scale, fold)  # [n,Hq,lq,W], [n,Hq,lq]
                 if dv != width:
                     o = o[..., :dv]
             if g.dead is not None:  # rows that see no key: o = 0, lse = -inf (the kernel says lse 0)
@@ -469,6 +576,10 @@ class TorchSdpaProvider(KernelProvider):
                 out.index_copy_(0, g.q_rows, o[:, :, 0].to(out.dtype))
                 if lse_out is not None:
                     lse_out.index_copy_(1, g.q_rows, lse[:, :, 0].T)
+            elif g.lq == 1:  # a decode bucket over consecutive rows
+                out[g.q0 : g.q1].copy_(o[:, :, 0])
+                if lse_out is not None:
+                    lse_out[:, g.q0 : g.q1] = lse[:, :, 0].T
             else:
                 out[g.q0 : g.q1].copy_(o[0].transpose(0, 1))
                 if lse_out is not None:
@@ -608,6 +719,69 @@ def softcap_attention(
         o[:, :, r0:r1] = oc
         lse[:, :, r0:r1] = m
     return o, lse
+
+
+def _decode_plain(
+    op,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    g: _Group,
+    launch: "TorchSdpaLaunch",
+    hkv: int,
+    scale: float,
+) -> None:
+    """Decode bucket ``g`` (consecutive rows, every row sees a key) of an fp32 layer without sinks, ALiBi, softcap
+    or LSE: q/out [T, Hq, D], caches [P, page, Hkv, D]. The fewest ops: gather (rows no query sees zeroed), the
+    kernel (over the folded query heads, q [n, Hkv, Hq/Hkv, D], where g.fold), one strided copy of its output into
+    ``out``."""
+    n, lk = g.n, g.lk
+    k = _gather(k_cache, g, launch, "k")  # [n * lk, Hkv, D]
+    v = _gather(v_cache, g, launch, "v")
+    if g.drop is not None:  # gathered rows (never a view of the cache: see _Group.span): zeroed in place
+        k.index_fill_(0, g.drop, 0)
+        v.index_fill_(0, g.drop, 0)
+    k = k.view(n, lk, hkv, -1).transpose(1, 2)  # [n, Hkv, lk, D]
+    v = v.view(n, lk, hkv, -1).transpose(1, 2)
+    qg = q[g.q0 : g.q1]
+    qg = qg.view(n, hkv, -1, qg.shape[-1]) if g.fold else qg.unsqueeze(2)  # [n, Hkv, Hq/Hkv, D] or [n, Hq, 1, D]
+    o, _ = op(qg, k, v, 0.0, False, attn_mask=g.mask, scale=scale)
+    out[g.q0 : g.q1].view(o.shape).copy_(o)
+
+
+def _group_q(q: torch.Tensor, g: _Group, dtype: torch.dtype) -> torch.Tensor:
+    """q [T, Hq, D] -> group ``g``'s queries [n, Hq, lq, D] in ``dtype`` (a view where the rows are a slice)."""
+    if g.q_rows is not None:
+        return q.index_select(0, g.q_rows).unsqueeze(2).to(dtype)  # [n, Hq, 1, D]
+    if g.lq == 1:  # a decode bucket over consecutive rows
+        return q[g.q0 : g.q1].unsqueeze(2).to(dtype)
+    return q[g.q0 : g.q1].transpose(0, 1).unsqueeze(0).to(dtype)  # [1, Hq, lq, D]
+
+
+def _fused(
+    op,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Optional[torch.Tensor],
+    is_causal: bool,
+    scale: float,
+    fold: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused kernel: q [n, Hq, lq, W], k/v [n, Hkv, lk, W] -> (o [n, Hq, lq, W], lse [n, Hq, lq] fp32).
+
+    ``fold`` (one query a row, decode): the query heads of a KV head are folded into its query rows, q [n, Hkv,
+    Hq/Hkv, W] (their mask is one row: it broadcasts), so the kernel reads each KV head's keys once (fold_heads)."""
+    n, hq, lq, w = q.shape
+    hkv = k.shape[1]
+    if not fold or lq != 1 or hq == hkv or is_causal:
+        return op(q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale)
+    grp = hq // hkv
+    if mask is not None and mask.shape[1] != 1:  # per-head (ALiBi) [n, Hq, 1, lk]
+        mask = mask.reshape(n, hkv, grp, mask.shape[-1])
+    o, lse = op(q.reshape(n, hkv, grp, w), k, v, 0.0, False, attn_mask=mask, scale=scale)
+    return o.reshape(n, hq, 1, o.shape[-1]), lse.reshape(n, hq, 1)
 
 
 def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
