@@ -7,7 +7,9 @@ DeepSeek-V2/V3 sizes: kv_lora_rank 512, rope 64 (latent rows of 576 bf16), page 
 Correctness first: each shape's output vs an fp32 MQA over the gathered latent rows. Then decode bandwidth =
 latent bytes read (sum of lengths x 576 x 2) / time, as % of the device copy bandwidth measured in the
 same run; throughput of back-to-back calls (CUDA events over a batch) and latency per call (one call +
-synchronize) reported separately. Writes $OUT/mla_decode.json (or benchmarks/out/) and a plot.
+synchronize) reported separately, plus device time alone (``*_device_us``: the calls queued behind a GPU sleep,
+timing.queued_throughput), what an engine replaying a CUDA graph sees where a small shape's host launch cost
+exceeds its kernel time (16 heads x 1 x 8192). Writes $OUT/mla_decode.json (or benchmarks/out/) and a plot.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # timing, peers: siblings in benchmarks/
-from timing import copy_tbps, throughput, wall_latency  # noqa: E402
+from timing import (  # noqa: E402
+    copy_tbps,
+    host_per_call,
+    queued_throughput,
+    sleep_cycles_per_second,
+    throughput,
+    wall_latency,
+)
 from vllm_xpu_attn import core  # noqa: E402
 
 D_C, D_R, PAGE = 512, 64, 64
@@ -70,6 +79,14 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(0)
     tuned = sweep(g) if os.environ.get("VXA_MLA_SWEEP", "0") == "1" else None
     bw = copy_tbps(back_to_back=True, n=20)
+    cps = sleep_cycles_per_second()
+
+    def device_time(fn, prefix: str, nbytes: int) -> dict:
+        """Device seconds per call with the host out of the picture, and whether the calls were queued ahead."""
+        host = min(host_per_call([fn], n=20, repeats=3, warmup=2))
+        t, ahead = queued_throughput([fn], 20, host, cps)
+        return {f"{prefix}_device_us": t * 1e6, f"{prefix}_device_pct_copy": 100 * nbytes / t / 1e12 / bw,
+                f"{prefix}_device_queued_ahead": ahead, f"{prefix}_host_us": host * 1e6}
     rows = []
     for h, b, ctx in SHAPES:
         pages = b * (ctx // PAGE)
@@ -98,6 +115,7 @@ def main():
         t = throughput(ours, n=20)
         row.update(ours_us=t * 1e6, ours_tbps=nbytes / t / 1e12, ours_pct_copy=100 * nbytes / t / 1e12 / bw,
                    ours_latency_us=wall_latency(ours, n=10) * 1e6)
+        row.update(device_time(ours, "ours", nbytes))
         try:
             import peers
 
@@ -109,6 +127,7 @@ def main():
             row.update(sglang_us=t2 * 1e6, sglang_tbps=nbytes / t2 / 1e12, sglang_pct_copy=100 * nbytes / t2 / 1e12 / bw,
                        sglang_latency_us=wall_latency(sgl, n=10) * 1e6,
                        sglang_max_err_vs_fp32=(out2.float() - ref).abs().max().item())
+            row.update(device_time(sgl, "sglang", nbytes))
         except Exception as e:  # noqa: BLE001 - report, do not hide
             row["sglang_error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(row), flush=True)
