@@ -43,35 +43,44 @@ _SHIPPED_SPLIT = tuning.split_count_for
 
 
 def split_with_fill(fill: int):
-    """tuning.split_count_for with the fill factor ``fill`` (shipped: 2) in place of its 2 x compute units."""
+    """tuning.split_count_for with the fill factor ``fill`` in place of the shipped tuning.SPLIT_FILL (2 until
+    this script's first run, 1 since)."""
 
     def f(compute_units, batch, units, max_seqlen_q, max_keys):
         if compute_units is None:
             return _SHIPPED_SPLIT(compute_units, batch, units, max_seqlen_q, max_keys)
-        return _SHIPPED_SPLIT(max(1, compute_units * fill // 2), batch, units, max_seqlen_q, max_keys)
+        cu = max(1, compute_units * fill // getattr(tuning, "SPLIT_FILL", 2))
+        return _SHIPPED_SPLIT(cu, batch, units, max_seqlen_q, max_keys)
 
     return f
 
 
-def candidates(row: str) -> list[tuple[str, dict]]:
-    """(name, overrides): overrides = {"fill": int, "<TUNING phase>": tile}."""
-    if row == "kv2":
-        return [
-            ("shipped fill2", {}),
-            ("fill1", {"fill": 1}),
-            ("fill1 split(16,64,4,2)", {"fill": 1, "decode_split": (16, 64, 4, 2)}),
-            ("fill1 split(16,64,4,3)", {"fill": 1, "decode_split": (16, 64, 4, 3)}),
-            ("fill2 split(16,64,4,3)", {"decode_split": (16, 64, 4, 3)}),
-        ]
+def candidates(row: str, stage: int) -> list[tuple[str, dict]]:
+    """(name, overrides): overrides = {"fill": int, "<TUNING phase>": tile}; the first is the reference.
+    Stage 1 (the first run): the fill factor (2, shipped then) and split / window tiles. Stage 2 (after FILL 1
+    shipped): the split tile at every split shape under FILL 1, window tiles again."""
+    if stage == 1:
+        if row == "kv2":
+            return [
+                ("fill2", {"fill": 2}),
+                ("fill1", {"fill": 1}),
+                ("fill1 split(16,64,4,2)", {"fill": 1, "decode_split": (16, 64, 4, 2)}),
+                ("fill1 split(16,64,4,3)", {"fill": 1, "decode_split": (16, 64, 4, 3)}),
+                ("fill2 split(16,64,4,3)", {"fill": 2, "decode_split": (16, 64, 4, 3)}),
+            ]
+        if row == "window":
+            return [("shipped feature(16,128,4,2)", {})] + [
+                (f"feature{t}", {"decode_feature": t})
+                for t in [(16, 64, 8, 2), (16, 64, 4, 3), (16, 64, 4, 2), (16, 128, 4, 3)]
+            ]
+        return [("fill2", {"fill": 2}), ("fill1", {"fill": 1})]
     if row == "window":
-        return [
-            ("shipped feature(16,128,4,2)", {}),
-            ("feature(16,64,8,2)", {"decode_feature": (16, 64, 8, 2)}),
-            ("feature(16,64,4,3)", {"decode_feature": (16, 64, 4, 3)}),
-            ("feature(16,64,4,2)", {"decode_feature": (16, 64, 4, 2)}),
-            ("feature(16,128,4,3)", {"decode_feature": (16, 128, 4, 3)}),
+        return [("shipped feature(16,128,4,2)", {})] + [
+            (f"feature{t}", {"decode_feature": t}) for t in [(16, 64, 8, 2), (16, 64, 8, 3), (16, 128, 8, 2)]
         ]
-    return [("shipped fill2", {}), ("fill1", {"fill": 1})]
+    return [("shipped split(16,128,4,2)", {})] + [
+        (f"split{t}", {"decode_split": t}) for t in [(16, 64, 4, 3), (16, 64, 4, 2), (16, 64, 8, 2)]
+    ]
 
 
 def rows(cpu: bool) -> list[tuple[str, G.Row]]:
@@ -97,7 +106,7 @@ def apply(over: dict, family: str):
     for k, v in over.items():
         if k != "fill":
             tuning.TUNING[family][k] = v
-    launch_config.split_count_for = split_with_fill(over.get("fill", 2))
+    launch_config.split_count_for = split_with_fill(over.get("fill", getattr(tuning, "SPLIT_FILL", 2)))
     get_provider("triton").clear_caches()
 
     def undo():
@@ -113,6 +122,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu", action="store_true", help="dry run in the Triton interpreter (tiny shapes)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stage", type=int, default=2, help="1: the first run's candidates; 2: after FILL 1 shipped")
     ap.add_argument("--budget", type=float, default=240.0, help="seconds: later rounds are skipped past it")
     a = ap.parse_args()
     family = "cpu"
@@ -138,7 +148,7 @@ def main() -> None:
         for rnd in range(a.rounds):
             if rnd and time.time() - t0 > a.budget:
                 break
-            for name, over in candidates(key):
+            for name, over in candidates(key, a.stage):
                 undo = apply(over, family)
                 try:
                     t, out, _ = G.ours(r, q, caches, pt, seq, gen)
@@ -156,18 +166,36 @@ def main() -> None:
                 pct = 100 * kv_bytes / (t["us"] * 1e-6) / 1e12 / copy if copy else None
                 print(
                     json.dumps(
-                        {"round": rnd, "row": r.name, "cand": name, "splits": splits, **t, "pct_copy": pct,
-                         "max_abs_diff_vs_first": diff, "t": round(time.time() - t0, 1)}
+                        {
+                            "round": rnd,
+                            "row": r.name,
+                            "cand": name,
+                            "splits": splits,
+                            **t,
+                            "pct_copy": pct,
+                            "max_abs_diff_vs_first": diff,
+                            "t": round(time.time() - t0, 1),
+                        }
                     ),
                     flush=True,
                 )
         if copy:
-            for name, _ in candidates(key):
+            for name, _ in candidates(key, a.stage):
                 ts = times.get((r.name, name))
                 if ts:
                     med = statistics.median(ts)
-                    print(json.dumps({"summary": r.name, "cand": name, "us": round(med, 2), "n": len(ts),
-                                      "pct_copy": round(100 * kv_bytes / (med * 1e-6) / 1e12 / copy, 1)}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "summary": r.name,
+                                "cand": name,
+                                "us": round(med, 2),
+                                "n": len(ts),
+                                "pct_copy": round(100 * kv_bytes / (med * 1e-6) / 1e12 / copy, 1),
+                            }
+                        ),
+                        flush=True,
+                    )
         del q, caches
         if not a.cpu:
             torch.cuda.empty_cache()

@@ -151,6 +151,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=300.0, help="seconds: later candidates are skipped past it")
     ap.add_argument("--pick", default=None, help='one candidate, "FORM:BH,BN,WARPS,STAGES" (e.g. "tma:64,64,8,2")')
     ap.add_argument("--profile", action="store_true", help="no timing, no peer: each launch twice (for ncu)")
+    ap.add_argument("--splits", default=None, help="with --pick: forced split counts, comma-separated")
     a = ap.parse_args()
     device = "cpu" if a.cpu else "cuda"
     fam = tiles.device_family(torch.device(device))
@@ -176,7 +177,8 @@ def main() -> None:
                 cands = CANDIDATES[i][kv]
                 if a.pick:
                     f_, t_ = a.pick.split(":")
-                    cands = [(f_, tuple(int(x) for x in t_.split(",")), None)]
+                    forced = [int(x) for x in a.splits.split(",")] if a.splits else [None]
+                    cands = [(f_, tuple(int(x) for x in t_.split(",")), n) for n in forced]
                 for form, til, splits in cands:
                     row = {"shape": [h, b, ctx], "kv": kv, "form": form, "tiles": list(til), "forced_splits": splits}
                     if a.cpu:  # the interpreter's tiles, the candidate's form and split count
