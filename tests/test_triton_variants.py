@@ -197,3 +197,27 @@ def test_split_k_decode_launches_its_own_tile_on_hopper(kv_dtype):
     for n, block_n, warps, stages in decode:
         phase = "decode_fp8" if kv_dtype != "bf16" else "decode_split" if n > 1 else "decode"
         assert (block_n, warps, stages) == table[phase][1:4], (n, phase, decode)
+
+
+@pytest.mark.parametrize(
+    "feature, phase",
+    [({"window": (1023, 0)}, "decode_window"), ({"window": (1023, 0), "softcap": 30.0}, "decode_window"),
+     ({"softcap": 30.0}, "decode_feature"), ({"sinks": True}, "decode_feature")],
+)  # fmt: skip
+def test_feature_decode_launches_its_own_tile_on_hopper(feature, phase):
+    """On cuda_sm90: decode of a sliding-window layer (softcap or not) without split-K launches the "decode_window"
+    tile, of a softcap / sinks layer the "decode_feature" tile; split-K decode keeps the "decode_split" tile."""
+    from vllm_xpu_attn.kernels.providers.triton import tuning
+    from vllm_xpu_attn.kernels.providers.triton.variants import LayerKind, enumerate_variants
+
+    kind = LayerKind(32, 8, 128, 128, **feature)
+    decode = {
+        (v.constexprs["NUM_SPLITS"], v.constexprs["BLOCK_N"], v.num_warps, v.num_stages)
+        for point, v, _ in enumerate_variants("cuda_sm90", kind, page_size=64, compute_units=132)
+        if point.phase == "decode"
+    }
+    table = tuning.TUNING["cuda_sm90"]
+    assert {n for n, *_ in decode} >= {1, 2}, decode
+    for n, block_n, warps, stages in decode:
+        want = phase if n == 1 else "decode_split"
+        assert (block_n, warps, stages) == table[want][1:4], (n, want, decode)

@@ -15,7 +15,7 @@ import torch
 from ...api import LayerConsts, PagedStep
 from .descriptors import step_takes_descriptors
 from .tiles import compute_units, device_family
-from .tuning import split_count_for
+from .tuning import split_count_for, split_fill
 from .variants import mla_kernel_fits, step_variant
 
 __all__ = ["LaunchConfig", "mla_kernel_fits", "split_count", "device_units"]
@@ -26,9 +26,12 @@ def device_units(device: torch.device) -> Optional[int]:
     return compute_units(device.type, device.index) if device.type in ("cuda", "xpu") else None
 
 
-def split_count(device: torch.device, batch: int, units: int, max_seqlen_q: int, max_keys: int) -> int:
-    """Flash-decoding: split long contexts when batch x units cannot fill the device (tuning.split_count_for)."""
-    return split_count_for(device_units(device), batch, units, max_seqlen_q, max_keys)
+def split_count(
+    device: torch.device, batch: int, units: int, max_seqlen_q: int, max_keys: int, mla: bool = False
+) -> int:
+    """Flash-decoding: split long contexts when batch x units cannot fill the device (tuning.split_count_for at
+    the layer kind's fill, tuning.split_fill)."""
+    return split_count_for(device_units(device), batch, units, max_seqlen_q, max_keys, split_fill(mla))
 
 
 class LaunchConfig:
@@ -115,7 +118,8 @@ class LaunchConfig:
             call,
             page_size=step.page_size,
             max_seqlen_q=max_q,
-            splits=num_splits or (lambda units: split_count(device, batch, units, max_q, max_keys)),
+            splits=num_splits
+            or (lambda units: split_count(device, batch, units, max_q, max_keys, mla_kernel_fits(call))),
             desc=desc,
         )
         self.variant = sv

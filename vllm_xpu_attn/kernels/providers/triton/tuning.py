@@ -20,7 +20,8 @@ from typing import Optional
 # layer whose cache strides refuse descriptors inside a descriptor step (the same BLOCK_M, so the same grid);
 # "decode_fp8": decode over an FP8 cache (the same BLOCK_M and split count); "decode_split": split-K decode over a
 # 16-bit cache (the same BLOCK_M and split count); "decode_feature": decode of a layer with softcap, sinks,
-# ALiBi or a sliding window (the same BLOCK_M and split count); "mla_decode" / "mla_wide":
+# ALiBi or a sliding window (the same BLOCK_M and split count); "decode_window": decode of a sliding-window layer,
+# before "decode_feature" where a family has both; "mla_decode" / "mla_wide":
 # (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA kernel, "mla_wide" from 64 heads per rank
 # (compute-bound: bigger head tiles). CUDA entries are tuned (docs/benchmarks.md); Intel entries are
 # conservative (less register file and SLM on Xe).
@@ -43,6 +44,10 @@ TUNING: dict[str, dict[str, tuple]] = {
         # 4 warps 98-101 % (benchmarks/lab/h100/feature_*_h100.jsonl); a 1,024-key window 80.7 % vs 69.7 %
         # (h100/sweep_window_h100.jsonl)
         "decode_feature": (16, 128, 4, 2),
+        # a sliding window (with or without the features above): few key blocks a program, so a narrower, deeper
+        # tile; engine path, H100, 64 x 4096, window 1024: 90.7 % of copy vs 88.5 % on decode_feature
+        # (benchmarks/lab/h100/grid_tune_h100.jsonl)
+        "decode_window": (16, 64, 8, 2),
         # head dim 64: 91.1 % of copy at 64 x 4096 vs 83.7 % on the D 128 tile (h100/sweep_d64_h100.jsonl)
         "decode_d64": (16, 64, 4, 3),
     },
@@ -183,21 +188,34 @@ def alibi_as_dot(family: str, table: Optional[dict] = None) -> bool:
 
 
 # The split-K policy's bounds: at most MAX_SPLITS splits, each of at least MIN_SPLIT_KEYS keys, only from
-# SPLIT_FROM_KEYS keys, and only while batch x units < 2 x the device's compute units.
-MAX_SPLITS, MIN_SPLIT_KEYS, SPLIT_FROM_KEYS = 32, 512, 1024
+# SPLIT_FROM_KEYS keys, and only while batch x units x splits < SPLIT_FILL x the device's compute units. SPLIT_FILL 1
+# (one program per SM before the last doubling), not 2: on an H100 through the engine path it reads 88.5 vs 84.6 % of
+# copy at 16 q / 2 KV heads x 64 x 4096 (2 splits, not 4), 98.8 vs 97.7 % at 8 x 32768 (4, not 8) and 16 x 16384
+# (2, not 4), 94.9 vs 93.8 % at 2 x 65536 (16, not 32), equal at 1 x 131072 (32): fewer partials to write and merge
+# (benchmarks/lab/h100/grid_tune_h100.jsonl).
+# MLA_SPLIT_FILL: absorbed-MLA decode keeps 2 (measured with it: 4 splits at 128 heads x 64 x 4096, 8 at 16 heads;
+# FILL 1 would halve both, not yet timed: benchmarks/lab/gpu_grid_tune2.sh).
+MAX_SPLITS, MIN_SPLIT_KEYS, SPLIT_FROM_KEYS, SPLIT_FILL, MLA_SPLIT_FILL = 32, 512, 1024, 1, 2
 
 
-def split_count_for(compute_units: Optional[int], batch: int, units: int, max_seqlen_q: int, max_keys: int) -> int:
+def split_fill(mla: bool) -> int:
+    """The split policy's fill factor for a layer: MLA_SPLIT_FILL for absorbed-MLA decode, else SPLIT_FILL."""
+    return MLA_SPLIT_FILL if mla else SPLIT_FILL
+
+
+def split_count_for(
+    compute_units: Optional[int], batch: int, units: int, max_seqlen_q: int, max_keys: int, fill: int = SPLIT_FILL
+) -> int:
     """Flash-decoding's split count: split long contexts while batch x ``units`` (KV heads, or MLA head tiles)
-    cannot fill the device's ``compute_units`` (SMs / sub-slices; None: the CPU interpreter's policy, 2 splits
-    from 2,048 keys so that tests reach split-K). Host-only math."""
+    x splits cannot fill ``fill`` x the device's ``compute_units`` (SMs / sub-slices; None: the CPU interpreter's
+    policy, 2 splits from 2,048 keys so that tests reach split-K). Host-only math."""
     if max_seqlen_q > 1 or max_keys < SPLIT_FROM_KEYS:
         return 1
     if compute_units is None:
         return 2 if max_keys >= 2 * SPLIT_FROM_KEYS else 1
     splits = 1
     while (
-        batch * units * splits < 2 * compute_units
+        batch * units * splits < fill * compute_units
         and splits < MAX_SPLITS
         and max_keys // (splits * 2) >= MIN_SPLIT_KEYS
     ):
@@ -206,18 +224,18 @@ def split_count_for(compute_units: Optional[int], batch: int, units: int, max_se
 
 
 # the longest context and the most sequences reachable_splits considers: every split count the policy can pick is
-# reached below them (it splits only while batch x units < 2 x compute units)
+# reached below them (it splits only while batch x units x splits < fill x compute units)
 _MAX_KEYS, _MAX_BATCH = 1 << 22, 1024
 
 
-def reachable_splits(compute_units: Optional[int], units: int) -> tuple[int, ...]:
+def reachable_splits(compute_units: Optional[int], units: int, fill: int = SPLIT_FILL) -> tuple[int, ...]:
     """Every split count ``split_count_for`` can pick for ``units`` per sequence on a device of
-    ``compute_units``, over every batch and context length (sorted)."""
+    ``compute_units`` at ``fill``, over every batch and context length (sorted)."""
     seen = set()
     keys = 1
     while keys <= _MAX_KEYS:
         for batch in range(1, _MAX_BATCH + 1):
-            s = split_count_for(compute_units, batch, units, 1, keys)
+            s = split_count_for(compute_units, batch, units, 1, keys, fill)
             seen.add(s)
             if s == 1:
                 break  # more sequences only lower the count

@@ -313,6 +313,14 @@ def attn_variant(
         _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_split", tun)
     elif (
         sv.phase == "decode"
+        and consts.get("WIN_LEFT", -1) >= 0
+        and "decode_window" in tun[family]
+        and sv.block_m <= 16
+    ):
+        # sliding-window decode: its own key tile and warps, the same grid and split count
+        _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_window", tun)
+    elif (
+        sv.phase == "decode"
         and (sinks or alibi or consts.get("HAS_SOFTCAP") or consts.get("WIN_LEFT", -1) >= 0)
         and "decode_feature" in tun[family]
         and sv.block_m <= 16
@@ -341,21 +349,24 @@ def layer_points(
     call: Any,
     compute_units: Optional[int],
     tables: Tables = SHIPPED,
-    reachable: Optional[Callable[[int], tuple[int, ...]]] = None,
+    reachable: Optional[Callable[[int, int], tuple[int, ...]]] = None,
 ) -> list[Point]:
     """Every point a layer configuration can reach, one per variant: decode at every split count the policy
     can pick on a device of ``compute_units`` (None: the CPU policy), prefill (a spec-decode verify or extend
     step is the same kernel) with descriptors as the device decides and, where the family has a pointer-load
     prefill, with pointer loads (big grids); batch-invariant mode has one point. ``reachable``: units -> split
-    counts, where the caller caches tuning.reachable_splits (default: computed for ``compute_units``)."""
+    counts, where the caller caches tuning.reachable_splits (default: computed for ``compute_units``).
+    ``reachable``: (units, fill factor) -> split counts."""
     tun = tables.tuning if tables.tuning is not None else _tuning.TUNING
     if call.batch_invariant:
         return [Point("prefill")]
-    if mla_kernel_fits(call):
+    mla = mla_kernel_fits(call)
+    if mla:
         units = cdiv(call.num_q_heads, tile_config(family, mla_phase(call.num_q_heads), tun)[0])
     else:
         units = call.num_kv_heads
-    counts = reachable(units) if reachable is not None else reachable_splits(compute_units, units)
+    fill = _tuning.split_fill(mla)
+    counts = reachable(units, fill) if reachable is not None else reachable_splits(compute_units, units, fill)
     out = [Point("decode", s) for s in counts]
     out.append(Point("prefill"))
     if not call.mla and "prefill_ptr" in tun[family]:

@@ -22,7 +22,7 @@ from ...api import LayerConsts, LayerTensors, PagedStep
 from . import launch_config
 from .launch_config import LaunchConfig
 from .tiles import device_family
-from .tuning import cdiv
+from .tuning import SPLIT_FILL, cdiv
 from .tuning import reachable_splits as _reachable
 from .variants import layer_points
 
@@ -33,11 +33,12 @@ logger = logging.getLogger("vllm_xpu_attn")
 
 
 @functools.lru_cache(maxsize=None)
-def reachable_splits(dev_type: str, index: Optional[int], units: int) -> tuple[int, ...]:
+def reachable_splits(dev_type: str, index: Optional[int], units: int, fill: int = SPLIT_FILL) -> tuple[int, ...]:
     """Every split count the policy can pick for ``units`` (KV heads, or MLA head tiles) per sequence on this
-    device, over every batch and context length (tuning.reachable_splits; host math, cached)."""
+    device at fill factor ``fill``, over every batch and context length (tuning.reachable_splits; host math,
+    cached)."""
     device = torch.device(dev_type, index) if index is not None else torch.device(dev_type)
-    return _reachable(launch_config.device_units(device), units)
+    return _reachable(launch_config.device_units(device), units, fill)
 
 
 def layer_steps(
@@ -48,7 +49,10 @@ def layer_steps(
     and, where the family has it, with pointer loads; batch-invariant mode has one variant). Each step: one
     sequence on page 0 of the caches."""
     points = layer_points(
-        device_family(device), call, None, reachable=lambda units: reachable_splits(device.type, device.index, units)
+        device_family(device),
+        call,
+        None,
+        reachable=lambda units, fill: reachable_splits(device.type, device.index, units, fill),
     )
     steps = {q_len: _step(device, page_size, q_len) for q_len in {p.max_seqlen_q for p in points}}
     return [(steps[p.max_seqlen_q], p.num_splits, p.desc) for p in points]
