@@ -100,9 +100,11 @@ def test_torch_sdpa_one_plan_many_layers(layout, layers):
         assert_close_to(out, ref_out, torch.float32)
 
 
-def test_pages_strided_apart():
+def test_pages_strided_apart(monkeypatch):
     """K and V interleaved per page (kv[:, 0] / kv[:, 1]: each page's rows dense, pages strided apart) are read
-    by page and offset; the result equals the dense cache's."""
+    by page and offset; the result equals the dense cache's (decode rows by whole pages in both: a dense cache
+    would gather them by rows, another lk)."""
+    monkeypatch.setattr(cpu_sdpa, "decode_gathers_rows", lambda counts, page_keys: False)
     g = torch.Generator().manual_seed(3)
     kv = torch.randn(6, 2, 4, 2, 8, generator=g)
     q = torch.randn(3, 4, 8, generator=g)
@@ -116,6 +118,26 @@ def test_pages_strided_apart():
     assert torch.equal(got, want)
     ref_out, _ = naive_paged_attention(q, kc, vc, table, lens, cu)
     assert_close_to(got, ref_out, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("by_rows", [False, True])
+def test_interleaved_k_v_rows(dtype, by_rows, monkeypatch):
+    """vLLM's pages hold K | V per head ([P, page, H, 2D], the caches its two halves): gathered as one buffer, the
+    same bits as separate dense caches, decode rows (by rows or whole pages) and a prefill row; vs the oracle."""
+    monkeypatch.setattr(cpu_sdpa, "decode_gathers_rows", lambda counts, page_keys: by_rows)
+    g = torch.Generator().manual_seed(5)
+    page, hq, hkv, d = 16, 6, 2, 8
+    kv = torch.randn(12, page, hkv, 2 * d, generator=g).to(dtype)
+    kc, vc = kv[..., :d], kv[..., d:]
+    assert cpu_sdpa._paired(kc, vc) is not None
+    table = torch.randperm(12, generator=g)[:9].view(3, 3).int()
+    lens = torch.tensor([40, 7, 33], dtype=torch.int32)
+    cu = torch.tensor([0, 1, 2, 5], dtype=torch.int32)  # two decode rows, a 3-query extend
+    q = torch.randn(5, hq, d, generator=g)
+    got = SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens, cu, 3)
+    assert torch.equal(got, SDPA.flash_attn_with_kvcache(q, kc.contiguous(), vc.contiguous(), table, lens, cu, 3))
+    assert_close_to(got, naive_paged_attention(q, kc, vc, table, lens, cu)[0], torch.float32)
 
 
 def test_bucket_decode_rows_bounds_padding():

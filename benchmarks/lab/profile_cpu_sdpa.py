@@ -30,7 +30,16 @@ def _lengths(batch: int, ctx: str) -> list[int]:
     return [lo + (hi - lo) * i // max(1, batch - 1) for i in range(batch)]
 
 
-def _case(batch: int, ctx: str, prefill: bool) -> dict:
+def _cache_pair(pages: int, g: torch.Generator, paired: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's K and V caches [pages, PAGE, HKV, D]: dense, or (``paired``) the halves of vLLM's
+    [pages, PAGE, HKV, K | V] pages."""
+    if paired:
+        kv = torch.randn(pages, PAGE, HKV, 2 * D, generator=g)
+        return kv[..., :D], kv[..., D:]
+    return torch.randn(pages, PAGE, HKV, D, generator=g), torch.randn(pages, PAGE, HKV, D, generator=g)
+
+
+def _case(batch: int, ctx: str, prefill: bool, paired: bool = False) -> dict:
     """A decode (or prefill) step's inputs and per-layer caches, pages shuffled."""
     g = torch.Generator().manual_seed(0)
     lens = _lengths(batch, ctx)
@@ -41,10 +50,7 @@ def _case(batch: int, ctx: str, prefill: bool) -> dict:
     pos = torch.cat([torch.arange(n - nq, n) for n, nq in zip(lens, nqs)])
     rows = torch.arange(batch).repeat_interleave(torch.tensor(nqs))
     slots = table.long()[rows, pos // PAGE] * PAGE + pos % PAGE
-    caches = [
-        (torch.randn(pages, PAGE, HKV, D, generator=g), torch.randn(pages, PAGE, HKV, D, generator=g))
-        for _ in range(LAYERS)
-    ]
+    caches = [_cache_pair(pages, g, paired) for _ in range(LAYERS)]
     t = sum(nqs)
     inp = dict(
         mode=Mode.PREFILL if prefill else Mode.DECODE,
@@ -117,6 +123,7 @@ def main() -> int:
         action="store_true",
         help="time.thread_time (this thread's CPU time: steadier on a shared machine, with one torch thread)",
     )
+    ap.add_argument("--paired", action="store_true", help="vLLM's cache layout: K and V halves of [P, page, H, 2D]")
     a = ap.parse_args()
     global CLOCK
     if a.cpu_clock:
@@ -129,7 +136,7 @@ def main() -> int:
         for name in names:
             b, ctx = name.split("x")
             b = int(b)
-            c = _case(b, ctx, kind == "prefill")
+            c = _case(b, ctx, kind == "prefill", a.paired)
             reps = max(3, a.reps if sum(_lengths(b, ctx)) <= 16384 else a.reps // 4)
             _parts(c, runner, 2)  # warm-up
             parts = _parts(c, runner, reps)

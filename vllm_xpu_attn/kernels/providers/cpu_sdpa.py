@@ -317,8 +317,9 @@ class TorchSdpaLaunch(PagedLaunch):
             buf = self._bufs[key] = _pooled(key, rows_max)
         return buf[:rows]
 
-    def _build(self, num_pages: int, total_q: int) -> None:
-        """Group the step's sequences (module docstring) after the contract's value checks, on host lists."""
+    def _build(self, num_pages: int, total_q: int, rows_ok: bool = True) -> None:
+        """Group the step's sequences (module docstring) after the contract's value checks, on host lists.
+        ``rows_ok``: the caches' rows gather as one memcpy each (else decode runs always gather whole pages)."""
         step, call = self.step, self.call
         page = step.page_size
         cu = step.cu_seqlens_q.tolist()
@@ -380,7 +381,8 @@ class TorchSdpaLaunch(PagedLaunch):
             bucket_decode_rows([lens[b] for b in decode]), reads, max(1, DECODE_CHUNK_BYTES // row_bytes)
         ):
             seqs = sorted(decode[i] for i in bucket)  # in row order: consecutive rows are a slice of q and out
-            groups.append(self._decode_group(seqs, [cu[b] for b in seqs], torch.tensor([lens[b] for b in seqs])))
+            ln = torch.tensor([lens[b] for b in seqs])
+            groups.append(self._decode_group(seqs, [cu[b] for b in seqs], ln, rows_ok))
         if left < 0:  # without a window the unseen keys of a row group are padding (a repeated, written slot)
             for g in groups:
                 if g.pages is None:
@@ -388,18 +390,19 @@ class TorchSdpaLaunch(PagedLaunch):
         self._groups = groups
         self._zero_rows = torch.tensor(zero_rows, dtype=torch.long) if zero_rows else None
 
-    def _decode_group(self, seqs: list[int], rows: list[int], ln: torch.Tensor) -> _Group:
+    def _decode_group(self, seqs: list[int], rows: list[int], ln: torch.Tensor, rows_ok: bool) -> _Group:
         """One decode run's kernel call: sequences ``seqs`` (ascending) with their query rows ``rows`` and key
         lengths ln long [n]. Gathers each row's visible keys (slots, padded by repeating its first visible key) or
-        whole pages (``decode_gathers_rows`` picks), so the kernel's lk is the run's longest visible span or its
-        pages. ALiBi distances are taken against 0..lk-1: the query position relative to the first gathered key."""
+        whole pages (``decode_gathers_rows`` picks, where ``rows_ok``), so the kernel's lk is the run's longest
+        visible span or its pages. ALiBi distances are taken against 0..lk-1: the query position relative to the
+        first gathered key."""
         page, left = self.step.page_size, self.call.window[0]
         start = (ln - 1 - left).clamp(min=0) if left >= 0 else torch.zeros_like(ln)  # first visible key
         first, last = start // page, (ln - 1) // page  # their pages
         npg = int((last - first).max()) + 1
         cnt = ln - start  # visible keys
         table = self.step.page_table[seqs].long()
-        if decode_gathers_rows(cnt, npg * page):
+        if rows_ok and decode_gathers_rows(cnt, npg * page):
             lk = int(cnt.max())
             k_pos = start[:, None] + torch.arange(lk)[None, :]  # [n, lk] key positions
             vis = k_pos < ln[:, None]
@@ -447,7 +450,7 @@ class TorchSdpaLaunch(PagedLaunch):
     def run(self, q, k_cache, v_cache, out, *, layer: LayerTensors = NO_LAYER_TENSORS):
         self.check(q, k_cache, v_cache, out, layer)
         if self._groups is None:
-            self._build(k_cache.shape[0], q.shape[0])
+            self._build(k_cache.shape[0], q.shape[0], _rows_gather_fast(k_cache, v_cache))
         return self.provider._run_groups(self, q, k_cache, v_cache, out, layer)
 
 
@@ -463,6 +466,45 @@ def _flat_rows(cache: torch.Tensor, per_page: bool) -> Optional[torch.Tensor]:
     if p > 1 and cache.stride(0) != page * h * d:
         return None
     return cache.as_strided((p * page, h * d), (h * d, 1))
+
+
+def _paired(k_cache: torch.Tensor, v_cache: torch.Tensor) -> Optional[torch.Tensor]:
+    """The view [P, page, H, D + Dv] of both caches when each head's V row directly follows its K row in one
+    buffer (vLLM's pages: [page, H, K | V]), so one gather copies both; None otherwise."""
+    d, dv = k_cache.shape[-1], v_cache.shape[-1]
+    if (
+        k_cache.dtype != v_cache.dtype
+        or k_cache.shape[:3] != v_cache.shape[:3]
+        or k_cache.stride()[:3] != v_cache.stride()[:3]
+        or k_cache.stride(3) != 1
+        or v_cache.stride(3) != 1
+        or k_cache.stride(2) != d + dv
+        or v_cache.data_ptr() != k_cache.data_ptr() + d * k_cache.element_size()
+    ):
+        return None
+    return k_cache.as_strided((*k_cache.shape[:3], d + dv), k_cache.stride())
+
+
+def _rows_gather_fast(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether the caches' key rows gather by index_select on a 2-D row view (a memcpy a row): paired K | V rows
+    or dense K and V caches. Otherwise rows go through advanced indexing (~10x slower): decode gathers pages."""
+    kv = _paired(k_cache, v_cache)
+    if kv is not None:
+        return _flat_rows(kv, per_page=False) is not None
+    return _flat_rows(k_cache, per_page=False) is not None and _flat_rows(v_cache, per_page=False) is not None
+
+
+def _gather_kv(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group ``g``'s K and V rows [n * lk, H, D] / [n * lk, H, Dv]: one gather of both where the caches pair up
+    (``_paired``: K and V are then strided views of one buffer), else one each."""
+    kv = _paired(k_cache, v_cache)
+    if kv is None:
+        return _gather(k_cache, g, launch, "k"), _gather(v_cache, g, launch, "v")
+    both = _gather(kv, g, launch, "kv")  # [n * lk, H, D + Dv]
+    d = k_cache.shape[-1]
+    return both[..., :d], both[..., d:]
 
 
 def _gather(cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch", which: str) -> torch.Tensor:
@@ -572,8 +614,7 @@ class TorchSdpaProvider(KernelProvider):
             if plain and g.plain:
                 _decode_plain(op, q, k_cache, v_cache, out, g, launch, call.num_kv_heads, call.softmax_scale)
                 continue
-            k = _gather(k_cache, g, launch, "k")
-            v = _gather(v_cache, g, launch, "v")
+            k, v = _gather_kv(k_cache, v_cache, g, launch)
             if fp8:  # [n * lk, Hkv, D] fp32
                 k = self._widen(k, layer.k_descale, g, cdt)
                 v = self._widen(v, layer.v_descale, g, cdt)
@@ -773,8 +814,7 @@ def _decode_plain(
     kernel (over the folded query heads, q [n, Hkv, Hq/Hkv, D], where g.fold), one strided copy of its output into
     ``out``."""
     n, lk = g.n, g.lk
-    k = _gather(k_cache, g, launch, "k")  # [n * lk, Hkv, D]
-    v = _gather(v_cache, g, launch, "v")
+    k, v = _gather_kv(k_cache, v_cache, g, launch)  # [n * lk, Hkv, D]
     if g.drop is not None:  # gathered rows (never a view of the cache: see _Group.span): zeroed in place
         k.index_fill_(0, g.drop, 0)
         v.index_fill_(0, g.drop, 0)
