@@ -100,9 +100,11 @@ def test_torch_sdpa_one_plan_many_layers(layout, layers):
         assert_close_to(out, ref_out, torch.float32)
 
 
-def test_pages_strided_apart():
+def test_pages_strided_apart(monkeypatch):
     """K and V interleaved per page (kv[:, 0] / kv[:, 1]: each page's rows dense, pages strided apart) are read
-    by page and offset; the result equals the dense cache's."""
+    by page and offset; the result equals the dense cache's (decode rows by whole pages in both: a dense cache
+    would gather them by rows, another lk)."""
+    monkeypatch.setattr(cpu_sdpa, "decode_gathers_rows", lambda counts, page_keys: False)
     g = torch.Generator().manual_seed(3)
     kv = torch.randn(6, 2, 4, 2, 8, generator=g)
     q = torch.randn(3, 4, 8, generator=g)
@@ -118,6 +120,26 @@ def test_pages_strided_apart():
     assert_close_to(got, ref_out, torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("by_rows", [False, True])
+def test_interleaved_k_v_rows(dtype, by_rows, monkeypatch):
+    """vLLM's pages hold K | V per head ([P, page, H, 2D], the caches its two halves): gathered as one buffer, the
+    same bits as separate dense caches, decode rows (by rows or whole pages) and a prefill row; vs the oracle."""
+    monkeypatch.setattr(cpu_sdpa, "decode_gathers_rows", lambda counts, page_keys: by_rows)
+    g = torch.Generator().manual_seed(5)
+    page, hq, hkv, d = 16, 6, 2, 8
+    kv = torch.randn(12, page, hkv, 2 * d, generator=g).to(dtype)
+    kc, vc = kv[..., :d], kv[..., d:]
+    assert cpu_sdpa._paired(kc, vc) is not None
+    table = torch.randperm(12, generator=g)[:9].view(3, 3).int()
+    lens = torch.tensor([40, 7, 33], dtype=torch.int32)
+    cu = torch.tensor([0, 1, 2, 5], dtype=torch.int32)  # two decode rows, a 3-query extend
+    q = torch.randn(5, hq, d, generator=g)
+    got = SDPA.flash_attn_with_kvcache(q, kc, vc, table, lens, cu, 3)
+    assert torch.equal(got, SDPA.flash_attn_with_kvcache(q, kc.contiguous(), vc.contiguous(), table, lens, cu, 3))
+    assert_close_to(got, naive_paged_attention(q, kc, vc, table, lens, cu)[0], torch.float32)
+
+
 def test_bucket_decode_rows_bounds_padding():
     lens = [5, 300, 7, 290, 6, 1, 150]
     buckets = bucket_decode_rows(lens, slack=0)
@@ -126,6 +148,13 @@ def test_bucket_decode_rows_bounds_padding():
         assert len(b) * max(lens[i] for i in b) <= 1.5 * sum(lens[i] for i in b) or len(b) == 1
     assert bucket_decode_rows(lens, slack=10**6) == [[1, 3, 6, 2, 4, 0, 5]]  # padding cheaper than calls
     assert bucket_decode_rows([10] * 8) == [list(range(8))]  # equal lengths: one call
+
+
+def test_decode_gathers_rows_when_pages_are_mostly_padding():
+    assert cpu_sdpa.decode_gathers_rows(torch.tensor([48] * 32), 128)  # short contexts on a page of 128
+    assert cpu_sdpa.decode_gathers_rows(torch.tensor([30, 50, 70]), 128)
+    assert not cpu_sdpa.decode_gathers_rows(torch.tensor([2048] * 8), 2048)  # whole pages, nothing to zero
+    assert not cpu_sdpa.decode_gathers_rows(torch.tensor([500, 512]), 512)
 
 
 def test_chunk_decode_rows_bounds_gathered_keys():
@@ -139,18 +168,24 @@ def test_chunk_decode_rows_bounds_gathered_keys():
 
 @settings(max_examples=80)
 @given(
-    layout=layouts(max_batch=8), max_bytes=st.sampled_from([1, 3000, 40000]), want_lse=st.booleans(), fold=st.booleans()
+    layout=layouts(max_batch=8),
+    max_bytes=st.sampled_from([1, 3000, 40000]),
+    want_lse=st.booleans(),
+    fold=st.booleans(),
+    rows=st.booleans(),
 )
-def test_decode_runs_match_naive(layout, max_bytes, want_lse, fold):
+def test_decode_runs_match_naive(layout, max_bytes, want_lse, fold, rows):
     """Decode buckets split into runs of at most ``max_bytes`` of gathered K+V (one row a run at 1 byte), query heads
-    folded into query rows or not (whatever fold_heads would pick on this machine), with every feature the layouts
-    make (GQA, windows, ALiBi, sinks, FP8, softcap): vs the oracle."""
-    old = cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads
+    folded into query rows or not (whatever fold_heads would pick on this machine), keys gathered by rows or by
+    whole pages (whatever decode_gathers_rows would pick), with every feature the layouts make (GQA, windows,
+    ALiBi, sinks, FP8, softcap): vs the oracle."""
+    old = cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads, cpu_sdpa.decode_gathers_rows
     cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads = max_bytes, lambda n, hkv: fold
+    cpu_sdpa.decode_gathers_rows = lambda counts, page_keys: rows
     try:
         res = SDPA.flash_attn_with_kvcache(*layout.args(), **layout.kwargs, return_softmax_lse=want_lse)
     finally:
-        cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads = old
+        cpu_sdpa.DECODE_CHUNK_BYTES, cpu_sdpa.fold_heads, cpu_sdpa.decode_gathers_rows = old
     out, lse = res if want_lse else (res, None)
     ref_out, ref_lse = _naive(layout)
     assert_close_to(out, ref_out, layout.q.dtype, logit_bound=layout.logit_bound())
@@ -193,11 +228,14 @@ def test_fp8_decode_never_folds_query_heads(kv_dtype):
     assert_close_to(f32, ref, torch.float32)
 
 
+@pytest.mark.parametrize("by_rows", [False, True])
 @pytest.mark.parametrize("want_lse", [False, True])
 @pytest.mark.parametrize("window", [(-1, -1), (20, 0)])
-def test_unwritten_and_out_of_window_keys_are_never_read(want_lse, window):
-    """Decode rows of different lengths share a bucket padded to its longest row: the pages' unwritten tails and
-    the keys left of a window hold NaN/Inf (an engine's reused pages may), and no output or LSE sees them."""
+def test_unwritten_and_out_of_window_keys_are_never_read(want_lse, window, by_rows, monkeypatch):
+    """Decode rows of different lengths share a bucket padded to its longest row (keys gathered by rows or by whole
+    pages): the pages' unwritten tails and the keys left of a window hold NaN/Inf (an engine's reused pages may),
+    and no output or LSE sees them."""
+    monkeypatch.setattr(cpu_sdpa, "decode_gathers_rows", lambda counts, page_keys: by_rows)
     g = torch.Generator().manual_seed(4)
     page, hq, hkv, d = 16, 6, 2, 32
     lens = [37, 30, 45, 33]

@@ -13,10 +13,12 @@ page table into flat slot indices and groups the sequences:
 * decode rows (one query) are bucketed by key length (a bucket's padding is bounded; long and short
   rows do not share one), each bucket split into runs of at most DECODE_CHUNK_BYTES of gathered K + V (so
   the kernel reads them back from the last-level cache, not memory), and run as one batched call per run
-  over whole gathered pages (a page is one contiguous block: ~10x faster to gather than its rows one by
-  one), keys outside a row's range masked and zeroed (a page's unwritten tail or a page left of a window
-  may hold anything). The kernel sees each KV head's query heads folded into its query rows (q [n, Hkv,
-  Hq/Hkv, D]): it reads a KV head's keys once, not Hq/Hkv times;
+  over either each row's visible keys (slots, padded to the run's longest by repeating a visible key: short
+  contexts on large pages, where whole pages would be mostly padding) or whole gathered pages (a page is
+  one contiguous block, faster to gather per key than rows), keys outside a row's range masked and, on
+  pages, zeroed (a page's unwritten tail or a page left of a window may hold anything);
+  ``decode_gathers_rows`` picks. The kernel sees each KV head's query heads folded into its query rows
+  (q [n, Hkv, Hq/Hkv, D]): it reads a KV head's keys once, not Hq/Hkv times;
 * every other sequence (prefill, extend, verify) runs as its own call over exactly its keys, with a
   bottom-right-aligned causal / window mask.
 
@@ -111,6 +113,23 @@ def fold_heads(n: int, hkv: int) -> bool:
     return n * hkv >= 2 * torch.get_num_threads()
 
 
+# A decode run's K/V gather by rows (slots) costs about this many times a page gather's per key (one thread,
+# 3 x 64 fp32 rows: 1.2x in cache, 1.4-1.9x for runs of 16-50 MB), and zeroing a gathered padding row (index_fill_)
+# about this many times gathering one
+ROW_GATHER_COST = 1.5
+PAD_ZERO_COST = 2.5
+
+
+def decode_gathers_rows(counts: torch.Tensor, page_keys: int) -> bool:
+    """Whether a decode run gathers each row's visible keys (counts long [n]) by rows, padded to the longest by
+    repeating a visible key (nothing to zero; the kernel's lk = the longest), rather than ``page_keys`` keys a row
+    of whole pages, the keys no query sees zeroed after the gather. Rows when they are cheaper: short contexts on
+    large pages (48 keys on a page of 128: the pages are 2.7x the keys, 80 of each row's 128 rows zeroed)."""
+    n, most = counts.numel(), int(counts.max())
+    pad = n * page_keys - int(counts.sum())  # rows the page gather zeroes
+    return ROW_GATHER_COST * n * most < n * page_keys + PAD_ZERO_COST * pad
+
+
 def chunk_decode_rows(buckets: list[list[int]], reads: Sequence[int], max_keys: int) -> list[list[int]]:
     """Split each bucket (row indices, longest first) into runs of consecutive rows whose padded keys (rows x the
     run's first ``reads``) stay <= ``max_keys``, one row at least: a run's gathered K/V is then still in the
@@ -173,8 +192,9 @@ class _Group:
     q_rows long [n * lq] (rows of q, for a decode bucket over non-consecutive rows) or q0/q1 (consecutive rows: one
     sequence's, or a decode bucket's); span: the first flat cache row when a one-sequence group reads consecutive
     rows (a view, no gather), else None; plain: a decode bucket ``_decode_plain`` can run;
-    slots long [n * lk] flat cache slots (padding repeats the sequence's first slot, a written one), or pages
-    long [n * lk / page_size] (decode buckets: whole pages, rows no query sees listed in ``drop``);
+    slots long [n * lk] flat cache slots (padding repeats the sequence's first slot, a written one; decode runs:
+    its first visible one, ``clean_pad``), or pages long [n * lk / page_size] (decode runs: whole pages, rows no
+    query sees listed in ``drop``);
     seqs long [n] sequence ids (per-sequence descales); mask float32 [n, 1, lq, lk] additive (0 / -inf)
     or None (``is_causal``: the kernel's own square causal mask instead); q_pos long [n, lq] query
     positions; the float32 [n, 1, lq, lk] |key - query| distances (ALiBi) are made on first use; dead
@@ -203,7 +223,7 @@ class _Group:
         "fold",
     )
 
-    def __init__(self, n, lq, lk, q_rows, q0, q1, slots, seqs, vis, q_pos, is_causal, pages=None):
+    def __init__(self, n, lq, lk, q_rows, q0, q1, slots, seqs, vis, q_pos, is_causal, pages=None, clean_pad=False):
         self.n, self.lq, self.lk, self.is_causal = n, lq, lk, is_causal
         self.q_rows, self.q0, self.q1, self.slots, self.seqs = q_rows, q0, q1, slots, seqs
         # decode buckets: long [n * lk / page_size] whole pages gathered instead of ``slots``; ``drop`` long [m]:
@@ -219,7 +239,8 @@ class _Group:
         self.dead = dead if dead is not None and bool(dead.any()) else None
         # keys no row of the group sees (left of every window): their slots may hold anything (engines reuse
         # pages that left the window), and a masked score or p = 0 does not cancel NaN/Inf: zeroed after the gather
-        unseen = None if vis is None else ~vis.any(-2)  # [n, lk]
+        # (``clean_pad``: the only unseen keys are padding that repeats a visible key's slot: nothing to zero)
+        unseen = None if vis is None or clean_pad else ~vis.any(-2)  # [n, lk]
         self.unseen = unseen if unseen is not None and bool(unseen.any()) else None
         if pages is not None and self.unseen is not None:
             self.drop, self.unseen = self.unseen.reshape(-1).nonzero().flatten(), None
@@ -274,13 +295,14 @@ class TorchSdpaLaunch(PagedLaunch):
     """One step's plan for one call configuration: the groups (built on the first layer's run, since the
     value checks need the cache's page count), then per layer gather -> kernel -> scatter."""
 
-    __slots__ = ("_groups", "_zero_rows", "_real", "_bufs")
+    __slots__ = ("_groups", "_zero_rows", "_real", "_bufs", "_num_pages")
 
     def __init__(self, provider, step: PagedStep, call: LayerConsts):
         super().__init__(provider, step, call)
         self._groups: Optional[list[_Group]] = None
         self._zero_rows: Optional[torch.Tensor] = None  # rows of sequences with queries but no keys
         self._real = 0
+        self._num_pages = 0
         self._bufs: dict = {}  # (k/v, dtype, width) -> gather buffer, shared by the groups, reused by every layer
 
     def buffer(self, which: str, dtype: torch.dtype, rows: int, cols: int) -> torch.Tensor:
@@ -295,32 +317,24 @@ class TorchSdpaLaunch(PagedLaunch):
             buf = self._bufs[key] = _pooled(key, rows_max)
         return buf[:rows]
 
-    def _build(self, num_pages: int, total_q: int) -> None:
-        """Group the step's sequences (module docstring) after the contract's value checks, on host lists."""
+    def _build(self, num_pages: int, total_q: int, rows_ok: bool = True) -> None:
+        """Group the step's sequences (module docstring) after the contract's value checks, on host lists.
+        ``rows_ok``: the caches' rows gather as one memcpy each (else decode runs always gather whole pages)."""
         step, call = self.step, self.call
         page = step.page_size
         cu = step.cu_seqlens_q.tolist()
         lens = step.cache_seqlens.tolist()
         _check_values(cu, lens, step.max_seqlen_q, total_q, page, step.page_table.shape[1], call.causal)
         self._real = cu[-1] if cu else 0
+        self._num_pages = num_pages
         table = step.page_table
-
-        def checked_pages(seqs: list[int], pages: torch.Tensor) -> torch.Tensor:
-            """pages long [n, m] (the page ids read for sequences ``seqs``), after checking each lies in the cache."""
-            lo, hi = int(pages.min()), int(pages.max())
-            if lo < 0 or hi >= num_pages:
-                bad = (pages < 0) | (pages >= num_pages)
-                row = int(bad.any(1).nonzero()[0, 0])
-                pid = int(pages[row][bad[row]][0])
-                raise ValueError(f"page_table row {seqs[row]} references page {pid}, outside [0, {num_pages})")
-            return pages
 
         def slots_of(seqs: list[int], pad_to: int) -> torch.Tensor:
             """long [len(seqs) * pad_to]: each sequence's key slots, padded with its first key's slot."""
             ln = torch.tensor([lens[b] for b in seqs])
             pos = torch.arange(pad_to).expand(len(seqs), pad_to)
             pos = torch.where(pos < ln[:, None], pos, 0)
-            pages = checked_pages(seqs, table[seqs].long().gather(1, pos // page))  # real keys' pages only
+            pages = self._checked_pages(seqs, table[seqs].long().gather(1, pos // page))  # real keys' pages only
             return (pages * page + pos % page).flatten()
 
         decode, zero_rows, groups = [], [], []
@@ -357,7 +371,7 @@ class TorchSdpaLaunch(PagedLaunch):
                 )
             )
         left = call.window[0]
-        # keys a row gathers (whole pages, from its first visible key's to its last key's): the runs' size
+        # keys a row gathers by whole pages (from its first visible key's page to its last key's): the runs' size
         reads = [
             ((lens[b] - 1) // page - (max(0, lens[b] - 1 - left) // page if left >= 0 else 0) + 1) * page
             for b in decode
@@ -368,39 +382,7 @@ class TorchSdpaLaunch(PagedLaunch):
         ):
             seqs = sorted(decode[i] for i in bucket)  # in row order: consecutive rows are a slice of q and out
             ln = torch.tensor([lens[b] for b in seqs])
-            # each row's pages: from the one holding its first visible key to the one holding its last key
-            first = (ln - 1 - left).clamp(min=0) // page if left >= 0 else torch.zeros_like(ln)
-            last = (ln - 1) // page
-            npg = int((last - first).max()) + 1
-            col = first[:, None] + torch.arange(npg)[None, :]  # [n, npg] page-table columns
-            col = torch.where(col <= last[:, None], col, first[:, None])  # padding pages repeat a read page
-            pages = checked_pages(seqs, table[seqs].long().gather(1, col))
-            lk = npg * page
-            k_pos = first[:, None] * page + torch.arange(lk)[None, :]  # [n, lk] key positions
-            vis = k_pos < ln[:, None]  # padding pages lie past the last key
-            if left >= 0:
-                vis &= k_pos >= (ln - 1 - left)[:, None]
-            vis = None if bool(vis.all()) else vis.unsqueeze(1)
-            # ALiBi distances are taken against 0..lk-1: the query position relative to the first gathered key
-            rows = [cu[b] for b in seqs]
-            consecutive = rows == list(range(rows[0], rows[0] + len(rows)))  # a slice of q/out, no index_select
-            groups.append(
-                _Group(
-                    len(seqs),
-                    1,
-                    lk,
-                    None if consecutive else torch.tensor(rows),
-                    rows[0] if consecutive else None,
-                    rows[-1] + 1 if consecutive else None,
-                    None,
-                    torch.tensor(seqs),
-                    vis,
-                    (ln - 1 - first * page).unsqueeze(1),
-                    False,
-                    pages=pages.flatten(),
-                )
-            )
-            groups[-1].fold = fold_heads(len(seqs), call.num_kv_heads)
+            groups.append(self._decode_group(seqs, [cu[b] for b in seqs], ln, rows_ok))
         if left < 0:  # without a window the unseen keys of a row group are padding (a repeated, written slot)
             for g in groups:
                 if g.pages is None:
@@ -408,10 +390,67 @@ class TorchSdpaLaunch(PagedLaunch):
         self._groups = groups
         self._zero_rows = torch.tensor(zero_rows, dtype=torch.long) if zero_rows else None
 
+    def _decode_group(self, seqs: list[int], rows: list[int], ln: torch.Tensor, rows_ok: bool) -> _Group:
+        """One decode run's kernel call: sequences ``seqs`` (ascending) with their query rows ``rows`` and key
+        lengths ln long [n]. Gathers each row's visible keys (slots, padded by repeating its first visible key) or
+        whole pages (``decode_gathers_rows`` picks, where ``rows_ok``), so the kernel's lk is the run's longest
+        visible span or its pages. ALiBi distances are taken against 0..lk-1: the query position relative to the
+        first gathered key."""
+        page, left = self.step.page_size, self.call.window[0]
+        start = (ln - 1 - left).clamp(min=0) if left >= 0 else torch.zeros_like(ln)  # first visible key
+        first, last = start // page, (ln - 1) // page  # their pages
+        npg = int((last - first).max()) + 1
+        cnt = ln - start  # visible keys
+        table = self.step.page_table[seqs].long()
+        if rows_ok and decode_gathers_rows(cnt, npg * page):
+            lk = int(cnt.max())
+            k_pos = start[:, None] + torch.arange(lk)[None, :]  # [n, lk] key positions
+            vis = k_pos < ln[:, None]
+            # padding repeats the row's first visible key (written, so finite: nothing to zero, only to mask)
+            k_pos = torch.where(vis, k_pos, start[:, None])
+            slots = self._checked_pages(seqs, table.gather(1, k_pos // page)) * page + k_pos % page
+            pages, q_pos = None, cnt - 1
+        else:
+            col = first[:, None] + torch.arange(npg)[None, :]  # [n, npg] page-table columns
+            col = torch.where(col <= last[:, None], col, first[:, None])  # padding pages repeat a read page
+            pages = self._checked_pages(seqs, table.gather(1, col)).flatten()
+            lk = npg * page
+            k_pos = first[:, None] * page + torch.arange(lk)[None, :]  # [n, lk] key positions
+            vis = (k_pos < ln[:, None]) & (k_pos >= start[:, None])  # padding pages lie past the last key
+            slots, q_pos = None, ln - 1 - first * page
+        consecutive = rows == list(range(rows[0], rows[0] + len(rows)))  # a slice of q/out, no index_select
+        g = _Group(
+            len(seqs),
+            1,
+            lk,
+            None if consecutive else torch.tensor(rows),
+            rows[0] if consecutive else None,
+            rows[-1] + 1 if consecutive else None,
+            None if slots is None else slots.flatten(),
+            torch.tensor(seqs),
+            None if bool(vis.all()) else vis.unsqueeze(1),
+            q_pos.unsqueeze(1),
+            False,
+            pages=pages,
+            clean_pad=pages is None,
+        )
+        g.fold = fold_heads(len(seqs), self.call.num_kv_heads)
+        return g
+
+    def _checked_pages(self, seqs: list[int], pages: torch.Tensor) -> torch.Tensor:
+        """pages long [n, m] (the page ids read for sequences ``seqs``), after checking each lies in the cache."""
+        lo, hi = int(pages.min()), int(pages.max())
+        if lo < 0 or hi >= self._num_pages:
+            bad = (pages < 0) | (pages >= self._num_pages)
+            row = int(bad.any(1).nonzero()[0, 0])
+            pid = int(pages[row][bad[row]][0])
+            raise ValueError(f"page_table row {seqs[row]} references page {pid}, outside [0, {self._num_pages})")
+        return pages
+
     def run(self, q, k_cache, v_cache, out, *, layer: LayerTensors = NO_LAYER_TENSORS):
         self.check(q, k_cache, v_cache, out, layer)
         if self._groups is None:
-            self._build(k_cache.shape[0], q.shape[0])
+            self._build(k_cache.shape[0], q.shape[0], _rows_gather_fast(k_cache, v_cache))
         return self.provider._run_groups(self, q, k_cache, v_cache, out, layer)
 
 
@@ -427,6 +466,45 @@ def _flat_rows(cache: torch.Tensor, per_page: bool) -> Optional[torch.Tensor]:
     if p > 1 and cache.stride(0) != page * h * d:
         return None
     return cache.as_strided((p * page, h * d), (h * d, 1))
+
+
+def _paired(k_cache: torch.Tensor, v_cache: torch.Tensor) -> Optional[torch.Tensor]:
+    """The view [P, page, H, D + Dv] of both caches when each head's V row directly follows its K row in one
+    buffer (vLLM's pages: [page, H, K | V]), so one gather copies both; None otherwise."""
+    d, dv = k_cache.shape[-1], v_cache.shape[-1]
+    if (
+        k_cache.dtype != v_cache.dtype
+        or k_cache.shape[:3] != v_cache.shape[:3]
+        or k_cache.stride()[:3] != v_cache.stride()[:3]
+        or k_cache.stride(3) != 1
+        or v_cache.stride(3) != 1
+        or k_cache.stride(2) != d + dv
+        or v_cache.data_ptr() != k_cache.data_ptr() + d * k_cache.element_size()
+    ):
+        return None
+    return k_cache.as_strided((*k_cache.shape[:3], d + dv), k_cache.stride())
+
+
+def _rows_gather_fast(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether the caches' key rows gather by index_select on a 2-D row view (a memcpy a row): paired K | V rows
+    or dense K and V caches. Otherwise rows go through advanced indexing (~10x slower): decode gathers pages."""
+    kv = _paired(k_cache, v_cache)
+    if kv is not None:
+        return _flat_rows(kv, per_page=False) is not None
+    return _flat_rows(k_cache, per_page=False) is not None and _flat_rows(v_cache, per_page=False) is not None
+
+
+def _gather_kv(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group ``g``'s K and V rows [n * lk, H, D] / [n * lk, H, Dv]: one gather of both where the caches pair up
+    (``_paired``: K and V are then strided views of one buffer), else one each."""
+    kv = _paired(k_cache, v_cache)
+    if kv is None:
+        return _gather(k_cache, g, launch, "k"), _gather(v_cache, g, launch, "v")
+    both = _gather(kv, g, launch, "kv")  # [n * lk, H, D + Dv]
+    d = k_cache.shape[-1]
+    return both[..., :d], both[..., d:]
 
 
 def _gather(cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch", which: str) -> torch.Tensor:
@@ -536,8 +614,7 @@ class TorchSdpaProvider(KernelProvider):
             if plain and g.plain:
                 _decode_plain(op, q, k_cache, v_cache, out, g, launch, call.num_kv_heads, call.softmax_scale)
                 continue
-            k = _gather(k_cache, g, launch, "k")
-            v = _gather(v_cache, g, launch, "v")
+            k, v = _gather_kv(k_cache, v_cache, g, launch)
             if fp8:  # [n * lk, Hkv, D] fp32
                 k = self._widen(k, layer.k_descale, g, cdt)
                 v = self._widen(v, layer.v_descale, g, cdt)
@@ -737,8 +814,7 @@ def _decode_plain(
     kernel (over the folded query heads, q [n, Hkv, Hq/Hkv, D], where g.fold), one strided copy of its output into
     ``out``."""
     n, lk = g.n, g.lk
-    k = _gather(k_cache, g, launch, "k")  # [n * lk, Hkv, D]
-    v = _gather(v_cache, g, launch, "v")
+    k, v = _gather_kv(k_cache, v_cache, g, launch)  # [n * lk, Hkv, D]
     if g.drop is not None:  # gathered rows (never a view of the cache: see _Group.span): zeroed in place
         k.index_fill_(0, g.drop, 0)
         v.index_fill_(0, g.drop, 0)
