@@ -43,14 +43,12 @@ _SHIPPED_SPLIT = tuning.split_count_for
 
 
 def split_with_fill(fill: int):
-    """tuning.split_count_for with the fill factor ``fill`` in place of the shipped tuning.SPLIT_FILL (2 until
-    this script's first run, 1 since)."""
+    """tuning.split_count_for at the fill factor ``fill`` (whatever the shipped one; older trees: no fill argument)."""
 
-    def f(compute_units, batch, units, max_seqlen_q, max_keys):
+    def f(compute_units, batch, units, max_seqlen_q, max_keys, *_shipped_fill):
         if compute_units is None:
             return _SHIPPED_SPLIT(compute_units, batch, units, max_seqlen_q, max_keys)
-        cu = max(1, compute_units * fill // getattr(tuning, "SPLIT_FILL", 2))
-        return _SHIPPED_SPLIT(cu, batch, units, max_seqlen_q, max_keys)
+        return _SHIPPED_SPLIT(max(1, compute_units * fill // 2), batch, units, max_seqlen_q, max_keys, 2)
 
     return f
 

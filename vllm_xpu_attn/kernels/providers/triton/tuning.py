@@ -188,14 +188,13 @@ def alibi_as_dot(family: str, table: Optional[dict] = None) -> bool:
 
 
 # The split-K policy's bounds: at most MAX_SPLITS splits, each of at least MIN_SPLIT_KEYS keys, only from
-# SPLIT_FROM_KEYS keys, and only while batch x units x splits < SPLIT_FILL x the device's compute units. SPLIT_FILL 1
-# (one program per SM before the last doubling), not 2: on an H100 through the engine path it reads 88.5 vs 84.6 % of
-# copy at 16 q / 2 KV heads x 64 x 4096 (2 splits, not 4), 98.8 vs 97.7 % at 8 x 32768 (4, not 8) and 16 x 16384
-# (2, not 4), 94.9 vs 93.8 % at 2 x 65536 (16, not 32), equal at 1 x 131072 (32): fewer partials to write and merge
-# (benchmarks/lab/h100/grid_tune_h100.jsonl).
-# MLA_SPLIT_FILL: absorbed-MLA decode keeps 2 (measured with it: 4 splits at 128 heads x 64 x 4096, 8 at 16 heads;
-# FILL 1 would halve both, not yet timed: benchmarks/lab/gpu_grid_tune2.sh).
-MAX_SPLITS, MIN_SPLIT_KEYS, SPLIT_FROM_KEYS, SPLIT_FILL, MLA_SPLIT_FILL = 32, 512, 1024, 1, 2
+# SPLIT_FROM_KEYS keys, and only while batch x units x splits < fill x the device's compute units (split_fill).
+# SPLIT_FILL stays 2: fill 1 (one program per SM before the last doubling) reads better for 16-bit caches on an H100
+# through the engine path (16 q / 2 KV heads x 64 x 4096 88.5 vs 84.6 % of copy, 8 x 32768 98.8 vs 97.7 %,
+# benchmarks/lab/h100/grid_tune_h100.jsonl) but halves FP8 decode's programs at 8 x 32768: e4m3 459 vs 283 us,
+# slower than bf16 (h100/fp8_engine_fill1_h100.json). The split count is fixed per step, before a layer's cache
+# dtype is known, so a fill per cache dtype needs the dtype in the step's launch configuration first.
+MAX_SPLITS, MIN_SPLIT_KEYS, SPLIT_FROM_KEYS, SPLIT_FILL, MLA_SPLIT_FILL = 32, 512, 1024, 2, 2
 
 
 def split_fill(mla: bool) -> int:
