@@ -312,10 +312,7 @@ def attn_variant(
         # split-K decode: its own key tile and warps, the same row tiles (grid) and split count
         _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_split", tun)
     elif (
-        sv.phase == "decode"
-        and consts.get("WIN_LEFT", -1) >= 0
-        and "decode_window" in tun[family]
-        and sv.block_m <= 16
+        sv.phase == "decode" and consts.get("WIN_LEFT", -1) >= 0 and "decode_window" in tun[family] and sv.block_m <= 16
     ):
         # sliding-window decode: its own key tile and warps, the same grid and split count
         _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_window", tun)
