@@ -55,8 +55,8 @@ def split_with_fill(fill: int):
 
 def candidates(row: str, stage: int) -> list[tuple[str, dict]]:
     """(name, overrides): overrides = {"fill": int, "<TUNING phase>": tile}; the first is the reference.
-    Stage 1 (the first run): the fill factor (2, shipped then) and split / window tiles. Stage 2 (after FILL 1
-    shipped): the split tile at every split shape under FILL 1, window tiles again."""
+    Stage 1 (the first run): the fill factor (2, shipped) and split / window tiles. Stage 2: the split tile at every
+    split shape at the shipped fill, window tiles again."""
     if stage == 1:
         if row == "kv2":
             return [
@@ -120,7 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu", action="store_true", help="dry run in the Triton interpreter (tiny shapes)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--stage", type=int, default=2, help="1: the first run's candidates; 2: after FILL 1 shipped")
+    ap.add_argument("--stage", type=int, default=2, help="1: the first run's candidates; 2: split / window tiles")
     ap.add_argument("--budget", type=float, default=240.0, help="seconds: later rounds are skipped past it")
     a = ap.parse_args()
     family = "cpu"
