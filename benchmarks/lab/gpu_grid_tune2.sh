@@ -1,8 +1,8 @@
-# Issues #51 / #49, the second decision call (about 4 minutes, $OUT set), after SPLIT_FILL 1 shipped:
+# Issues #51 / #49, a decision call (about 4 minutes, $OUT set), at the shipped split fill 2:
 # 1. grid_tune.py --stage 2: the split tile at every split-K shape (16 q / 2 KV heads and the four long contexts)
 #    and the window tile again, through the engine path (grid_tune2.jsonl);
-# 2. MLA under the new fill: 128 heads x 64 x 4096 at 2 (the policy now) vs 4 splits (before), bf16 and e4m3;
-#    16 heads x 64 x 4096 at 4 (now) vs 8; e4m3 at 128 heads on a 32-key tile (mla_splits.jsonl);
+# 2. MLA at fill 1's split counts: 128 heads x 64 x 4096 at 2 vs 4 splits (shipped), bf16 and e4m3;
+#    16 heads x 64 x 4096 at 4 vs 8 (shipped); e4m3 at 128 heads on a 32-key tile (mla_splits.jsonl);
 # 3. Nsight Compute with the warm-up off (the first run profiled a warm-up launch): bf16 and e4m3 paged decode at
 #    64 x 4096, causal prefill 1 x 8192 beside cuDNN (ncu_*.txt).
 #   BUDGET=300 bash benchmarks/lab/gpu_grid_tune2.sh
