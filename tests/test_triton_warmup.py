@@ -115,20 +115,38 @@ def test_every_variant_a_served_step_launches_was_warmed(kind):
     assert served - warmed == set(), f"compiled while serving (not warmed): {sorted(served - warmed)}"
 
 
-def test_reachable_splits_cover_every_batch_and_context(monkeypatch):
-    """On a GPU the split count depends on the device's compute units: for an H200-like count (132 SMs), every
-    count the policy picks for any batch and context length is among the warmed ones."""
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_reachable_splits_cover_every_batch_and_context(monkeypatch, kv_dtype):
+    """On a GPU the split count depends on the device's compute units and the cache width's fill
+    (tuning.split_fill): for an H100/H200-like count (132 SMs) of the cuda_sm90 family, every count the policy picks
+    for any batch and context length over a ``kv_dtype`` cache is among those warm-up compiles for that width."""
+    from vllm_xpu_attn.kernels.providers.triton import tuning
+    from vllm_xpu_attn.kernels.providers.triton.variants import layer_points
+
     monkeypatch.setattr(launch_config, "compute_units", lambda dev_type, index: 132)
+    monkeypatch.setattr(launch_config, "device_family", lambda device: "cuda_sm90")
+    monkeypatch.setattr(warmup, "device_family", lambda device: "cuda_sm90")
+    width = launch_config.cache_width(kv_dtype)
+    fill = tuning.split_fill("cuda_sm90", False, width)
     warmup.reachable_splits.cache_clear()
     try:
         for units in (1, 2, 8, 16, 64):
-            reach = set(warmup.reachable_splits("cuda", 0, units))
+            reach = set(warmup.reachable_splits("cuda", 0, units, fill))
             g = torch.Generator().manual_seed(units)
             for _ in range(3000):
                 batch = int(torch.randint(1, 5000, (1,), generator=g))
                 keys = int(torch.randint(1, 1 << 24, (1,), generator=g))
-                s = launch_config.split_count(torch.device("cuda", 0), batch, units, 1, keys)
+                s = launch_config.split_count(torch.device("cuda", 0), batch, units, 1, keys, kv_bytes=width)
                 assert s in reach, (units, batch, keys, s, reach)
-        assert warmup.reachable_splits("cuda", 0, 8) == (1, 2, 4, 8, 16, 32)
+            # what warm-up compiles for a layer over this cache (warmup.layer_steps' points)
+            points = layer_points(
+                "cuda_sm90",
+                LayerConsts.make(units, units, 64),
+                None,
+                reachable=lambda u, f: warmup.reachable_splits("cuda", 0, u, f),
+                kv_bytes=width,
+            )
+            assert {p.num_splits for p in points if p.phase == "decode"} == reach, (units, reach)
+        assert warmup.reachable_splits("cuda", 0, 8, fill) == (1, 2, 4, 8, 16, 32)
     finally:
         warmup.reachable_splits.cache_clear()

@@ -104,7 +104,8 @@ def apply(over: dict, family: str):
     for k, v in over.items():
         if k != "fill":
             tuning.TUNING[family][k] = v
-    launch_config.split_count_for = split_with_fill(over.get("fill", getattr(tuning, "SPLIT_FILL", 2)))
+    if "fill" in over:  # else the shipped policy (its fill per cache width, tuning.split_fill)
+        launch_config.split_count_for = split_with_fill(over["fill"])
     get_provider("triton").clear_caches()
 
     def undo():

@@ -15,10 +15,10 @@ import torch
 from ...api import LayerConsts, PagedStep
 from .descriptors import step_takes_descriptors
 from .tiles import compute_units, device_family
-from .tuning import split_count_for, split_fill
+from .tuning import MIN_SPLIT_KEYS, MLA_MIN_SPLIT_KEYS, split_count_for, split_fill
 from .variants import mla_kernel_fits, step_variant
 
-__all__ = ["LaunchConfig", "mla_kernel_fits", "split_count", "device_units"]
+__all__ = ["LaunchConfig", "cache_width", "mla_kernel_fits", "split_count", "device_units"]
 
 
 def device_units(device: torch.device) -> Optional[int]:
@@ -27,11 +27,25 @@ def device_units(device: torch.device) -> Optional[int]:
 
 
 def split_count(
-    device: torch.device, batch: int, units: int, max_seqlen_q: int, max_keys: int, mla: bool = False
+    device: torch.device,
+    batch: int,
+    units: int,
+    max_seqlen_q: int,
+    max_keys: int,
+    mla: bool = False,
+    kv_bytes: int = 2,
 ) -> int:
     """Flash-decoding: split long contexts when batch x units cannot fill the device (tuning.split_count_for at
-    the layer kind's fill, tuning.split_fill)."""
-    return split_count_for(device_units(device), batch, units, max_seqlen_q, max_keys, split_fill(mla))
+    the fill of the device's family, the layer kind and its cache element width ``kv_bytes``: tuning.split_fill; an
+    MLA split's minimum keys by bytes, tuning.MLA_MIN_SPLIT_KEYS)."""
+    fill = split_fill(device_family(device), mla, kv_bytes)
+    min_keys = MLA_MIN_SPLIT_KEYS if mla else MIN_SPLIT_KEYS
+    return split_count_for(device_units(device), batch, units, max_seqlen_q, max_keys, fill, min_keys)
+
+
+def cache_width(kv_dtype: torch.dtype) -> int:
+    """The split policy's view of a cache dtype: 1 for 1-byte (FP8) elements, else 2."""
+    return 1 if kv_dtype.itemsize == 1 else 2
 
 
 class LaunchConfig:
@@ -45,7 +59,9 @@ class LaunchConfig:
     ``variant``: the variants.StepVariant these come from; ``replay``: layers may take the per-layer hot path;
     ``step_spec``: what Triton specialises on in the
     step's own arguments (signature.step_specialisation); ``layers``: layer signature -> armed launch
-    (step_launch.Armed), the second level of the cache whose first is the provider's configurations.
+    (step_launch.Armed), the second level of the cache whose first is the provider's configurations;
+    ``kv_bytes``: the cache element width the split count was chosen for (cache_width; ``for_cache`` gives the
+    configuration of a layer over a cache of the other width).
     """
 
     __slots__ = (
@@ -69,6 +85,10 @@ class LaunchConfig:
         "layers",
         "family",
         "replay",
+        "kv_bytes",
+        "forced",
+        "tensor_descriptors",
+        "other",
     )
 
     def __init__(
@@ -78,10 +98,13 @@ class LaunchConfig:
         num_splits: Optional[int] = None,
         *,
         tensor_descriptors: Optional[bool] = None,
+        kv_bytes: int = 2,
     ):
         from .signature import step_specialisation
 
         self.layers: dict[tuple, Any] = {}
+        self.kv_bytes, self.forced, self.tensor_descriptors = kv_bytes, num_splits is not None, tensor_descriptors
+        self.other: Optional[LaunchConfig] = None
         device = step.cache_seqlens.device
         hkv = call.num_kv_heads
         self.group = group = call.num_q_heads // hkv
@@ -119,7 +142,7 @@ class LaunchConfig:
             page_size=step.page_size,
             max_seqlen_q=max_q,
             splits=num_splits
-            or (lambda units: split_count(device, batch, units, max_q, max_keys, mla_kernel_fits(call))),
+            or (lambda units: split_count(device, batch, units, max_q, max_keys, mla_kernel_fits(call), kv_bytes)),
             desc=desc,
         )
         self.variant = sv
@@ -137,3 +160,22 @@ class LaunchConfig:
         # with an LSE output (allocated per call) nor on the MLA kernel (checked every call)
         self.replay = not call.return_lse and not sv.mla
         self.step_spec = step_specialisation(step)
+
+    def for_cache(self, step: PagedStep, call: LayerConsts, kv_dtype: torch.dtype) -> "LaunchConfig":
+        """The configuration a layer over a ``kv_dtype`` cache launches: this one, or where the split policy's fill
+        differs for that cache width (tuning.SPLIT_FILL: FP8 decode wants more programs than 16-bit decode), a
+        sibling built once for ``step`` (this configuration's step shape) that shares ``layers`` (a layer
+        signature holds the cache dtype, so the two never meet there)."""
+        width = cache_width(kv_dtype)
+        if width == self.kv_bytes or self.forced or self.phase != "decode":
+            return self
+        other = self.other
+        if other is None:
+            family, mla = self.family, mla_kernel_fits(call)
+            if split_fill(family, mla, width) == split_fill(family, mla, self.kv_bytes):
+                other = self
+            else:
+                other = LaunchConfig(step, call, tensor_descriptors=self.tensor_descriptors, kv_bytes=width)
+                other.layers = self.layers
+            self.other = other
+        return other

@@ -171,7 +171,8 @@ class TritonLaunch(PagedLaunch):
         """The checked launch: -> (result, (Armed, attention args, merge args) by name, or None when nothing was
         launched or the launch is not one the hot path replays). ``key``: the layer signature, if the caller has
         it."""
-        step, call, cfg = self.step, self.call, self.cfg
+        step, call = self.step, self.call
+        cfg = self.cfg.for_cache(step, call, k_cache.dtype)  # an FP8 cache may split differently
         sinks, alibi_slopes, k_descale, v_descale = layer.sinks, layer.alibi_slopes, layer.k_descale, layer.v_descale
         total_q, hq = q.shape[0], call.num_q_heads
         qs, ks, vs = q.stride(), k_cache.stride(), v_cache.stride()
@@ -213,7 +214,7 @@ class TritonLaunch(PagedLaunch):
         armed = cfg.layers.get(key)
         if armed is None or armed.extras != extras:
             self.provider.warm_once(step, call, q, k_cache, v_cache, out, layer)  # every variant, once per layer kind
-            launchers = self._launchers(key, extras, q.dtype, k_cache.dtype, total_q, layer, per_head)
+            launchers = self._launchers(cfg, key, extras, q.dtype, k_cache.dtype, total_q, layer, per_head)
             armed = cfg.layers[key] = Armed(*launchers, extras)
         attn, merge = armed.attn, armed.merge
         if cfg.mla_decode:
@@ -309,6 +310,7 @@ class TritonLaunch(PagedLaunch):
 
     def _launchers(
         self,
+        cfg: LaunchConfig,
         key: tuple,
         extras: tuple,
         q_dtype: torch.dtype,
@@ -318,10 +320,11 @@ class TritonLaunch(PagedLaunch):
         per_head: bool,
     ) -> tuple[FastLaunch, Optional[FastLaunch]]:
         """(attention, split-K merge or None) launchers of one layer signature ``key`` with ``extras``, from the
-        provider's kept ones: the variants (variants.py) of the configuration and this layer's flags."""
+        provider's kept ones: the variants (variants.py) of the configuration ``cfg`` (the step's, or its sibling
+        for this layer's cache width: LaunchConfig.for_cache) and this layer's flags."""
         from .kernels import _merge_splits, _mla_attn_kernel, _mla_page_kernel, _paged_attn_kernel
 
-        cfg, call = self.cfg, self.call
+        call = self.call
         has_sinks = layer.sinks is not None
         spec = launch_specialisation(key, extras, cfg.step_spec, call.num_q_heads)
         v = attn_variant(

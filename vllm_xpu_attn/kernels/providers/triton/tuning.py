@@ -18,10 +18,10 @@ from typing import Optional
 # Phases: "prefill" / "decode" of the paged kernel; "prefill_ptr": the pointer-load prefill kernel where a step
 # cannot take tensor descriptors (families that have descriptors); "prefill_ptr_wide" (and its fp32 variant): a
 # layer whose cache strides refuse descriptors inside a descriptor step (the same BLOCK_M, so the same grid);
-# "decode_fp8": decode over an FP8 cache (the same BLOCK_M and split count); "decode_split": split-K decode over a
-# 16-bit cache (the same BLOCK_M and split count); "decode_feature": decode of a layer with softcap, sinks,
-# ALiBi or a sliding window (the same BLOCK_M and split count); "decode_window": decode of a sliding-window layer,
-# before "decode_feature" where a family has both; "mla_decode" / "mla_wide":
+# "decode_fp8": decode over an FP8 cache (the same BLOCK_M; the split count at the FP8 fill, SPLIT_FILL);
+# "decode_split": split-K decode over a 16-bit cache (the same BLOCK_M and split count); "decode_feature": decode
+# of a layer with softcap, sinks, ALiBi or a sliding window (the same BLOCK_M and split count); "decode_window":
+# decode of a sliding-window layer, before "decode_feature" where a family has both; "mla_decode" / "mla_wide":
 # (BLOCK_H, BLOCK_N, num_warps, num_stages) of the absorbed-MLA kernel, "mla_wide" from 64 heads per rank
 # (compute-bound: bigger head tiles). CUDA entries are tuned (docs/benchmarks.md); Intel entries are
 # conservative (less register file and SLM on Xe).
@@ -189,34 +189,52 @@ def alibi_as_dot(family: str, table: Optional[dict] = None) -> bool:
 
 # The split-K policy's bounds: at most MAX_SPLITS splits, each of at least MIN_SPLIT_KEYS keys, only from
 # SPLIT_FROM_KEYS keys, and only while batch x units x splits < fill x the device's compute units (split_fill).
-# SPLIT_FILL stays 2: fill 1 (one program per SM before the last doubling) reads better for 16-bit caches on an H100
-# through the engine path (16 q / 2 KV heads x 64 x 4096 88.5 vs 84.6 % of copy, 8 x 32768 98.8 vs 97.7 %,
-# benchmarks/lab/h100/grid_tune_h100.jsonl) but halves FP8 decode's programs at 8 x 32768: e4m3 459 vs 283 us,
-# slower than bf16 (h100/fp8_engine_fill1_h100.json). The split count is fixed per step, before a layer's cache
-# dtype is known, so a fill per cache dtype needs the dtype in the step's launch configuration first.
-MAX_SPLITS, MIN_SPLIT_KEYS, SPLIT_FROM_KEYS, SPLIT_FILL, MLA_SPLIT_FILL = 32, 512, 1024, 2, 2
+MAX_SPLITS, MIN_SPLIT_KEYS, SPLIT_FROM_KEYS = 32, 512, 1024
+# Absorbed MLA's minimum keys a split, by bytes: an MLA key is 576 latent + rope values (1,152 B in bf16), a dense
+# KV head's K + V at D 128 is 512 B, so 256 MLA keys are more bytes than 512 dense ones. At 16 heads x 1 x 8,192 on
+# an H100 (device time, forced counts, benchmarks/lab/h100/mla_small_h100.jsonl): 16 splits 34.4 us (the
+# policy at 512 keys), 32 splits 22.9 us (at 256 keys). Where batch x head tiles already fill the device it changes
+# nothing (16 x 64 x 4096, 128 x 64 x 4096 keep 8 / 4 splits).
+MLA_MIN_SPLIT_KEYS = 256
+
+# The fill factor by family and cache kind: "kv16" a 16- or 32-bit cache, "fp8" a 1-byte cache (FP8 KV), "mla" the
+# absorbed-MLA kernel; absent: SPLIT_FILL_DEFAULT. cuda_sm90 "kv16" 1 (one program per SM before the last
+# doubling): through the engine path on an H100, 16 q / 2 KV heads x 64 x 4096 88.5 vs 84.6 % of copy at fill 2,
+# 8 x 32768 98.8 vs 97.7 %, 16 x 16384 98.8 vs 97.7 %, 2 x 65536 94.9 vs 93.8 % (benchmarks/lab/h100/
+# grid_tune_h100.jsonl). "fp8" keeps 2: at fill 1 e4m3 at 8 x 32768 took 459 us against 283 us, slower than bf16
+# (h100/fp8_engine_fill1_h100.json): FP8 decode is latency-bound (255 registers, 11.6 % occupancy) and needs the
+# second program per SM. The split count is therefore per layer cache width (LaunchConfig.for_cache).
+SPLIT_FILL: dict[str, dict[str, int]] = {"cuda_sm90": {"kv16": 1}}
+SPLIT_FILL_DEFAULT = 2
 
 
-def split_fill(mla: bool) -> int:
-    """The split policy's fill factor for a layer: MLA_SPLIT_FILL for absorbed-MLA decode, else SPLIT_FILL."""
-    return MLA_SPLIT_FILL if mla else SPLIT_FILL
+def split_fill(family: str, mla: bool, kv_bytes: int = 2, table: Optional[dict] = None) -> int:
+    """The split policy's fill factor for a layer of ``family``: absorbed-MLA decode ("mla"), a cache of 1-byte
+    elements ("fp8") or any wider cache ("kv16"), from ``SPLIT_FILL`` (None: the shipped one)."""
+    kind = "mla" if mla else ("fp8" if kv_bytes == 1 else "kv16")
+    return (SPLIT_FILL if table is None else table).get(family, {}).get(kind, SPLIT_FILL_DEFAULT)
 
 
 def split_count_for(
-    compute_units: Optional[int], batch: int, units: int, max_seqlen_q: int, max_keys: int, fill: int = SPLIT_FILL
+    compute_units: Optional[int],
+    batch: int,
+    units: int,
+    max_seqlen_q: int,
+    max_keys: int,
+    fill: int = SPLIT_FILL_DEFAULT,
+    min_keys: int = MIN_SPLIT_KEYS,
 ) -> int:
     """Flash-decoding's split count: split long contexts while batch x ``units`` (KV heads, or MLA head tiles)
     x splits cannot fill ``fill`` x the device's ``compute_units`` (SMs / sub-slices; None: the CPU interpreter's
-    policy, 2 splits from 2,048 keys so that tests reach split-K). Host-only math."""
+    policy, 2 splits from 2,048 keys so that tests reach split-K), each split keeping ``min_keys`` keys
+    (MLA_MIN_SPLIT_KEYS for absorbed MLA). Host-only math."""
     if max_seqlen_q > 1 or max_keys < SPLIT_FROM_KEYS:
         return 1
     if compute_units is None:
         return 2 if max_keys >= 2 * SPLIT_FROM_KEYS else 1
     splits = 1
     while (
-        batch * units * splits < fill * compute_units
-        and splits < MAX_SPLITS
-        and max_keys // (splits * 2) >= MIN_SPLIT_KEYS
+        batch * units * splits < fill * compute_units and splits < MAX_SPLITS and max_keys // (splits * 2) >= min_keys
     ):
         splits *= 2
     return splits
@@ -227,7 +245,7 @@ def split_count_for(
 _MAX_KEYS, _MAX_BATCH = 1 << 22, 1024
 
 
-def reachable_splits(compute_units: Optional[int], units: int, fill: int = SPLIT_FILL) -> tuple[int, ...]:
+def reachable_splits(compute_units: Optional[int], units: int, fill: int = SPLIT_FILL_DEFAULT) -> tuple[int, ...]:
     """Every split count ``split_count_for`` can pick for ``units`` per sequence on a device of
     ``compute_units`` at ``fill``, over every batch and context length (sorted)."""
     seen = set()

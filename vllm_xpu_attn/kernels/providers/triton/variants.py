@@ -306,7 +306,7 @@ def attn_variant(
         which = "prefill_ptr_wide_fp32" if q_dtype == "fp32" else "prefill_ptr_wide"
         _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, which, tun)
     elif sv.phase == "decode" and kv_dtype in FP8_NAMES and "decode_fp8" in tun[family] and sv.block_m <= 16:
-        # FP8 cache: its own key tile and warps, the same row tiles (grid) and split count
+        # FP8 cache: its own key tile and warps, the same row tiles; its split count may differ (tuning.SPLIT_FILL)
         _, consts["BLOCK_N"], warps, stages, _ = tile_config(family, "decode_fp8", tun)
     elif sv.phase == "decode" and sv.num_splits > 1 and "decode_split" in tun[family] and sv.block_m <= 16:
         # split-K decode: its own key tile and warps, the same row tiles (grid) and split count
@@ -347,13 +347,15 @@ def layer_points(
     compute_units: Optional[int],
     tables: Tables = SHIPPED,
     reachable: Optional[Callable[[int, int], tuple[int, ...]]] = None,
+    kv_bytes: Optional[int] = None,
 ) -> list[Point]:
     """Every point a layer configuration can reach, one per variant: decode at every split count the policy
     can pick on a device of ``compute_units`` (None: the CPU policy), prefill (a spec-decode verify or extend
     step is the same kernel) with descriptors as the device decides and, where the family has a pointer-load
     prefill, with pointer loads (big grids); batch-invariant mode has one point. ``reachable``: units -> split
     counts, where the caller caches tuning.reachable_splits (default: computed for ``compute_units``).
-    ``reachable``: (units, fill factor) -> split counts."""
+    ``reachable``: (units, fill factor) -> split counts. ``kv_bytes``: the cache element width the split policy
+    reads (tuning.split_fill; None: 1 for an FP8 ``kv_dtype`` of a LayerKind, else 2)."""
     tun = tables.tuning if tables.tuning is not None else _tuning.TUNING
     if call.batch_invariant:
         return [Point("prefill")]
@@ -362,7 +364,9 @@ def layer_points(
         units = cdiv(call.num_q_heads, tile_config(family, mla_phase(call.num_q_heads), tun)[0])
     else:
         units = call.num_kv_heads
-    fill = _tuning.split_fill(mla)
+    if kv_bytes is None:
+        kv_bytes = 1 if getattr(call, "kv_dtype", "bf16") in FP8_NAMES else 2
+    fill = _tuning.split_fill(family, mla, kv_bytes)
     counts = reachable(units, fill) if reachable is not None else reachable_splits(compute_units, units, fill)
     out = [Point("decode", s) for s in counts]
     out.append(Point("prefill"))

@@ -22,7 +22,7 @@ from ...api import LayerConsts, LayerTensors, PagedStep
 from . import launch_config
 from .launch_config import LaunchConfig
 from .tiles import device_family
-from .tuning import SPLIT_FILL, cdiv
+from .tuning import SPLIT_FILL_DEFAULT, cdiv
 from .tuning import reachable_splits as _reachable
 from .variants import layer_points
 
@@ -33,7 +33,9 @@ logger = logging.getLogger("vllm_xpu_attn")
 
 
 @functools.lru_cache(maxsize=None)
-def reachable_splits(dev_type: str, index: Optional[int], units: int, fill: int = SPLIT_FILL) -> tuple[int, ...]:
+def reachable_splits(
+    dev_type: str, index: Optional[int], units: int, fill: int = SPLIT_FILL_DEFAULT
+) -> tuple[int, ...]:
     """Every split count the policy can pick for ``units`` (KV heads, or MLA head tiles) per sequence on this
     device at fill factor ``fill``, over every batch and context length (tuning.reachable_splits; host math,
     cached)."""
@@ -42,17 +44,18 @@ def reachable_splits(dev_type: str, index: Optional[int], units: int, fill: int 
 
 
 def layer_steps(
-    call: LayerConsts, device: torch.device, page_size: int
+    call: LayerConsts, device: torch.device, page_size: int, kv_bytes: int = 2
 ) -> list[tuple[PagedStep, Optional[int], Optional[bool]]]:
-    """(dummy step, forced split count, forced descriptors) per variant a layer configuration can launch
-    (variants.layer_points: decode at every reachable split count, prefill with descriptors as the device decides
-    and, where the family has it, with pointer loads; batch-invariant mode has one variant). Each step: one
-    sequence on page 0 of the caches."""
+    """(dummy step, forced split count, forced descriptors) per variant a layer configuration over a cache of
+    ``kv_bytes``-wide elements can launch (variants.layer_points: decode at every split count reachable at that
+    width's fill, prefill with descriptors as the device decides and, where the family has it, with pointer loads;
+    batch-invariant mode has one variant). Each step: one sequence on page 0 of the caches."""
     points = layer_points(
         device_family(device),
         call,
         None,
         reachable=lambda units, fill: reachable_splits(device.type, device.index, units, fill),
+        kv_bytes=kv_bytes,
     )
     steps = {q_len: _step(device, page_size, q_len) for q_len in {p.max_seqlen_q for p in points}}
     return [(steps[p.max_seqlen_q], p.num_splits, p.desc) for p in points]
@@ -91,7 +94,7 @@ def warm_up(
     qd = torch.empty_strided((2, *q.shape[1:]), q.stride(), dtype=q.dtype, device=q.device).zero_()
     od = torch.empty_strided((2, *out.shape[1:]), out.stride(), dtype=out.dtype, device=out.device)
     n = 0
-    for step, splits, desc in layer_steps(call, q.device, page_size):
+    for step, splits, desc in layer_steps(call, q.device, page_size, launch_config.cache_width(k_cache.dtype)):
         try:
             cfg = LaunchConfig(
                 step, call, splits, tensor_descriptors=provider.tensor_descriptors if desc is None else desc
