@@ -639,6 +639,52 @@ def test_misaligned_decoder_rows_on_device():
     assert_close_to(out.cpu(), want, torch.bfloat16)
 
 
+def test_fp8_and_bf16_layers_of_one_step_split_by_their_own_fill():
+    """One decode plan, layers alternating bf16 and e4m3 caches (as a model whose FP8 KV skips some layers): on
+    sm90 each cache width splits at its own fill (tuning.SPLIT_FILL: 3 sequences x 4 KV heads x 16,384 keys gives
+    16 splits over bf16, 32 over e4m3), and every layer, on its first (checked) and later (hot-path) steps, matches
+    the reference provider."""
+    hq, hkv, d, ps, bs, ctx = 16, 4, 128, 16, 3, 16384
+    g = torch.Generator().manual_seed(11)
+    per = ctx // ps
+    n_pages = bs * per + 5
+    dtypes = [torch.bfloat16, torch.float8_e4m3fn] * 2
+    caches, runners, bound = [], [], []
+    for kv_dtype in dtypes:
+        caches.append(tuple(torch.randn(n_pages, ps, hkv, d, generator=g).to(DEV).to(kv_dtype) for _ in range(2)))
+        spec = core.LayerSpec(hq, hkv, d, d**-0.5, dtype=torch.bfloat16, kv_dtype=kv_dtype)
+        rn = core.LayerRunner(spec, DEV, ps, override="triton")
+        extra = {}
+        if kv_dtype != torch.bfloat16:
+            extra = dict(
+                k_descale=(torch.rand(1, generator=g) + 0.5).to(DEV),
+                v_descale=(torch.rand(1, generator=g) + 0.5).to(DEV),
+            )
+        rn.bind(**extra)
+        runners.append(rn)
+        bound.append(extra)
+    for _ in range(3):
+        lens = torch.randint(1, ctx + 1, (bs,), generator=g)
+        lens[0] = ctx
+        table = torch.randperm(n_pages, generator=g)[: bs * per].view(bs, per).int().to(DEV)
+        plan = core.plan_step(core.StepInputs(core.Mode.DECODE, lens.int().to(DEV), ctx, bs, ps, page_table=table))
+        for rn, (kc, vc), extra in zip(runners, caches, bound):
+            q = torch.randn(bs, hq, d, generator=g).to(DEV).bfloat16()
+            out = torch.full((bs, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
+            rn.forward(plan, q, kc, vc, out)
+            m = plan.main
+            want = REF.flash_attn_with_kvcache(
+                q, kc, vc, m.page_table, m.cache_seqlens, m.cu_seqlens_q, 1, softmax_scale=d**-0.5, causal=True, **extra
+            )
+            assert_close_to(out.float().cpu(), want.double().cpu(), torch.bfloat16)
+        launch = next(iter(plan.launches.values()))
+        if torch.cuda.get_device_capability()[0] >= 9:
+            assert launch.num_splits == 16 and launch.cfg.other.num_splits == 32, (
+                launch.num_splits,
+                launch.cfg.other and launch.cfg.other.num_splits,
+            )
+
+
 @pytest.mark.parametrize("kind", ["gqa-bf16", "fp8-e4m3", "sinks-window-softcap", "mla", "batch-invariant"])
 def test_warm_up_then_serve_matches_reference(kind, monkeypatch):
     """The first call of a layer kind launches every variant it can reach on dummy steps over the layer's own
