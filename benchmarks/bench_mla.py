@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -29,6 +30,7 @@ from timing import (  # noqa: E402
     throughput,
     wall_latency,
 )
+
 from vllm_xpu_attn import core  # noqa: E402
 
 D_C, D_R, PAGE = 512, 64, 64
@@ -163,6 +165,7 @@ def main():
         ext.append(dict(heads=h, batch=b, prefix=prefix, q_len=ql, mla_kernel=bool(launch.mla_decode), max_err_vs_fp32=err))
         print(json.dumps(ext[-1]), flush=True)
     res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_tbps=bw, rows=rows, extend=ext, tile_sweep=tuned,
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                note="bf16, kv_lora_rank 512 + rope 64, page 64, shuffled pages, decode (one query per sequence)")
     out_dir = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "out")
     os.makedirs(out_dir, exist_ok=True)
