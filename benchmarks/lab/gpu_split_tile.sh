@@ -2,10 +2,12 @@
 # minutes, repository root, $OUT set, benchmarks/.peers carried), steps in order of need:
 # 1. bench_decode_grid.py -> decode_grid.{json,png}; 2. bench_attention.py --no-flex -> bench_attention.{json,png};
 # 3. bench_fp8_engine.py (FP8 against this run's bf16) -> fp8_engine.json;
-# 4. GPU tests (mixed-width step, hot path, split-K real sizes) and compute-sanitizer memcheck of split-K decode
-#    -> memcheck.log; 5. the randomized suite with what is left -> logs.tgz.
+# 4. issue #49: MLA at 16 heads x 64 x 4096, the page forms at a third stage / 64-key blocks / 8 warps (mla_new.py);
+# 5. GPU tests (mixed-width step, hot path, split-K real sizes) under compute-sanitizer memcheck -> memcheck.log;
+# 6. the randomized suite with what is left -> logs.tgz.
 # Expected: 16 q / 2 KV heads >= 90 % of copy (90.1 % in grid_tune2's same-run A/B vs 89.0 % at (16, 128, 4, 2)),
-# the other split rows (8 x 32768, 1 x 131072) within 1 point of the last grid; tests pass; memcheck 0 errors.
+# the other split rows (8 x 32768, 1 x 131072) within 1 point of the last grid; tests pass; memcheck 0 errors; MLA:
+# a page-form tile above the shipped "tma" (16, 32, 4, 2) 75-76 % of copy by device time becomes mla_decode's.
 #   BUDGET=540 bash benchmarks/lab/gpu_split_tile.sh
 set -u
 export PYTHONPATH=.:benchmarks PYTHONUNBUFFERED=1
@@ -31,8 +33,17 @@ grep -h '"kv"' $L/fp8.log | python -c "
 import sys, json
 for l in sys.stdin:
     r = json.loads(l); print(r['kv'], r['batch'], r['context'], round(r['us'], 1), round(r.get('pct_copy', 0), 1), round(r['speedup_vs_bf16'], 2))"
+t=$SECONDS; go && timeout "$(left 80)" python benchmarks/lab/mla_new.py --only 1 --kv bf16 --budget 60 > $L/mla_narrow.jsonl 2> $L/mla_narrow.err
+echo "mla rc $? $((SECONDS-t)) s"
+python - <<'PY'
+import json
+for l in open("/tmp/logs/mla_narrow.jsonl"):
+    r = json.loads(l)
+    if "form" in r:
+        print(r["form"], r.get("tiles"), "splits", r.get("splits"), "us", r.get("us"), "dev_us", r.get("dev_us"), "err", r.get("err"))
+PY
 t=$SECONDS
-go && (cd tests && XPU_ATTN_WARMUP=0 VXA_GPU_EXAMPLES=20 PYTHONPATH=..:.:support timeout "$(left 150)" compute-sanitizer --tool memcheck \
+go && (cd tests && XPU_ATTN_WARMUP=0 VXA_GPU_EXAMPLES=6 PYTHONPATH=..:.:support timeout "$(left 150)" compute-sanitizer --tool memcheck \
   --print-limit 20 python -m pytest -q gpu/gpu_check_triton.py -p no:cacheprovider \
   -k "own_fill or hot_path or real_sizes" > $OUT/memcheck.log 2>&1)
 echo "memcheck rc $? $((SECONDS-t)) s"; tail -n 2 $OUT/memcheck.log
