@@ -35,6 +35,9 @@ for l in sys.stdin:
     r = json.loads(l); print(r['kv'], r['batch'], r['context'], round(r['us'], 1), round(r.get('pct_copy', 0), 1), round(r['speedup_vs_bf16'], 2))"
 t=$SECONDS; go && timeout "$(left 80)" python benchmarks/lab/mla_new.py --only 1 --kv bf16 --budget 60 > $L/mla_narrow.jsonl 2> $L/mla_narrow.err
 echo "mla rc $? $((SECONDS-t)) s"
+# e4m3 at 128 heads spills 2.79 M local requests on the 64-key tile (ncu_mla_tma_h128_e4m3_h100.txt): a 32-key tile
+t=$SECONDS; go && timeout "$(left 40)" python benchmarks/lab/mla_new.py --only 0 --kv e4m3 --pick tma:64,32,8,2 --budget 30 >> $L/mla_narrow.jsonl 2>> $L/mla_narrow.err
+echo "mla e4m3 rc $? $((SECONDS-t)) s"
 python - <<'PY'
 import json
 for l in open("/tmp/logs/mla_narrow.jsonl"):
