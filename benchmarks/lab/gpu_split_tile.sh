@@ -43,7 +43,7 @@ import json
 for l in open("/tmp/logs/mla_narrow.jsonl"):
     r = json.loads(l)
     if "form" in r:
-        print(r["form"], r.get("tiles"), "splits", r.get("splits"), "us", r.get("us"), "dev_us", r.get("dev_us"), "err", r.get("err"))
+        print(r.get("shape"), r.get("kv"), r["form"], r.get("tiles"), "splits", r.get("splits"), "us", r.get("us"), "dev_us", r.get("dev_us"), "err", r.get("err"))
 PY
 t=$SECONDS
 go && (cd tests && XPU_ATTN_WARMUP=0 VXA_GPU_EXAMPLES=6 PYTHONPATH=..:.:support timeout "$(left 150)" compute-sanitizer --tool memcheck \
