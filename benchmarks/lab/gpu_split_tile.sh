@@ -33,6 +33,11 @@ grep -h '"kv"' $L/fp8.log | python -c "
 import sys, json
 for l in sys.stdin:
     r = json.loads(l); print(r['kv'], r['batch'], r['context'], round(r['us'], 1), round(r.get('pct_copy', 0), 1), round(r['speedup_vs_bf16'], 2))"
+t=$SECONDS
+go && (cd tests && XPU_ATTN_WARMUP=0 VXA_GPU_EXAMPLES=4 PYTHONPATH=..:.:support timeout "$(left 100)" compute-sanitizer --tool memcheck \
+  --print-limit 20 python -m pytest -q gpu/gpu_check_triton.py -p no:cacheprovider \
+  -k "own_fill or hot_path or real_sizes" > $OUT/memcheck.log 2>&1)
+echo "memcheck rc $? $((SECONDS-t)) s"; tail -n 2 $OUT/memcheck.log
 t=$SECONDS; go && timeout "$(left 80)" python benchmarks/lab/mla_new.py --only 1 --kv bf16 --budget 60 > $L/mla_narrow.jsonl 2> $L/mla_narrow.err
 echo "mla rc $? $((SECONDS-t)) s"
 # e4m3 at 128 heads spills 2.79 M local requests on the 64-key tile (ncu_mla_tma_h128_e4m3_h100.txt): a 32-key tile
@@ -45,11 +50,6 @@ for l in open("/tmp/logs/mla_narrow.jsonl"):
     if "form" in r:
         print(r.get("shape"), r.get("kv"), r["form"], r.get("tiles"), "splits", r.get("splits"), "us", r.get("us"), "dev_us", r.get("dev_us"), "err", r.get("err"))
 PY
-t=$SECONDS
-go && (cd tests && XPU_ATTN_WARMUP=0 VXA_GPU_EXAMPLES=6 PYTHONPATH=..:.:support timeout "$(left 150)" compute-sanitizer --tool memcheck \
-  --print-limit 20 python -m pytest -q gpu/gpu_check_triton.py -p no:cacheprovider \
-  -k "own_fill or hot_path or real_sizes" > $OUT/memcheck.log 2>&1)
-echo "memcheck rc $? $((SECONDS-t)) s"; tail -n 2 $OUT/memcheck.log
 t=$SECONDS; go && OUT=/tmp/suite timeout "$(left 160)" bash tests/gpu/suite_parallel.sh 12 12 > $L/suite_console.log 2>&1
 echo "suite rc $? $((SECONDS-t)) s"; tail -qn 1 /tmp/suite/suite-*.log
 tar czf $OUT/logs.tgz -C /tmp logs suite
