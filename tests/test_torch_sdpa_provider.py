@@ -140,6 +140,45 @@ def test_interleaved_k_v_rows(dtype, by_rows, monkeypatch):
     assert_close_to(got, naive_paged_attention(q, kc, vc, table, lens, cu)[0], torch.float32)
 
 
+@pytest.mark.parametrize("cache", ["paired", "dense", "pages_strided"])
+@pytest.mark.parametrize("by_rows", [False, True])
+@pytest.mark.parametrize("fold", [False, True])
+def test_decode_views_of_strided_q_out_and_caches(cache, by_rows, fold, monkeypatch):
+    """fp32 decode (the path with the fewest ops: each view the kernel gets is one as_strided of q, out or a cache)
+    with an engine's strided tensors: q a slice of a fused QKV buffer, out rows of a wider buffer (its other columns
+    must stay untouched), caches as vLLM's K | V halves, dense, or dense pages strided apart; one row over
+    consecutive pages (a view of the cache, no gather), a run of four rows (gathered by rows or pages), and two
+    decode rows after a 3-query extend row (the run starts at query row 3). The same bits as contiguous q / out
+    over separate dense caches, and the fp64 oracle's result."""
+    monkeypatch.setattr(cpu_sdpa, "decode_gathers_rows", lambda counts, page_keys: by_rows)
+    monkeypatch.setattr(cpu_sdpa, "fold_heads", lambda n, hkv: fold)
+    g = torch.Generator().manual_seed(7)
+    page, hq, hkv, d, pages = 16, 6, 2, 8, 12
+    if cache == "paired":
+        kv = torch.randn(pages, page, hkv, 2 * d, generator=g)
+        kc, vc = kv[..., :d], kv[..., d:]
+    elif cache == "dense":
+        kc, vc = torch.randn(pages, page, hkv, d, generator=g), torch.randn(pages, page, hkv, d, generator=g)
+    else:
+        kv = torch.randn(pages, 2, page, hkv, d, generator=g)
+        kc, vc = kv[:, 0], kv[:, 1]
+    lens = torch.tensor([29, 40, 7, 33], dtype=torch.int32)
+    table = torch.tensor([[3, 4, 9], [8, 0, 2], [6, 1, 5], [10, 11, 7]], dtype=torch.int32)  # row 0: pages 3, 4
+    qkv = torch.randn(5, (hq + 2 * hkv) * d, generator=g)
+    q = qkv[:, : hq * d].view(5, hq, d)  # rows (hq + 2 hkv) * d apart, as vLLM's query
+    wide = torch.full((5, hq + 1, d), float("nan"))
+    out = wide[:, 1:]  # strided rows; column 0 must keep its NaN
+    for cu in ([0, 1], [0, 1, 2, 3, 4], [0, 3, 4, 5]):  # one row (pages 3, 4) / rows 0..3 / extend + 2 rows
+        n, t = len(cu) - 1, cu[-1]
+        args = (table[:n], lens[:n], torch.tensor(cu, dtype=torch.int32), max(b - a for a, b in zip(cu, cu[1:])))
+        SDPA.flash_attn_with_kvcache(q[:t], kc, vc, *args, out=out[:t])
+        want = SDPA.flash_attn_with_kvcache(q[:t].contiguous(), kc.contiguous(), vc.contiguous(), *args)
+        if not (cache == "pages_strided" and by_rows):  # there rows do not gather as memcpys: pages (other lk)
+            assert torch.equal(out[:t], want)
+        assert torch.isnan(wide[:, 0]).all()
+        assert_close_to(out[:t], naive_paged_attention(q[:t], kc, vc, *args[:3])[0], torch.float32)
+
+
 def test_bucket_decode_rows_bounds_padding():
     lens = [5, 300, 7, 290, 6, 1, 150]
     buckets = bucket_decode_rows(lens, slack=0)

@@ -812,18 +812,83 @@ def _decode_plain(
     """Decode bucket ``g`` (consecutive rows, every row sees a key) of an fp32 layer without sinks, ALiBi, softcap
     or LSE: q/out [T, Hq, D], caches [P, page, Hkv, D]. The fewest ops: gather (rows no query sees zeroed), the
     kernel (over the folded query heads, q [n, Hkv, Hq/Hkv, D], where g.fold), one strided copy of its output into
-    ``out``."""
+    ``out``. Every view the kernel gets is one ``as_strided`` (each view op costs ~1 us of dispatch; a batch-1
+    layer made 9 of them around a 14 us kernel)."""
     n, lk = g.n, g.lk
-    k, v = _gather_kv(k_cache, v_cache, g, launch)  # [n * lk, Hkv, D]
-    if g.drop is not None:  # gathered rows (never a view of the cache: see _Group.span): zeroed in place
-        k.index_fill_(0, g.drop, 0)
-        v.index_fill_(0, g.drop, 0)
-    k = k.view(n, lk, hkv, -1).transpose(1, 2)  # [n, Hkv, lk, D]
-    v = v.view(n, lk, hkv, -1).transpose(1, 2)
-    qg = q[g.q0 : g.q1]
-    qg = qg.view(n, hkv, -1, qg.shape[-1]) if g.fold else qg.unsqueeze(2)  # [n, Hkv, Hq/Hkv, D] or [n, Hq, 1, D]
+    k = v = None
+    if g.span is not None:  # one sequence over consecutive cache rows: [1, Hkv, lk, D] views of the caches
+        k, v = _span_view(k_cache, g.span, lk), _span_view(v_cache, g.span, lk)
+    elif g.drop is None:
+        k, v = _gather_paired(k_cache, v_cache, g, launch)
+    if k is None or v is None:
+        k, v = _gather_kv(k_cache, v_cache, g, launch)  # [n * lk, Hkv, D]
+        if g.drop is not None:  # gathered rows (never a view of the cache: see _Group.span): zeroed in place
+            k.index_fill_(0, g.drop, 0)
+            v.index_fill_(0, g.drop, 0)
+        k, v = _by_head(k, n, lk), _by_head(v, n, lk)  # [n, Hkv, lk, D]
+    qg = _query_view(q, g.q0, n, hkv if g.fold else 0)
     o, _ = op(qg, k, v, 0.0, False, attn_mask=g.mask, scale=scale)
-    out[g.q0 : g.q1].view(o.shape).copy_(o)
+    _query_view(out, g.q0, n, hkv if g.fold else 0).copy_(o)
+
+
+def _query_view(x: torch.Tensor, q0: int, n: int, hkv: int) -> torch.Tensor:
+    """Rows q0..q0+n-1 of x [T, Hq, D] (q or out, any strides) as the kernel's [n, Hkv, Hq/Hkv, D] (``hkv`` > 0:
+    query heads folded) or [n, Hq, 1, D] (``hkv`` 0), in one view op."""
+    st, hq, d = x.stride(), x.shape[1], x.shape[2]
+    off = x.storage_offset() + q0 * st[0]
+    if hkv:
+        grp = hq // hkv
+        return x.as_strided((n, hkv, grp, d), (st[0], grp * st[1], st[1], st[2]), off)
+    return x.as_strided((n, hq, 1, d), (st[0], st[1], d * st[2], st[2]), off)
+
+
+def _span_view(cache: torch.Tensor, first: int, lk: int) -> Optional[torch.Tensor]:
+    """cache [P, page, H, D] -> its flat rows first..first+lk-1 as [1, H, lk, D] (one view op), when the rows are
+    one uniform stride apart across pages and each row's D values are dense; None otherwise."""
+    st = cache.stride()
+    if st[3] != 1 or (cache.shape[0] > 1 and st[0] != cache.shape[1] * st[1]):
+        return None
+    h, d = cache.shape[2], cache.shape[3]
+    return cache.as_strided((1, h, lk, d), (lk * st[1], st[2], st[1], 1), cache.storage_offset() + first * st[1])
+
+
+def _gather_paired(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, g: "_Group", launch: "TorchSdpaLaunch"
+) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """``_gather_kv`` + the kernel's views in the fewest ops, for caches that are the K | V halves of one buffer's
+    dense rows (vLLM's pages): one check on the strides, one view of the rows, one gather, one view each of K and V
+    -> k/v [n, H, lk, D] (Dv for v). (None, None) for any other layout (then ``_gather_kv``)."""
+    ks = k_cache.stride()
+    p, page, h, d = k_cache.shape
+    w = d + v_cache.shape[3]
+    if (
+        ks != v_cache.stride()
+        or ks[3] != 1
+        or ks[2] != w
+        or ks[1] != h * w
+        or k_cache.shape[:3] != v_cache.shape[:3]
+        or k_cache.dtype != v_cache.dtype
+        or v_cache.data_ptr() != k_cache.data_ptr() + d * k_cache.element_size()
+    ):
+        return None, None
+    off = k_cache.storage_offset()
+    if g.pages is not None:  # whole pages: [P, page * H * w], a page's rows are one dense block
+        flat, idx = k_cache.as_strided((p, page * h * w), (ks[0], 1), off), g.pages
+    elif p == 1 or ks[0] == page * ks[1]:  # key rows: [P * page, H * w]
+        flat, idx = k_cache.as_strided((p * page, h * w), (ks[1], 1), off), g.slots
+    else:
+        return None, None
+    n, lk = g.n, g.lk
+    buf = launch.buffer("kv", k_cache.dtype, n * lk, h * w)
+    torch.index_select(flat, 0, idx, out=buf.view(idx.numel(), -1))
+    size, st, boff = (n, h, lk, d), (lk * h * w, w, h * w, 1), buf.storage_offset()
+    return buf.as_strided(size, st, boff), buf.as_strided((n, h, lk, w - d), st, boff + d)
+
+
+def _by_head(x: torch.Tensor, n: int, lk: int) -> torch.Tensor:
+    """Gathered rows x [n * lk, H, D] (any strides) -> the kernel's [n, H, lk, D] view (one view op)."""
+    st = x.stride()
+    return x.as_strided((n, x.shape[1], lk, x.shape[2]), (lk * st[0], st[1], st[0], st[2]), x.storage_offset())
 
 
 def _group_q(q: torch.Tensor, g: _Group, dtype: torch.dtype) -> torch.Tensor:
