@@ -1,4 +1,5 @@
-# Issue #51: the cuda_sm90 "decode_split" tile (16, 64, 4, 3) at the 16-bit fill 1, one device call (about 9
+# Issue #51: the cuda_sm90 "decode_split" tile (16, 64, 4, 3) at the 16-bit fill 1 (set it in tuning.py first: the
+# shipped tile is (16, 128, 4, 2); not run yet, no H100 came), one device call (about 9
 # minutes, repository root, $OUT set, benchmarks/.peers carried), steps in order of need:
 # 1. bench_decode_grid.py -> decode_grid.{json,png}; 2. bench_attention.py --no-flex -> bench_attention.{json,png};
 # 3. bench_fp8_engine.py (FP8 against this run's bf16) -> fp8_engine.json;

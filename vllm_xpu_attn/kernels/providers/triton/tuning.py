@@ -38,11 +38,11 @@ TUNING: dict[str, dict[str, tuple]] = {
         # fp8 -> 16-bit conversions raise register use: fewer warps and keys keep more blocks per SM
         "decode_fp8": (16, 64, 2, 3),
         # split-K: 8 warps x 128 keys (the fastest without split) hold 76-84 % of copy under split-K at
-        # every count on an H100, 4 warps 94-102 % (benchmarks/lab/h100/splitk_sweep_h100.jsonl); at the 16-bit
-        # fill 1, 64 keys x 3 stages beat 128 x 2 at 4 of the 5 split shapes through the engine path (16 q / 2 KV
-        # heads 90.1 vs 89.0 %, 1 x 131072 96.0 vs 95.4 %, 2 x 65536 95.8 vs 95.4 %, 16 x 16384 99.4 vs 99.2 %;
-        # 8 x 32768 99.1 vs 99.2 %; h100/grid_tune2_fill_width_h100.jsonl)
-        "decode_split": (16, 64, 4, 3),
+        # every count on an H100, 4 warps 94-102 % (benchmarks/lab/h100/splitk_sweep_h100.jsonl). At the 16-bit
+        # fill 1, (16, 64, 4, 3) read 0.2-1.1 points higher at 4 of the 5 split shapes in one A/B
+        # (h100/grid_tune2_fill_width_h100.jsonl); not shipped until benchmarks/lab/gpu_split_tile.sh re-measures
+        # the published records and memchecks it
+        "decode_split": (16, 128, 4, 2),
         # softcap / sinks / ALiBi / a sliding window: the 8-warp decode tile holds 78-83 % of copy at 64 x 4096,
         # 4 warps 98-101 % (benchmarks/lab/h100/feature_*_h100.jsonl); a 1,024-key window 80.7 % vs 69.7 %
         # (h100/sweep_window_h100.jsonl)
