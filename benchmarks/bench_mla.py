@@ -70,7 +70,6 @@ def sweep(g) -> dict:
                 res.setdefault(str(cfg), {})[f"H{h}"] = f"{type(e).__name__}: {str(e)[:120]}"
         TUNING[fam][which] = saved  # the shipped tile table is what the table below measures
         get_provider("triton").clear_caches()
-        del cache
     best = {f"H{h}": min((c for c in res if isinstance(res[c].get(f"H{h}"), float)), key=lambda c: res[c][f"H{h}"])
             for h in (128, 16)}
     print(json.dumps({"sweep_us": res, "best": best}), flush=True)
