@@ -69,6 +69,50 @@ def test_bf16_queries_on_fp8_caches_match_reference(layout, splits):
     assert_lse_close(lse.cpu(), ref[1].double().cpu(), tol=2e-3)
 
 
+@settings(max_examples=max(N // 6, 10))
+@given(
+    layout=layouts(
+        max_ctx=70,
+        max_new=6,
+        max_batch=3,
+        page_sizes=(1, 16, 64),
+        dtypes=[torch.bfloat16, torch.float16],
+        always_fp8=True,
+        head_dims=(16, 32, 64),
+    ),
+    splits=st.sampled_from([None, 1, 2]),
+)
+def test_fp8_caches_on_fp16_products_match_reference(layout, splits):
+    """FP8 caches with the products in fp16 (tuning.FP8_OPERANDS "f16" here; cuda_sm90 ships "ptx", the same
+    products with the conversion in PTX, which the interpreter cannot run): bf16 queries enter as q x 2^-8 and
+    the scores' scale takes the 2^8 back. Every feature, split-K, descales, against the reference on the same
+    FP8 cache; the launches took the fp16 form wherever the layer can (not ALiBi in the interpreter)."""
+    from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+    from vllm_xpu_attn.kernels.providers.triton.tuning import FP8_OPERANDS
+
+    lay = layout.to(DEV)
+    ref = REF.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True)
+    ns = splits if lay.max_seqlen_q <= 1 else None
+    fam = device_family(torch.device(DEV))
+    saved = FP8_OPERANDS.get(fam)
+    if DEV == "cpu":
+        FP8_OPERANDS[fam] = "f16"
+    TRITON.clear_caches()
+    try:
+        out, lse = TRITON.flash_attn_with_kvcache(*lay.args(), **lay.kwargs, return_softmax_lse=True, num_splits=ns)
+        forms = {v["FP8_CVT"] for v in TRITON.launched_variants("_paged_attn_kernel")}
+    finally:
+        if saved is None:
+            FP8_OPERANDS.pop(fam, None)
+        else:
+            FP8_OPERANDS[fam] = saved
+        TRITON.clear_caches()
+    _close(out, ref[0], lay.q.dtype)
+    assert_lse_close(lse.cpu(), ref[1].double().cpu(), tol=2e-3)
+    if forms and lay.kwargs.get("alibi_slopes") is None:
+        assert forms == {1 if DEV == "cpu" else FP8_OPERANDS.get(fam, "cast") == "ptx" and 2 or 1}, forms
+
+
 @settings(max_examples=max(N // 4, 5))
 @given(layout=layouts(max_ctx=40, max_new=6, max_batch=3, page_sizes=(1,), allow_fp8=False, dtypes=[torch.float32]))
 def test_triton_varlen_and_merge(layout):

@@ -22,7 +22,7 @@ consts = dict(WIN_LEFT=-1, WIN_RIGHT=-1, PAGE=64, GROUP=4, D=128, DV=128, BLOCK_
               CHUNK_DV=128, BLOCK_M=128,
               BLOCK_N=64, NUM_SPLITS=1, CAUSAL=True, HAS_SOFTCAP=False, ALIBI_DOT=False, WRITE_LSE=False, ALIGN_ROWS=False,
               SPLIT_MASK=True, USE_DESC=True, HAS_SINKS=False, HAS_ALIBI=False, HAS_DESCALE=False,
-              DESCALE_PER_HEAD=False, FP32_DOT=False)
+              DESCALE_PER_HEAD=False, FP32_DOT=False, FP8_CVT=0)
 warps, stages = variant.pop("warps", 4), variant.pop("stages", 2)
 qt, kt = variant.pop("q", "bf16"), variant.pop("kv", None)
 kt = kt or qt

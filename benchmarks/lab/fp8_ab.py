@@ -20,8 +20,12 @@ import sys
 PAGED = [(64, 4096), (256, 1024), (8, 32768)]
 MLA = [(16, 64, 4096), (128, 64, 4096)]
 DTYPES = ("bf16", "e4m3", "e5m2")
-FP8_TILES = [(16, 64, 2, 3), (16, 128, 8, 2), (16, 128, 4, 2), (16, 128, 4, 3), (16, 64, 4, 3), (16, 64, 4, 2),
-             (16, 32, 2, 3), (16, 64, 2, 4)]
+# (the PTX-operand form, tuning.FP8_OPERANDS "ptx", holds 104-184 registers where the cast form took 255: wider tiles)
+FP8_TILES = [(16, 64, 2, 3), (16, 64, 4, 2), (16, 64, 4, 3), (16, 64, 8, 2), (16, 128, 4, 2), (16, 128, 8, 2),
+             (16, 32, 4, 3), (16, 128, 4, 3)]
+MLA_ON = os.environ.get("FP8_AB_MLA", "1") == "1"  # FP8_AB_MLA=0: paged decode only
+if os.environ.get("FP8_AB_TILES"):  # a JSON list of [BLOCK_M, BLOCK_N, warps, stages] replaces the sweep
+    FP8_TILES = [tuple(t) for t in json.loads(os.environ["FP8_AB_TILES"])]
 
 
 def one_tree(tree: str, label: str, tiles: bool) -> None:
@@ -94,7 +98,7 @@ def one_tree(tree: str, label: str, tiles: bool) -> None:
             tri.clear_caches()
             del kc, vc, q, want
     d_c, d_r = 512, 64
-    for h, batch, ctx in MLA:
+    for h, batch, ctx in MLA if MLA_ON else []:
         for name in DTYPES:
             pages = batch * (ctx // page)
             cache = (torch.randn(pages, page, 1, d_c + d_r, device="cuda", generator=gen) * 2).to(dts[name])

@@ -41,6 +41,75 @@ def _tanh(x):
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
 
 
+# FP8 caches against 16-bit queries (FP8_CVT, tuning.FP8_OPERANDS): 0 converts the cache's elements to the
+# query dtype (Triton's cast: on NVIDIA it converts the tile in registers after a scalar byte-wise shared-memory
+# read, since an 8-bit operand cannot take ldmatrix; e4m3 -> bf16 goes through fp32); 1 puts the products in
+# fp16 (e4m3 / e5m2 -> fp16 is exact); 2 is 1 with the conversion as PTX cvt (NVIDIA sm89+) that Triton cannot
+# move past the operand's shared-memory copy: the tile is converted once, stored as fp16 and read by ldmatrix,
+# which halves the registers of the key loop. bf16 queries enter the fp16 products as q x 2^-8 (exact for
+# 2^-6 <= |q| < 1.6e7: bf16's 8-bit significand fits fp16's 11; below, fp16's subnormal step is 2^-16 in q's
+# units); the scores' scale takes the 2^8 back. p in [0, 1] is at least as precise in fp16 as in bf16.
+FP8_Q_SHIFT = tl.constexpr(0.00390625)
+
+
+@triton.jit
+def _mma_q(x, FP8_CVT: tl.constexpr):
+    """q (or a head-dim slice of it) in the dtype the products take against an FP8 cache (see FP8_CVT)."""
+    Q_BF16: tl.constexpr = x.dtype == tl.bfloat16
+    if FP8_CVT > 0:
+        if Q_BF16:
+            x = (x.to(tl.float32) * FP8_Q_SHIFT).to(tl.float16)
+    return x
+
+
+@triton.jit
+def _mma_scale(scale, Q, FP8_CVT: tl.constexpr):
+    """The scores' scale with _mma_q's 2^-8 on bf16 queries taken back."""
+    Q_BF16: tl.constexpr = Q.dtype.element_ty == tl.bfloat16
+    if FP8_CVT > 0:
+        if Q_BF16:
+            scale = scale * (1.0 / FP8_Q_SHIFT)
+    return scale
+
+
+@triton.jit
+def _fp8_f16_ptx(x):
+    """FP8 [..] -> fp16 by PTX cvt.rn.f16x2 (four elements per call), opaque to Triton (is_pure=False) so that
+    the conversion stays after the operand's shared-memory load instead of being hoisted into it."""
+    E5M2: tl.constexpr = x.dtype == tl.float8e5
+    if E5M2:
+        y = tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e5m2x2 $0, lo; cvt.rn.f16x2.e5m2x2 $1, hi; }",
+            "=r,=r,r",
+            [x.to(tl.uint8, bitcast=True)],
+            dtype=tl.float16,
+            is_pure=False,
+            pack=4,
+        )
+    else:
+        y = tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+            "=r,=r,r",
+            [x.to(tl.uint8, bitcast=True)],
+            dtype=tl.float16,
+            is_pure=False,
+            pack=4,
+        )
+    return y
+
+
+@triton.jit
+def _mma_kv(x, dt: tl.constexpr, FP8_CVT: tl.constexpr):
+    """A K or V tile as a product operand: in ``dt`` (the query side's dtype), or fp16 from FP8 (FP8_CVT)."""
+    if FP8_CVT == 2:
+        y = _fp8_f16_ptx(x)
+    elif FP8_CVT == 1:
+        y = x.to(tl.float16)
+    else:
+        y = x.to(dt)
+    return y
+
+
 @triton.jit
 def _flag(ERR, code: tl.constexpr, index, value):
     """Record a bad index value found on the device (kernels/guard.py reads it at a step boundary)."""
@@ -172,6 +241,7 @@ def _attn_block(
     HAS_ALIBI: tl.constexpr,
     ALIBI_DOT: tl.constexpr,
     FP32_DOT: tl.constexpr,
+    FP8_CVT: tl.constexpr,
     HAS_DESCALE: tl.constexpr,
     USE_DESC: tl.constexpr,
     MASKED: tl.constexpr,
@@ -229,7 +299,7 @@ def _attn_block(
         if FP32_DOT:
             s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
         else:
-            s = tl.dot(q, k.to(q.dtype))
+            s = tl.dot(q, _mma_kv(k, q.dtype, FP8_CVT))
         qdt = q.dtype
     else:
         # the scores summed over CHUNK_D-wide slices of the head dim: q is the tile's row pointers, and one q
@@ -237,7 +307,7 @@ def _attn_block(
         s = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
         for c in tl.static_range(BLOCK_D // CHUNK_D):
             cols = c * CHUNK_D + offs_d
-            qc = tl.load(q + c * CHUNK_D, mask=row_ok[:, None] & (cols[None, :] < D), other=0.0)
+            qc = _mma_q(tl.load(q + c * CHUNK_D, mask=row_ok[:, None] & (cols[None, :] < D), other=0.0), FP8_CVT)
             if MASKED:
                 kc = tl.load(k_row[:, None] + cols[None, :], mask=j_ok[:, None] & (cols[None, :] < D), other=0.0)
             elif D == BLOCK_D:
@@ -247,8 +317,10 @@ def _attn_block(
             if FP32_DOT:
                 s = tl.dot(qc.to(tl.float32), tl.trans(kc.to(tl.float32)), s, input_precision="ieee")
             else:
-                s = tl.dot(qc, tl.trans(kc.to(qc.dtype)), s)
+                s = tl.dot(qc, tl.trans(_mma_kv(kc, qc.dtype, FP8_CVT)), s)
         qdt = q.dtype.element_ty
+        if FP8_CVT > 0:
+            qdt = tl.float16
     # (pairs: Triton 3.3, Intel's build, refuses a chain of three or more boolean operands)
     if ((not MASKED) and (not HAS_SOFTCAP)) and (((not HAS_ALIBI) and (not FP32_DOT)) and (not HAS_DESCALE)):
         # the plain unmasked block: the max is taken before scaling (softmax_scale > 0: LayerConsts.make),
@@ -319,7 +391,7 @@ def _attn_block(
     if FP32_DOT:
         acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
     else:
-        acc = tl.dot(p.to(qdt), v.to(qdt), acc)
+        acc = tl.dot(p.to(qdt), _mma_kv(v, qdt, FP8_CVT), acc)
     return acc, l_i, m_new
 
 
@@ -382,6 +454,7 @@ def _paged_attn_kernel(
     DESCALE_PER_HEAD: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     FP32_DOT: tl.constexpr,
+    FP8_CVT: tl.constexpr,
     ALIGN_ROWS: tl.constexpr,
     SPLIT_MASK: tl.constexpr,
     USE_DESC: tl.constexpr,
@@ -431,10 +504,10 @@ def _paged_attn_kernel(
     q_base = Q + (q_start + t0).to(tl.int64) * stride_qt + h0.to(tl.int64) * stride_qh
     q = q_base + (dt * stride_qt + dh * stride_qh)[:, None] + offs_d[None, :]
     if CHUNK_D == BLOCK_D:
-        q = tl.load(q, mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+        q = _mma_q(tl.load(q, mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0), FP8_CVT)
     # (else: the row pointers, loaded a head-dim slice at a time in _attn_block)
 
-    qk_scale = scale
+    qk_scale = _mma_scale(scale, Q, FP8_CVT)
     v_scale = 1.0
     if HAS_DESCALE:
         if DESCALE_PER_HEAD:
@@ -551,6 +624,7 @@ def _paged_attn_kernel(
                     HAS_ALIBI,
                     ALIBI_DOT,
                     FP32_DOT,
+                    FP8_CVT,
                     HAS_DESCALE,
                     USE_DESC,
                     True,
@@ -604,6 +678,7 @@ def _paged_attn_kernel(
                 HAS_ALIBI,
                 ALIBI_DOT,
                 FP32_DOT,
+                FP8_CVT,
                 HAS_DESCALE,
                 USE_DESC,
                 False,
@@ -662,6 +737,7 @@ def _paged_attn_kernel(
                 HAS_ALIBI,
                 ALIBI_DOT,
                 FP32_DOT,
+                FP8_CVT,
                 HAS_DESCALE,
                 USE_DESC,
                 True,
@@ -716,6 +792,7 @@ def _paged_attn_kernel(
                     HAS_ALIBI,
                     ALIBI_DOT,
                     FP32_DOT,
+                    FP8_CVT,
                     HAS_DESCALE,
                     USE_DESC,
                     True,
@@ -770,6 +847,7 @@ def _paged_attn_kernel(
                 HAS_ALIBI,
                 ALIBI_DOT,
                 FP32_DOT,
+                FP8_CVT,
                 HAS_DESCALE,
                 USE_DESC,
                 True,

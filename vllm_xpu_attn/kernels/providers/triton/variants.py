@@ -41,6 +41,7 @@ class Tables:
     paged_d: Optional[dict] = None  # PAGED_D_TILES
     alibi_as_dot: Optional[dict] = None  # ALIBI_AS_DOT
     mla_form: Optional[dict] = None  # MLA_KERNEL_FORM
+    fp8_operands: Optional[dict] = None  # FP8_OPERANDS
 
 
 SHIPPED = Tables()
@@ -282,7 +283,16 @@ def attn_variant(
     flags, and the layer's own tiles where it has them (pointer loads inside a descriptor step: ``use_desc``
     False there; an FP8 cache in decode). ``interpreting``: Triton's CPU interpreter, which mis-evaluates bf16
     dots (numpy has no bf16): fp32 dots there (ALiBi layers of any dtype: the causal bias is a bf16 dot)."""
-    fp32_dot = q_dtype == "fp32" or (interpreting and (q_dtype == "bf16" or alibi))
+    # an FP8 cache against 16-bit queries: the family's operand form (tuning.FP8_OPERANDS; kernels.py FP8_CVT)
+    fp8_cvt = 0
+    if kv_dtype in FP8_NAMES and q_dtype in ("bf16", "fp16") and not sv.mla:
+        fp8_cvt = _tuning.fp8_operands(family, tables.fp8_operands)
+        if interpreting and fp8_cvt == 2:  # the interpreter runs no PTX: the same fp16 products by Triton's cast
+            fp8_cvt = 1
+    # (fp16 products over an FP8 cache need no fp32 stand-in in the interpreter: only bf16 products do)
+    fp32_dot = q_dtype == "fp32" or (interpreting and ((q_dtype == "bf16" and fp8_cvt == 0) or alibi))
+    if fp32_dot:
+        fp8_cvt = 0
     if sv.mla:
         consts = dict(sv.static, HAS_DESCALE=descale, FP32_DOT=fp32_dot)
         if sv.mla_form == "gather":
@@ -298,6 +308,7 @@ def attn_variant(
         HAS_DESCALE=descale,
         DESCALE_PER_HEAD=descale_per_head,
         FP32_DOT=fp32_dot,
+        FP8_CVT=fp8_cvt,
         USE_DESC=use_desc,
     )
     warps, stages = sv.warps, sv.stages
