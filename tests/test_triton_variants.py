@@ -10,8 +10,13 @@ imported as that CI does (it loads tuning.py / variants.py by file path, no torc
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# Triton's interpreter for the whole process, as every Triton test module sets it: a module that imports the kernels
+# first without it leaves compiled-mode kernels that later interpreter tests in the same process cannot call
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 import torch
