@@ -335,12 +335,19 @@ def test_triton_mla_page_kernel_split_k_and_nan_tail(mla_form, splits):
     _page_kernel_ran(mla_form)
 
 
+@pytest.mark.parametrize("operands", ["cast", "f16"])
 @pytest.mark.parametrize("mla_form", PAGE_FORMS, indirect=True)
 @pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3", "e5m2"])
-def test_triton_mla_page_kernel_fp8_latent(mla_form, kv_dtype):
+def test_triton_mla_page_kernel_fp8_latent(mla_form, kv_dtype, operands, monkeypatch):
     """_mla_page_kernel with bf16 queries over an FP8 latent cache and its descale, split-K, against the
-    reference on the same FP8 cache."""
+    reference on the same FP8 cache; with the cache's elements cast to the query side (fp32 products in the
+    interpreter) and as fp16 products (tuning.FP8_OPERANDS "f16": q x 2^-8, the scale taking it back; cuda_sm90's
+    "ptx" is the same products with the conversion in PTX), which the "ahead" form does not take."""
     from vllm_xpu_attn.kernels.api import LayerTensors, get_provider
+    from vllm_xpu_attn.kernels.providers.triton import tuning
+
+    monkeypatch.setitem(tuning.FP8_OPERANDS, "cpu", {"mla": operands})
+    get_provider("triton").clear_caches()
 
     step, call, cache, q = _latent_decode_case(seed=7)
     cache, q = (cache * 4).to(kv_dtype), (q * 3).bfloat16()
@@ -359,3 +366,5 @@ def test_triton_mla_page_kernel_fp8_latent(mla_form, kv_dtype):
     torch.testing.assert_close(o.float(), want_o.float(), atol=1.6e-2, rtol=1.6e-2)
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)
     _page_kernel_ran(mla_form)
+    cvt = {v["FP8_CVT"] for v in get_provider("triton").launched_variants("_mla_page_kernel")}
+    assert cvt == {1 if operands == "f16" and not mla_form.startswith("ahead") else 0}, cvt

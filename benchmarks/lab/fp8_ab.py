@@ -23,7 +23,8 @@ DTYPES = ("bf16", "e4m3", "e5m2")
 # (the PTX-operand form, tuning.FP8_OPERANDS "ptx", holds 104-184 registers where the cast form took 255: wider tiles)
 FP8_TILES = [(16, 64, 2, 3), (16, 64, 4, 2), (16, 64, 4, 3), (16, 64, 8, 2), (16, 128, 4, 2), (16, 128, 8, 2),
              (16, 32, 4, 3), (16, 128, 4, 3)]
-MLA_ON = os.environ.get("FP8_AB_MLA", "1") == "1"  # FP8_AB_MLA=0: paged decode only
+MLA_ON = os.environ.get("FP8_AB_MLA", "1") != "0"  # FP8_AB_MLA=0: paged decode only; "only": MLA only
+PAGED_ON = os.environ.get("FP8_AB_MLA", "1") != "only"
 if os.environ.get("FP8_AB_TILES"):  # a JSON list of [BLOCK_M, BLOCK_N, warps, stages] replaces the sweep
     FP8_TILES = [tuple(t) for t in json.loads(os.environ["FP8_AB_TILES"])]
 
@@ -49,7 +50,7 @@ def one_tree(tree: str, label: str, tiles: bool) -> None:
     copy = 2 * buf.numel() / throughput(lambda: buf.clone(), n=20) / 1e12
     del buf
     hq, hkv, d, page = 32, 8, 128, 64
-    for batch, ctx in PAGED:
+    for batch, ctx in PAGED if PAGED_ON else []:
         for name in DTYPES:
             pages = batch * math.ceil(ctx / page)
             kc = torch.randn(pages, page, hkv, d, device="cuda", generator=gen).to(dts[name])

@@ -44,6 +44,7 @@ BASE = dict(
     HAS_DESCALE=False,
     WRITE_LSE=False,
     FP32_DOT=False,
+    FP8_CVT=0,  # _mla_page_kernel: FP8 operand form (kernels.py)
     USE_DESC=False,  # _mla_page_kernel: pointer loads unless asked
     AHEAD=False,  # _mla_page_kernel: the scores one key block ahead ("ahead" form)
 )

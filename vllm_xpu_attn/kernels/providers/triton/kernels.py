@@ -1262,6 +1262,7 @@ def _mla_page_block(
     D_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FP32_DOT: tl.constexpr,
+    FP8_CVT: tl.constexpr,
     USE_DESC: tl.constexpr,
     MASKED: tl.constexpr,
 ):
@@ -1311,11 +1312,12 @@ def _mla_page_block(
         s += tl.dot(q_c1, tl.trans(kc1), input_precision="ieee")
         s += tl.dot(q_r, tl.trans(kr.to(tl.float32)), input_precision="ieee")
     else:
-        kc0 = kc0.to(q_c0.dtype)
-        kc1 = kc1.to(q_c0.dtype)
+        # (an FP8 latent tile is converted once and serves as both the K and the V operand: FP8_CVT)
+        kc0 = _mma_kv(kc0, q_c0.dtype, FP8_CVT)
+        kc1 = _mma_kv(kc1, q_c0.dtype, FP8_CVT)
         s = tl.dot(q_c0, tl.trans(kc0))
         s += tl.dot(q_c1, tl.trans(kc1))
-        s += tl.dot(q_r, tl.trans(kr.to(q_r.dtype)))
+        s += tl.dot(q_r, tl.trans(_mma_kv(kr, q_r.dtype, FP8_CVT)))
     s = s * qk_scale
     if MASKED:
         ok = r_ok[:, None] & j_ok[None, :] & (j[None, :] <= pos[:, None])
@@ -1421,6 +1423,7 @@ def _mla_page_kernel(
     HAS_DESCALE: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     FP32_DOT: tl.constexpr,
+    FP8_CVT: tl.constexpr,
     USE_DESC: tl.constexpr,
     AHEAD: tl.constexpr,
 ):
@@ -1447,6 +1450,7 @@ def _mla_page_kernel(
     partials ([NUM_SPLITS, total_q x H, D_C] / [NUM_SPLITS, total_q x H] fp32) that _merge_splits reads."""
     tl.static_assert(BLOCK_DC == D_C and BLOCK_DV == D_C, "_mla_page_kernel: fused latent only")
     tl.static_assert(PAGE % BLOCK_N == 0, "_mla_page_kernel: key blocks inside one page")
+    tl.static_assert((not AHEAD) or (FP8_CVT == 0), "_mla_page_kernel: the ahead form takes FP8 by cast")
     HALF: tl.constexpr = D_C // 2
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -1468,7 +1472,10 @@ def _mla_page_kernel(
         q_c0 = q_c0.to(tl.float32)
         q_c1 = q_c1.to(tl.float32)
         q_r = q_r.to(tl.float32)
-    qk_scale = scale * LOG2E
+    q_c0 = _mma_q(q_c0, FP8_CVT)
+    q_c1 = _mma_q(q_c1, FP8_CVT)
+    q_r = _mma_q(q_r, FP8_CVT)
+    qk_scale = _mma_scale(scale, Q, FP8_CVT) * LOG2E
     kv_scale = 1.0
     if HAS_DESCALE:
         kv_scale = tl.load(KDS).to(tl.float32)
@@ -1527,12 +1534,12 @@ def _mla_page_kernel(
         for start in range(lo, mid, BLOCK_N):
             m_i, l_i, acc0, acc1 = _mla_page_block(
                 q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, hi, pos, r_ok, m_i, l_i, acc0, acc1,
-                stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC, False,
+                stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, FP8_CVT, USE_DESC, False,
             )  # fmt: skip
         for start in range(mid, hi, BLOCK_N):
             m_i, l_i, acc0, acc1 = _mla_page_block(
                 q_c0, q_c1, q_r, kc_desc, kr_desc, KV, pt_row, ERR, b, start, hi, pos, r_ok, m_i, l_i, acc0, acc1,
-                stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, USE_DESC, True,
+                stride_kp, stride_ks, qk_scale, n_pages, PAGE, D_C, D_R, BLOCK_N, FP32_DOT, FP8_CVT, USE_DESC, True,
             )  # fmt: skip
 
     empty = l_i == 0  # no key: out 0, LSE -inf; NaN (bad input) stays NaN

@@ -129,21 +129,25 @@ PAGED_D_TILES: dict[str, dict[str, tuple[int, int]]] = {
 # costs H200 prefill 5-7 % (docs/intel_lowering.md).
 ALIBI_AS_DOT: dict[str, bool] = {"xpu": True, "cpu": True}
 
-# How a family's paged kernel takes an FP8 cache's elements to the matrix units against 16-bit queries
-# (kernels.py, FP8_CVT): "cast" (default: Triton's conversion to the query dtype; Intel's Triton, the
-# interpreter), "f16" (fp16 products, Triton's conversion), "ptx" (fp16 products, PTX cvt that keeps the tile's
-# conversion out of the key loop's registers: NVIDIA sm89+). fp32 queries always take fp32 products. H100, engine
-# path: e4m3 1.58-1.63x and e5m2 1.56-1.61x bf16's decode time with "ptx", 1.29-1.52x with "cast"
-# (benchmarks/lab/h100/fp8_ptx_ab_h100.jsonl, docs/fp8-engine-h100.json)
-FP8_OPERANDS: dict[str, str] = {"cuda_sm90": "ptx"}
+# How a family's kernels take an FP8 cache's elements to the matrix units against 16-bit queries (kernels.py,
+# FP8_CVT), per kernel ("paged": _paged_attn_kernel; "mla": _mla_page_kernel's "page" / "tma" forms): "cast"
+# (default: Triton's conversion to the query dtype; Intel's Triton, the interpreter), "f16" (fp16 products, Triton's
+# conversion), "ptx" (fp16 products, PTX cvt that keeps the tile's conversion out of the key loop's registers:
+# NVIDIA sm89+). fp32 queries always take fp32 products. H100, engine path, paged decode: e4m3 1.58-1.63x and e5m2
+# 1.56-1.61x bf16's time with "ptx", 1.29-1.52x with "cast" (benchmarks/lab/h100/fp8_ptx_ab_h100.jsonl,
+# docs/fp8-engine-h100.json). MLA stays "cast" until a device run measures "ptx" there
+# (benchmarks/lab/gpu_mla_fp8_short.sh; AOT: the 16-head tile spill-free at 214 registers, 550 instructions a key
+# loop against 1,399).
+FP8_OPERANDS: dict[str, dict[str, str]] = {"cuda_sm90": {"paged": "ptx", "mla": "cast"}}
 FP8_OPERAND_FORMS = ("cast", "f16", "ptx")
 
 
-def fp8_operands(family: str, table: Optional[dict] = None) -> int:
-    """The kernels' FP8_CVT constexpr of ``family`` (FP8_OPERANDS; None: the shipped table): 0 cast, 1 f16, 2 ptx."""
-    form = (FP8_OPERANDS if table is None else table).get(family, "cast")
+def fp8_operands(family: str, kernel: str, table: Optional[dict] = None) -> int:
+    """The FP8_CVT constexpr of ``kernel`` ("paged" / "mla") on ``family`` (FP8_OPERANDS; None: the shipped table):
+    0 cast, 1 f16, 2 ptx."""
+    form = (FP8_OPERANDS if table is None else table).get(family, {}).get(kernel, "cast")
     if form not in FP8_OPERAND_FORMS:
-        raise ValueError(f"FP8_OPERANDS[{family!r}]: {form!r} is not one of {FP8_OPERAND_FORMS}")
+        raise ValueError(f"FP8_OPERANDS[{family!r}][{kernel!r}]: {form!r} is not one of {FP8_OPERAND_FORMS}")
     return FP8_OPERAND_FORMS.index(form)
 
 

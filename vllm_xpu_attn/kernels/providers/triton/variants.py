@@ -285,8 +285,10 @@ def attn_variant(
     dots (numpy has no bf16): fp32 dots there (ALiBi layers of any dtype: the causal bias is a bf16 dot)."""
     # an FP8 cache against 16-bit queries: the family's operand form (tuning.FP8_OPERANDS; kernels.py FP8_CVT)
     fp8_cvt = 0
-    if kv_dtype in FP8_NAMES and q_dtype in ("bf16", "fp16") and not sv.mla:
-        fp8_cvt = _tuning.fp8_operands(family, tables.fp8_operands)
+    # (MLA: the page kernel's "page" / "tma" forms; the gather kernel and the "ahead" form convert by cast)
+    takes = (not sv.mla) or sv.mla_form in ("page", "tma")
+    if kv_dtype in FP8_NAMES and q_dtype in ("bf16", "fp16") and takes:
+        fp8_cvt = _tuning.fp8_operands(family, "mla" if sv.mla else "paged", tables.fp8_operands)
         if interpreting and fp8_cvt == 2:  # the interpreter runs no PTX: the same fp16 products by Triton's cast
             fp8_cvt = 1
     # (fp16 products over an FP8 cache need no fp32 stand-in in the interpreter: only bf16 products do)
@@ -300,6 +302,7 @@ def attn_variant(
         # the page-block kernel: K/V by descriptor in the "tma" / "ahead" forms where the layer's cache takes them
         consts["USE_DESC"] = sv.mla_form in ("tma", "ahead") and use_desc
         consts["AHEAD"] = sv.mla_form == "ahead"
+        consts["FP8_CVT"] = fp8_cvt
         return Variant("_mla_page_kernel", consts, sv.warps, sv.stages, sv.options)
     consts = dict(
         sv.static,
