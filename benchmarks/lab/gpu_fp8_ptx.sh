@@ -1,4 +1,4 @@
-# Issue #51, FP8 KV decode at 1.8x bf16: the PTX-operand form (tuning.FP8_OPERANDS["cuda_sm90"] = "ptx": FP8 tiles
+# Issue #51, FP8 KV decode at 1.8x bf16: the PTX-operand form (tuning.FP8_OPERANDS["cuda_sm90"]["paged"] = "ptx": FP8 tiles
 # converted once by PTX cvt into fp16, stored, read by ldmatrix; 104-184 registers where the cast form took 255,
 # benchmarks/lab/FP8_DECODE.md) on the device. One call (about 9 minutes, repository root, $OUT set, carry
 # benchmarks/.peers with the tree before the change exported as benchmarks/.peers/vxa_f132872):

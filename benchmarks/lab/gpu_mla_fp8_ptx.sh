@@ -1,5 +1,5 @@
 # Issue #49, FP8 (e4m3) latent at least as fast per token as bf16: the MLA page kernel in the PTX-operand form
-# (tuning.FP8_OPERANDS["cuda_sm90"] "ptx" now reaches _mla_page_kernel's "page" / "tma" forms: the latent tile is
+# (tuning.FP8_OPERANDS["cuda_sm90"]["mla"] "ptx", switched on below in this copy, takes _mla_page_kernel's "page" / "tma" forms: the latent tile is
 # converted once into fp16 and serves as the K and the V operand). AOT (mla_aot.py, sm_90a): 16 heads x 32 keys,
 # 4 warps: 214 registers, no spill, 550 instructions a key loop (cast form 255, 92 B spill, 1,399); 64 x 64, 8
 # warps: 832 vs 1,238 (bf16 812). One call (about 6 minutes, repository root, $OUT set, benchmarks/.peers carried
