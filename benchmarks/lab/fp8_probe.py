@@ -1,6 +1,6 @@
 """FP8 (e4m3) vs bf16 paged decode on the GPU: time per call (back-to-back) at the standard shapes, bytes/s.
 
-    python benchmarks/lab/fp8_probe.py [--one SHAPE_INDEX DTYPE] [--out FILE]   (32 q / 8 KV heads, D 128, page 64)
+    python benchmarks/lab/fp8_probe.py [--one SHAPE_INDEX DTYPE] [--tile B,N,W,S] [--out FILE]   (32 q / 8 KV heads, D 128, page 64)
 """
 import argparse, json, math, os, sys
 import torch
@@ -31,8 +31,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--one", nargs=2, metavar=("SHAPE", "DTYPE"), help="run one shape once (for ncu)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--tile", default=None, help='"BLOCK_M,BLOCK_N,WARPS,STAGES": the decode_fp8 tile for this run')
     a = ap.parse_args()
     prov = get_provider("triton")
+    if a.tile:
+        from vllm_xpu_attn.kernels.providers.triton.tiles import device_family
+        from vllm_xpu_attn.kernels.providers.triton.tuning import TUNING
+
+        TUNING[device_family(torch.device("cuda"))]["decode_fp8"] = tuple(int(x) for x in a.tile.split(","))
     gen = torch.Generator(device="cuda").manual_seed(0)
     dts = {"bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
     shapes = SHAPES if a.one is None else [SHAPES[int(a.one[0])]]
