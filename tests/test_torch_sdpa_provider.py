@@ -441,3 +441,107 @@ def test_16_bit_layers_are_computed_in_fp32(dtype):
     err = (out.double() - ref).abs().mean().item()
     floor = (ref.to(dtype).double() - ref).abs().mean().item()
     assert err <= 1.01 * floor, (err, floor)
+
+
+@pytest.mark.parametrize("by_rows", [True, False])
+@pytest.mark.parametrize("fold", [True, False])
+def test_plain_decode_launch_keeps_run_groups_bits(by_rows, fold, monkeypatch):
+    """``TorchSdpaLaunch.run``'s fp32 decode path (per step: every group plain; per layer: only the layer's own
+    tensors checked) gives the bits of ``_run_groups`` on the same launch, for one row over consecutive pages, a
+    run of rows gathered by rows or whole pages (rows past a row's keys zeroed), folded or not; a layer with sinks,
+    a 16-bit q or an FP8 cache takes ``_run_groups``' general path."""
+    from vllm_xpu_attn.kernels.api import LayerConsts, LayerTensors, PagedStep
+
+    monkeypatch.setattr(cpu_sdpa, "decode_gathers_rows", lambda counts, page_keys: by_rows)
+    monkeypatch.setattr(cpu_sdpa, "fold_heads", lambda n, hkv: fold)
+    g = torch.Generator().manual_seed(5)
+    page, hq, hkv, d, pages = 16, 6, 2, 8, 12
+    kv = torch.randn(pages, page, hkv, 2 * d, generator=g)
+    kc, vc = kv[..., :d], kv[..., d:]
+    table = torch.tensor([[3, 4, 9], [8, 0, 2], [6, 1, 5], [10, 11, 7]], dtype=torch.int32)
+    lens = torch.tensor([29, 40, 7, 33], dtype=torch.int32)
+    call = LayerConsts.make(hq, hkv, d)
+    for n in (1, 4):
+        q = torch.randn(n, hq, d, generator=g)
+        step = PagedStep(torch.arange(n + 1, dtype=torch.int32), lens[:n], table[:n], 1, 48, page)
+        launch = SDPA.arm_paged(step, call)
+        out = torch.full((n, hq, d), float("nan"))
+        launch.run(q, kc, vc, out)
+        assert launch._plain
+        want = torch.full((n, hq, d), float("nan"))
+        SDPA._run_groups(launch, q, kc, vc, want, cpu_sdpa.NO_LAYER_TENSORS)
+        assert torch.equal(out, want)
+        assert_close_to(out, naive_paged_attention(q, kc, vc, table[:n], lens[:n], step.cu_seqlens_q)[0], torch.float32)
+    sinks = torch.randn(hq, generator=g)
+    with_sinks = LayerTensors.make(call, device=torch.device("cpu"), kv_dtype=torch.float32, sinks=sinks)
+    out = torch.empty(n, hq, d)
+    launch.run(q, kc, vc, out, layer=with_sinks)
+    assert_close_to(
+        out, naive_paged_attention(q, kc, vc, table[:n], lens[:n], step.cu_seqlens_q, sinks=sinks)[0], torch.float32
+    )
+    assert not torch.equal(out, want)  # the sinks path ran: the sink takes some of each row's weight
+
+
+def test_write_kv_checks_slots_once_per_step_and_again_after_a_change(monkeypatch):
+    """The CPU write's slot range check (one ``aminmax``) runs once per slot_mapping tensor (every layer of a step
+    writes the same one), and again for a new tensor or after any in-place change of its values (through itself or
+    another view of its storage): an out-of-range slot still raises, naming slot_mapping, before any store; a slot
+    made < 0 is skipped again; int32 slots are written as int64."""
+    from vllm_xpu_attn.kernels.api import torch_ops
+
+    calls = []
+    aminmax = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda t: calls.append(1) or aminmax(t))
+    g = torch.Generator().manual_seed(3)
+    kv = torch.zeros(5, 4, 2, 16)  # vLLM's K | V pages
+    kc, vc = kv[..., :8], kv[..., 8:]
+    k, v = torch.randn(3, 2, 8, generator=g), torch.randn(3, 2, 8, generator=g)
+    base = torch.tensor([3, 17, 0, 9], dtype=torch.int32)
+    slots = base[:3]  # a view, as vLLM's slice of its persistent buffer
+    for _ in range(4):  # four layers of one step
+        SDPA.write_kv(k, v, kc, vc, slots)
+    assert len(calls) == 1
+    assert torch.equal(kc.reshape(20, 2, 8)[[3, 17, 0]], k) and torch.equal(vc.reshape(20, 2, 8)[[3, 17, 0]], v)
+    SDPA.write_kv(k, v, kc, vc, base[:3])  # the next step: a new tensor object
+    assert len(calls) == 2
+    for change in (lambda: slots.__setitem__(1, 20), lambda: base.__setitem__(2, 25)):
+        SDPA.write_kv(k, v, kc, vc, slots)  # this tensor's verdict kept...
+        before = kv.clone()
+        change()  # ...then its values changed in place
+        with pytest.raises(ValueError, match=r"slot_mapping\[\d\]=2[05] is outside"):
+            SDPA.write_kv(k + 1, v + 1, kc, vc, slots)
+        assert torch.equal(kv, before)  # nothing written
+        slots.copy_(torch.tensor([3, 17, 0], dtype=torch.int32))
+    slots[0] = -1
+    SDPA.write_kv(k + 2, v + 2, kc, vc, slots)
+    assert torch.equal(kc.reshape(20, 2, 8)[3], before.reshape(20, 2, 16)[3, :, :8])  # skipped
+    assert torch.equal(kc.reshape(20, 2, 8)[17], k[1] + 2)
+    ok = torch.tensor([1, 2, 3], dtype=torch.int32)
+    assert torch_ops.slots_in_range(ok, 20).dtype == torch.int64
+    assert torch_ops.slots_in_range(ok, 3) is None  # the same tensor against a smaller cache: checked again
+    with torch.inference_mode():  # inference tensors have no version counter: checked every call
+        inf = torch.tensor([1, 2, 3])
+        n = len(calls)
+        assert torch_ops.slots_in_range(inf, 20) is not None and torch_ops.slots_in_range(inf, 20) is not None
+        assert len(calls) == n + 2
+
+
+def test_write_kv_structural_checks_after_a_passing_call():
+    """write_kv's structural checks are one tuple compare for a call with the last passing call's signature; any
+    other signature is checked in full, and its error names the argument."""
+    kc, vc = torch.zeros(5, 4, 2, 8), torch.zeros(5, 4, 2, 8)
+    k, v = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    slots = torch.tensor([3, 17, 0])
+    SDPA.write_kv(k, v, kc, vc, slots)
+    with pytest.raises(TypeError, match="v dtype torch.bfloat16 does not match"):
+        SDPA.write_kv(k, v.bfloat16(), kc, vc, slots)
+    with pytest.raises(ValueError, match=r"k must be \[tokens, 2, 8\]"):
+        SDPA.write_kv(k[..., :4], v, kc, vc, slots)
+    with pytest.raises(TypeError, match="slot_mapping must be an int32/int64 tensor"):
+        SDPA.write_kv(k, v, kc, vc, slots.float())
+    with pytest.raises(ValueError, match="head_dim dimension of k and k_cache must be contiguous"):
+        SDPA.write_kv(torch.randn(3, 8, 2).transpose(1, 2), v, kc, vc, slots)
+    with pytest.raises(ValueError, match=r"k must be \[tokens, 2, 8\]"):
+        SDPA.write_kv(torch.tensor(1.0), v, kc, vc, slots)
+    SDPA.write_kv(k, v, kc, vc, slots)
+    assert torch.equal(kc.view(20, 2, 8)[slots], k)

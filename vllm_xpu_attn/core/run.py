@@ -26,6 +26,7 @@ from ..kernels.api import (
     fp8_descale,
     select_provider,
 )
+from .kv_write import write_kv
 from .types import AttentionKind, LayerSpec, PagedStep, StepPlan
 
 logger = logging.getLogger("vllm_xpu_attn")
@@ -294,8 +295,6 @@ class LayerRunner:
     ) -> None:
         """Store each new token's latent row: c_kv [T, kv_lora_rank] and k_rope [T, qk_rope_head_dim] (post-RoPE)
         at slot_mapping [T] (< 0 skipped) of latent_cache [P, page, 1, latent_dim]; FP8 caches quantise by scale."""
-        from .kv_write import write_kv
-
         latent = torch.cat([c_kv.reshape(c_kv.shape[0], -1), k_rope.reshape(k_rope.shape[0], -1)], dim=-1)
         write_kv(
             self.decode_provider,
@@ -341,8 +340,6 @@ class LayerRunner:
         )
 
     def write_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
-        from .kv_write import write_kv
-
         write_kv(
             self.decode_provider, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, kv_dtype=self.spec.kv_dtype
         )

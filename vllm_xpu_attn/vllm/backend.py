@@ -13,7 +13,7 @@ from typing import ClassVar, Optional
 import torch
 
 from ..core import AttentionKind, LayerRunner, LayerSpec, Mode, StepInputs, StepPlan, graphs, plan_step
-from ..kernels.api import batch_invariant_requested, fp8_descale
+from ..kernels.api import batch_invariant_requested, fp8_descale, is_fp8
 from . import compat
 from .compat import (
     AttentionBackend,
@@ -321,6 +321,10 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         self.sliding_window = sliding_window
         model_dtype = compat.get_current_vllm_config().model_config.dtype
         kv_dtype = compat.KV_CACHE_DTYPES[kv_cache_dtype] or model_dtype
+        # per call: whether the layer's KV scales are read at all (only an FP8 cache has descales) and whether the
+        # layer writes no cache (encoder self-attention reads q/k/v directly), fixed here
+        self._fp8 = is_fp8(kv_dtype)
+        self._encoder = _KINDS[attn_type] in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY)
         self.spec = LayerSpec(
             num_q_heads=num_heads,
             num_kv_heads=self.num_kv_heads,
@@ -361,6 +365,10 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         return split[1], split[2]
 
     def _descales(self, layer) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """The FP8 cache's descales from the layer's KV scales; (None, None) for a 16/32-bit cache (fp8_descale's
+        answer), without reading the scales: each is an nn.Module buffer lookup (~1 us a call)."""
+        if not self._fp8:
+            return None, None
         return fp8_descale(self.spec.kv_dtype, layer._k_scale), fp8_descale(self.spec.kv_dtype, layer._v_scale)
 
     def forward(
@@ -380,12 +388,16 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
             raise NotImplementedError("vllm-xpu-attn: fused output quantization is not supported")
         if attn_metadata is None:  # profiling / warm-up run
             return output
-        # bound at the layer's first run: after weight loading, which updates these tensors in place
-        self.runner.ensure_bound(layer, sinks=self.sinks, k_scale=layer._k_scale, v_scale=layer._v_scale)
+        # bound at the layer's first run: after weight loading, which updates these tensors in place. The KV scales
+        # are only an FP8 cache's descales (ignored otherwise): not read for a 16/32-bit cache
+        if self._fp8:
+            self.runner.ensure_bound(layer, sinks=self.sinks, k_scale=layer._k_scale, v_scale=layer._v_scale)
+        else:
+            self.runner.ensure_bound(layer, sinks=self.sinks)
         out = output.view(-1, self.num_heads, self.head_size)
         plan = attn_metadata.plan
-        n = plan.num_tokens
-        if self.spec.kind in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY):
+        if self._encoder:
+            n = plan.num_tokens
             self.runner.forward_varlen(
                 query[:n], key[:n], value[:n], plan.main.cu_seqlens_q, plan.main.max_seqlen_q, out[:n]
             )
@@ -400,7 +412,7 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         return _no_interleaved_v(self)
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
-        if self.spec.kind in (AttentionKind.ENCODER, AttentionKind.ENCODER_ONLY):
+        if self._encoder:
             return  # encoder self-attention reads q/k/v directly
         if self.kv_sharing_target_layer_name is not None:
             return  # another layer wrote this KV

@@ -71,9 +71,14 @@ DECODE_PAD_SLACK = 512
 DECODE_CHUNK_BYTES = 8 << 20
 
 
+_OP: list = []  # the CPU flash kernel's op, looked up once (torch.ops' namespace lookup costs ~1 us a layer)
+
+
 def _flash_op():
     """The CPU flash kernel (None when this torch has none)."""
-    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if not _OP:
+        _OP.append(getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None))
+    return _OP[0]
 
 
 def bucket_decode_rows(
@@ -295,11 +300,14 @@ class TorchSdpaLaunch(PagedLaunch):
     """One step's plan for one call configuration: the groups (built on the first layer's run, since the
     value checks need the cache's page count), then per layer gather -> kernel -> scatter."""
 
-    __slots__ = ("_groups", "_zero_rows", "_real", "_bufs", "_num_pages")
+    __slots__ = ("_groups", "_zero_rows", "_real", "_bufs", "_num_pages", "_plain")
 
     def __init__(self, provider, step: PagedStep, call: LayerConsts):
         super().__init__(provider, step, call)
         self._groups: Optional[list[_Group]] = None
+        # per step: every group a decode run _decode_plain can serve and the call adds nothing to the kernel's output
+        # (no softcap, LSE, Dv != D), no row without keys; a layer then only checks its own tensors (``run``)
+        self._plain = False
         self._zero_rows: Optional[torch.Tensor] = None  # rows of sequences with queries but no keys
         self._real = 0
         self._num_pages = 0
@@ -389,6 +397,13 @@ class TorchSdpaLaunch(PagedLaunch):
                     g.unseen = None
         self._groups = groups
         self._zero_rows = torch.tensor(zero_rows, dtype=torch.long) if zero_rows else None
+        self._plain = (
+            not zero_rows
+            and not call.softcap
+            and not call.return_lse
+            and call.head_dim == call.v_head_dim
+            and all(g.plain for g in groups)
+        )
 
     def _decode_group(self, seqs: list[int], rows: list[int], ln: torch.Tensor, rows_ok: bool) -> _Group:
         """One decode run's kernel call: sequences ``seqs`` (ascending) with their query rows ``rows`` and key
@@ -451,6 +466,20 @@ class TorchSdpaLaunch(PagedLaunch):
         self.check(q, k_cache, v_cache, out, layer)
         if self._groups is None:
             self._build(k_cache.shape[0], q.shape[0], _rows_gather_fast(k_cache, v_cache))
+        f32 = torch.float32
+        if (
+            self._plain
+            and layer.sinks is None
+            and layer.alibi_slopes is None
+            and q.dtype == f32
+            and out.dtype == f32
+            and k_cache.dtype == f32
+            and v_cache.dtype == f32
+        ):  # the usual fp32 decode layer: _run_groups' plain path without its per-layer set-up (same calls, bits)
+            op, call = _flash_op(), self.call
+            for g in self._groups:
+                _decode_plain(op, q, k_cache, v_cache, out, g, self, call.num_kv_heads, call.softmax_scale)
+            return out
         return self.provider._run_groups(self, q, k_cache, v_cache, out, layer)
 
 
