@@ -24,7 +24,7 @@ from vllm_xpu_attn.kernels.api import (  # noqa: E402
 )
 
 pytest.importorskip("triton", reason="triton is a declared test dependency of the core suite")
-from vllm_xpu_attn.kernels.providers.triton import launch_config, warmup  # noqa: E402
+from vllm_xpu_attn.kernels.providers.triton import launch_config, tuning, warmup  # noqa: E402
 
 PAGE = 16
 WIDTH = 256  # page-table columns: 4,096 keys addressable (the CPU policy splits from 2,048)
@@ -33,6 +33,16 @@ KINDS = {  # layer kind -> (Hq, Hkv, D, q dtype, cache dtype, call kwargs, provi
     "gqa-bf16": (4, 2, 32, torch.bfloat16, torch.bfloat16, {}, None),
     "gqa-bf16-descriptors": (4, 2, 32, torch.bfloat16, torch.bfloat16, {}, True),
     "fp8-cache": (4, 2, 32, torch.bfloat16, torch.float8_e4m3fn, {}, None),
+    # FP8 decode's own output-column programs (tuning.PAGED_D_TILES "decode_fp8_d<D>"): a sibling configuration
+    "fp8-cache-columns": (
+        4,
+        2,
+        32,
+        torch.bfloat16,
+        torch.float8_e4m3fn,
+        {"paged_d": {"decode_fp8_d32": (0, 16)}},
+        None,
+    ),
     "sinks-window-softcap": (
         4,
         1,
@@ -67,9 +77,11 @@ def _steps(gen: torch.Generator):
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_every_variant_a_served_step_launches_was_warmed(kind):
+def test_every_variant_a_served_step_launches_was_warmed(kind, monkeypatch):
     hq, hkv, d, qdt, kvdt, kw, desc = KINDS[kind]
     kw = dict(kw)
+    if "paged_d" in kw:
+        monkeypatch.setitem(tuning.PAGED_D_TILES, "cpu", kw.pop("paged_d"))
     page, dv = kw.pop("page", PAGE), kw.pop("mla", d)
     width = WIDTH * PAGE // page
     provider = type(get_provider("triton"))()  # a fresh one: nothing launched yet
@@ -111,6 +123,9 @@ def test_every_variant_a_served_step_launches_was_warmed(kind):
         FLAGS.check_now(torch.device("cpu"))
     served = _variants(provider)
     splits = {dict(v).get("NUM_SPLITS") for _, v in served}
+    if kind == "fp8-cache-columns":  # decode (SPLIT_MASK off) took the FP8 entry's columns, prefill the whole width
+        paged = [dict(v) for n, v in served if n == "_paged_attn_kernel"]
+        assert {(v["SPLIT_MASK"], v["CHUNK_DV"]) for v in paged} == {(False, 16), (True, 32)}, paged
     assert (splits == {1}) if call.batch_invariant else (splits >= {1, 2}), splits  # the steps reach split-K
     assert served - warmed == set(), f"compiled while serving (not warmed): {sorted(served - warmed)}"
 
@@ -143,7 +158,7 @@ def test_reachable_splits_cover_every_batch_and_context(monkeypatch, kv_dtype):
                 "cuda_sm90",
                 LayerConsts.make(units, units, 64),
                 None,
-                reachable=lambda u, f: warmup.reachable_splits("cuda", 0, u, f),
+                reachable=lambda u, f, c: warmup.reachable_splits("cuda", 0, u, f, c),
                 kv_bytes=width,
             )
             assert {p.num_splits for p in points if p.phase == "decode"} == reach, (units, reach)

@@ -906,15 +906,20 @@ def _merge_splits(
     batch,
     DV: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    BLOCK_C: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     HAS_SINKS: tl.constexpr,
     WRITE_LSE: tl.constexpr,
 ):
+    """Split-K partials (OP [NUM_SPLITS, total_q x H, BLOCK_DV] fp32, LP [NUM_SPLITS, total_q x H] fp32 natural-log
+    LSE) of one query row and head -> O's columns [col x BLOCK_C, (col + 1) x BLOCK_C) (axis 2; every column program
+    weighs the splits alike: the same bits as one program over the row) and, by column program 0, LSE."""
     tok = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
+    col = tl.program_id(2)
     if tok >= tl.load(CUQ + batch):  # a padded token row (graph replays): no split wrote it, leave it alone
         return
-    offs = tl.arange(0, BLOCK_DV)
+    offs = col * BLOCK_C + tl.arange(0, BLOCK_C)
     splits = tl.arange(0, NUM_SPLITS)
     idx = splits.to(tl.int64) * total_q * num_q_heads + tok * num_q_heads + h
     lse = tl.load(LP + idx)  # [NUM_SPLITS]
@@ -933,10 +938,11 @@ def _merge_splits(
     out = acc / tl.where(has, denom, 1.0)
     tl.store(O + tok * stride_ot + h * stride_oh + offs, out.to(O.dtype.element_ty), mask=offs < DV)
     if WRITE_LSE:
-        tl.store(
-            LSE + h.to(tl.int64) * total_q + tok,
-            tl.where(has, m_safe + tl.log(tl.where(has, denom, 1.0)), float("-inf")),
-        )
+        if col == 0:
+            tl.store(
+                LSE + h.to(tl.int64) * total_q + tok,
+                tl.where(has, m_safe + tl.log(tl.where(has, denom, 1.0)), float("-inf")),
+            )
 
 
 @triton.jit

@@ -15,7 +15,7 @@ import torch
 from ...api import LayerConsts, PagedStep
 from .descriptors import step_takes_descriptors
 from .tiles import compute_units, device_family
-from .tuning import MIN_SPLIT_KEYS, MLA_MIN_SPLIT_KEYS, split_count_for, split_fill
+from .tuning import MIN_SPLIT_KEYS, MLA_MIN_SPLIT_KEYS, max_splits, paged_d_tiles, split_count_for, split_fill
 from .variants import mla_kernel_fits, step_variant
 
 __all__ = ["LaunchConfig", "cache_width", "mla_kernel_fits", "split_count", "device_units"]
@@ -37,10 +37,10 @@ def split_count(
 ) -> int:
     """Flash-decoding: split long contexts when batch x units cannot fill the device (tuning.split_count_for at
     the fill of the device's family, the layer kind and its cache element width ``kv_bytes``: tuning.split_fill; an
-    MLA split's minimum keys by bytes, tuning.MLA_MIN_SPLIT_KEYS)."""
+    MLA split's minimum keys by bytes and its cap, tuning.MLA_MIN_SPLIT_KEYS / max_splits)."""
     fill = split_fill(device_family(device), mla, kv_bytes)
     min_keys = MLA_MIN_SPLIT_KEYS if mla else MIN_SPLIT_KEYS
-    return split_count_for(device_units(device), batch, units, max_seqlen_q, max_keys, fill, min_keys)
+    return split_count_for(device_units(device), batch, units, max_seqlen_q, max_keys, fill, min_keys, max_splits(mla))
 
 
 def cache_width(kv_dtype: torch.dtype) -> int:
@@ -60,8 +60,8 @@ class LaunchConfig:
     ``step_spec``: what Triton specialises on in the
     step's own arguments (signature.step_specialisation); ``layers``: layer signature -> armed launch
     (step_launch.Armed), the second level of the cache whose first is the provider's configurations;
-    ``kv_bytes``: the cache element width the split count was chosen for (cache_width; ``for_cache`` gives the
-    configuration of a layer over a cache of the other width).
+    ``kv_bytes``: the cache element width the split count and head-dim tiles were chosen for (cache_width;
+    ``for_cache`` gives the configuration of a layer over a cache of the other width).
     """
 
     __slots__ = (
@@ -144,6 +144,7 @@ class LaunchConfig:
             splits=num_splits
             or (lambda units: split_count(device, batch, units, max_q, max_keys, mla_kernel_fits(call), kv_bytes)),
             desc=desc,
+            kv_bytes=kv_bytes,
         )
         self.variant = sv
         self.phase, self.mla_decode, self.desc = sv.phase, sv.mla, sv.desc
@@ -162,20 +163,27 @@ class LaunchConfig:
         self.step_spec = step_specialisation(step)
 
     def for_cache(self, step: PagedStep, call: LayerConsts, kv_dtype: torch.dtype) -> "LaunchConfig":
-        """The configuration a layer over a ``kv_dtype`` cache launches: this one, or where the split policy's fill
-        differs for that cache width (tuning.SPLIT_FILL: FP8 decode wants more programs than 16-bit decode), a
-        sibling built once for ``step`` (this configuration's step shape) that shares ``layers`` (a layer
-        signature holds the cache dtype, so the two never meet there)."""
+        """The configuration a layer over a ``kv_dtype`` cache launches: this one, or where that cache width's
+        decode differs (tuning.SPLIT_FILL: FP8 decode wants more programs than 16-bit decode, unless the split
+        count was given; tuning.PAGED_D_TILES "decode_fp8_d<D>": its own output-column programs), a sibling
+        built once for ``step`` (this configuration's step shape) that shares ``layers`` (a layer signature
+        holds the cache dtype, so the two never meet there)."""
         width = cache_width(kv_dtype)
-        if width == self.kv_bytes or self.forced or self.phase != "decode":
+        if width == self.kv_bytes or self.phase != "decode":
             return self
         other = self.other
         if other is None:
             family, mla = self.family, mla_kernel_fits(call)
-            if split_fill(family, mla, width) == split_fill(family, mla, self.kv_bytes):
+            same_fill = self.forced or split_fill(family, mla, width) == split_fill(family, mla, self.kv_bytes)
+            same_tiles = mla or paged_d_tiles(family, self.variant.which, self.bd, self.bdv, None, width) == (
+                self.static["CHUNK_D"],
+                self.static["CHUNK_DV"],
+            )
+            if same_fill and same_tiles:
                 other = self
             else:
-                other = LaunchConfig(step, call, tensor_descriptors=self.tensor_descriptors, kv_bytes=width)
+                splits = self.num_splits if self.forced else None
+                other = LaunchConfig(step, call, splits, tensor_descriptors=self.tensor_descriptors, kv_bytes=width)
                 other.layers = self.layers
             self.other = other
         return other

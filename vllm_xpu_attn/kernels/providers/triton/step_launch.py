@@ -18,7 +18,7 @@ from .descriptors import DESC_DTYPES, desc_layer_ok, descriptors_supported, ensu
 from .launch import FastLaunch
 from .launch_config import LaunchConfig
 from .signature import LAYER_ALIGNED, launch_extras, launch_specialisation, layer_signature
-from .variants import attn_variant, merge_variant
+from .variants import attn_variant, merge_grid, merge_variant
 
 # per-layer arguments of the attention kernel (the hot closure takes them per call; everything else is fixed
 # for the configuration or read from the step's address slots)
@@ -348,7 +348,7 @@ class TritonLaunch(PagedLaunch):
             None
             if m is None
             else self.provider.launcher(
-                _merge_splits, (total_q, call.num_q_heads, 1), m.constexprs, m.num_warps, m.num_stages, spec
+                _merge_splits, merge_grid(m, total_q, call.num_q_heads), m.constexprs, m.num_warps, m.num_stages, spec
             )
         )
         return attn, merge

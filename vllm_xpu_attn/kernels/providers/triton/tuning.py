@@ -117,7 +117,8 @@ MLA_FORMS = ("gather", "page", "tma", "ahead")
 # program (BLOCK_DV / CHUNK_DV programs per row tile, each recomputing the scores). Absent, or 0: the whole head
 # dim (the fused form). xpu: chosen by spill in ci/intel_lowering.py's sweep (docs/intel_lowering.md): a 256-wide
 # key block does not fit Intel's 256 GRF next to its accumulator, and D 64 prefill spills with sinks or a sliding
-# window unless split; CUDA keeps the fused form.
+# window unless split; CUDA keeps the fused form. "decode_fp8_d<BLOCK_D>": decode over an FP8 cache (a layer of
+# 1-byte cache elements; the step's other layers keep "decode_d<BLOCK_D>"): its own output-column programs.
 PAGED_D_TILES: dict[str, dict[str, tuple[int, int]]] = {
     "xpu": {"decode_d256": (0, 128), "prefill_d256": (0, 128), "prefill_d64": (0, 32)},
 }
@@ -135,10 +136,10 @@ ALIBI_AS_DOT: dict[str, bool] = {"xpu": True, "cpu": True}
 # conversion), "ptx" (fp16 products, PTX cvt that keeps the tile's conversion out of the key loop's registers:
 # NVIDIA sm89+). fp32 queries always take fp32 products. H100, engine path, paged decode: e4m3 1.58-1.63x and e5m2
 # 1.56-1.61x bf16's time with "ptx", 1.29-1.52x with "cast" (benchmarks/lab/h100/fp8_ptx_ab_h100.jsonl,
-# docs/fp8-engine-h100.json). MLA stays "cast" until a device run measures "ptx" there
-# (benchmarks/lab/gpu_mla_fp8_short.sh; AOT: the 16-head tile spill-free at 214 registers, 550 instructions a key
-# loop against 1,399).
-FP8_OPERANDS: dict[str, dict[str, str]] = {"cuda_sm90": {"paged": "ptx", "mla": "cast"}}
+# docs/fp8-engine-h100.json). MLA decode on an H200 (one-call A/B of the trees, benchmarks/lab/h200/
+# fp8_ab_mla_h200.jsonl): e4m3 0.81x / 0.85x the "cast" form's time at 16 / 128 heads x 64 x 4096, e5m2 0.95x /
+# 0.94x, bf16 unchanged (AOT: the 16-head tile spill-free at 214 registers, 550 instructions a key loop against 1,399).
+FP8_OPERANDS: dict[str, dict[str, str]] = {"cuda_sm90": {"paged": "ptx", "mla": "ptx"}}
 FP8_OPERAND_FORMS = ("cast", "f16", "ptx")
 
 
@@ -165,17 +166,20 @@ def head_dim_phase(family: str, phase: str, head_dim: int, tuning: Optional[dict
 
 
 def paged_d_tiles(
-    family: str, phase: str, block_d: int, block_dv: int, paged_d: Optional[dict] = None
+    family: str, phase: str, block_d: int, block_dv: int, paged_d: Optional[dict] = None, kv_bytes: int = 2
 ) -> tuple[int, int]:
     """(CHUNK_D, CHUNK_DV) of a family's paged ``phase`` (a TUNING phase) at head-dim tiles ``block_d`` /
-    ``block_dv`` (key "<phase>_d<block_d>"): each a power of two >= 16 dividing its width (0, a wider entry or
-    none: the whole width)."""
+    ``block_dv`` (key "<phase>_d<block_d>"; decode over a cache of 1-byte elements, ``kv_bytes`` 1, reads
+    "decode_fp8_d<block_d>" where the family has one): each a power of two >= 16 dividing its width (0, a wider
+    entry or none: the whole width)."""
     out = []
     table = PAGED_D_TILES if paged_d is None else paged_d
+    if phase == "decode" and kv_bytes == 1 and f"decode_fp8_d{block_d}" in table.get(family, {}):
+        phase = "decode_fp8"
     for w, full in zip(table.get(family, {}).get(f"{phase}_d{block_d}", (0, 0)), (block_d, block_dv)):
         w = full if w == 0 else min(w, full)
         if w < 16 or w & (w - 1):
-            raise ValueError(f"PAGED_D_TILES[{family!r}][{phase}_d{block_d!r}]: {w} is not a power of two >= 16")
+            raise ValueError(f"PAGED_D_TILES[{family!r}][{phase}_d{block_d}]: {w} is not a power of two >= 16")
         out.append(w)
     return out[0], out[1]
 
@@ -214,12 +218,37 @@ def alibi_as_dot(family: str, table: Optional[dict] = None) -> bool:
 # The split-K policy's bounds: at most MAX_SPLITS splits, each of at least MIN_SPLIT_KEYS keys, only from
 # SPLIT_FROM_KEYS keys, and only while batch x units x splits < fill x the device's compute units (split_fill).
 MAX_SPLITS, MIN_SPLIT_KEYS, SPLIT_FROM_KEYS = 32, 512, 1024
-# Absorbed MLA's minimum keys a split, by bytes: an MLA key is 576 latent + rope values (1,152 B in bf16), a dense
-# KV head's K + V at D 128 is 512 B, so 256 MLA keys are more bytes than 512 dense ones. At 16 heads x 1 x 8,192 on
-# an H100 (device time, forced counts, benchmarks/lab/h100/mla_small_h100.jsonl): 16 splits 34.4 us (the
-# policy at 512 keys), 32 splits 22.9 us (at 256 keys). Where batch x head tiles already fill the device it changes
-# nothing (16 x 64 x 4096, 128 x 64 x 4096 keep 8 / 4 splits).
-MLA_MIN_SPLIT_KEYS = 256
+# The split-K merge's tile: a merge program holds [NUM_SPLITS, BLOCK_C] fp32 partials, BLOCK_C of the output
+# columns (merge_columns). One program per query row and head over MLA's whole 512-wide row took 254 registers at 64
+# splits and spilled 5.9 KB at 128 (sm90, 4 warps, sinks + LSE; benchmarks/lab/merge_aot.py), with only query rows x
+# heads programs (16 at 16 heads x 1 token); at most 4,096 values a program (32 a thread): 56 registers at every
+# count, a dense D 128 row stays whole up to 32 splits, a 512-wide row gets 2-16 programs at 16-128 splits.
+MERGE_TILE_ELEMS = 4096
+
+
+def merge_columns(num_splits: int, block_dv: int, elems: Optional[int] = None) -> int:
+    """BLOCK_C, the output columns of one split-K merge program: a power of two >= 16 dividing ``block_dv``, at
+    most ``elems`` (None: MERGE_TILE_ELEMS) partial values across ``num_splits`` splits, or ``block_dv`` whole."""
+    per = (MERGE_TILE_ELEMS if elems is None else elems) // max(num_splits, 1)
+    c = 16
+    while c * 2 <= per and c * 2 <= block_dv:
+        c *= 2
+    return min(c, block_dv)
+
+
+# Absorbed MLA's split bounds: an MLA key is 576 latent + rope values (1,152 B in bf16), a dense KV head's K + V at
+# D 128 512 B, so an MLA split keeps fewer keys and may be more: at 16 heads x 1 x 8,192 (one head tile: the longest
+# decode the batch cannot fill) device time on an H200 with the column-program merge (merge_columns; forced counts,
+# benchmarks/lab/h200/mla_merge_new_h200.jsonl): 16 splits 34.1 us, 32 21.9, 64 16.2, 128 13.6 (64 keys a split;
+# the whole-row merge took 72.6 us at 128). Where batch x head tiles already fill the device it changes nothing
+# (16 x 64 x 4096, 128 x 64 x 4096 keep their counts).
+MLA_MIN_SPLIT_KEYS, MLA_MAX_SPLITS = 64, 128
+
+
+def max_splits(mla: bool) -> int:
+    """The split policy's cap for a layer kind: MLA_MAX_SPLITS for absorbed MLA, else MAX_SPLITS."""
+    return MLA_MAX_SPLITS if mla else MAX_SPLITS
+
 
 # The fill factor by family and cache kind: "kv16" a 16- or 32-bit cache, "fp8" a 1-byte cache (FP8 KV), "mla" the
 # absorbed-MLA kernel; absent: SPLIT_FILL_DEFAULT. cuda_sm90 "kv16" 1 (one program per SM before the last
@@ -247,19 +276,18 @@ def split_count_for(
     max_keys: int,
     fill: int = SPLIT_FILL_DEFAULT,
     min_keys: int = MIN_SPLIT_KEYS,
+    cap: int = MAX_SPLITS,
 ) -> int:
     """Flash-decoding's split count: split long contexts while batch x ``units`` (KV heads, or MLA head tiles)
     x splits cannot fill ``fill`` x the device's ``compute_units`` (SMs / sub-slices; None: the CPU interpreter's
     policy, 2 splits from 2,048 keys so that tests reach split-K), each split keeping ``min_keys`` keys
-    (MLA_MIN_SPLIT_KEYS for absorbed MLA). Host-only math."""
+    (MLA_MIN_SPLIT_KEYS for absorbed MLA), at most ``cap`` splits (max_splits). Host-only math."""
     if max_seqlen_q > 1 or max_keys < SPLIT_FROM_KEYS:
         return 1
     if compute_units is None:
         return 2 if max_keys >= 2 * SPLIT_FROM_KEYS else 1
     splits = 1
-    while (
-        batch * units * splits < fill * compute_units and splits < MAX_SPLITS and max_keys // (splits * 2) >= min_keys
-    ):
+    while batch * units * splits < fill * compute_units and splits < cap and max_keys // (splits * 2) >= min_keys:
         splits *= 2
     return splits
 
@@ -269,14 +297,16 @@ def split_count_for(
 _MAX_KEYS, _MAX_BATCH = 1 << 22, 1024
 
 
-def reachable_splits(compute_units: Optional[int], units: int, fill: int = SPLIT_FILL_DEFAULT) -> tuple[int, ...]:
+def reachable_splits(
+    compute_units: Optional[int], units: int, fill: int = SPLIT_FILL_DEFAULT, cap: int = MAX_SPLITS
+) -> tuple[int, ...]:
     """Every split count ``split_count_for`` can pick for ``units`` per sequence on a device of
-    ``compute_units`` at ``fill``, over every batch and context length (sorted)."""
+    ``compute_units`` at ``fill`` and ``cap``, over every batch and context length (sorted)."""
     seen = set()
     keys = 1
     while keys <= _MAX_KEYS:
         for batch in range(1, _MAX_BATCH + 1):
-            s = split_count_for(compute_units, batch, units, 1, keys, fill)
+            s = split_count_for(compute_units, batch, units, 1, keys, fill, cap=cap)
             seen.add(s)
             if s == 1:
                 break  # more sequences only lower the count

@@ -152,11 +152,13 @@ def step_variant(
     splits: Union[int, Callable[[int], int]],
     desc: bool = False,
     tables: Tables = SHIPPED,
+    kv_bytes: int = 2,
 ) -> StepVariant:
     """The tiles, split count, grid axes and step constexprs of a step of ``max_seqlen_q`` query rows per
     sequence at ``page_size``. ``splits``: the split count, or the policy as a function of the units per sequence
     (KV heads; MLA: head tiles); ignored in batch-invariant mode (no split-K). ``desc``: prefill K/V by tensor
-    descriptor (descriptors.step_takes_descriptors decides, per device)."""
+    descriptor (descriptors.step_takes_descriptors decides, per device). ``kv_bytes``: the cache element width
+    of the layers this configuration serves (1: FP8 decode's own head-dim tiles, tuning.paged_d_tiles)."""
     tun = tables.tuning
     hq, hkv, d, dv = call.num_q_heads, call.num_kv_heads, call.head_dim, call.v_head_dim
     group = hq // hkv
@@ -215,7 +217,7 @@ def step_variant(
     # aligned tiles (batch-invariant mode) may start up to block_m - 1 rows before the first query
     tiles = cdiv(max(max_q, 1) * group + (block_m - 1 if invariant else 0), block_m)
     bd, bdv = pow2(d), pow2(dv)
-    chunk_d, chunk_dv = paged_d_tiles(family, which, bd, bdv, tables.paged_d)
+    chunk_d, chunk_dv = paged_d_tiles(family, which, bd, bdv, tables.paged_d, kv_bytes)
     if desc and (chunk_d, chunk_dv) != (bd, bdv):
         raise ValueError(
             f"PAGED_D_TILES[{family!r}][{which}_d{bd}] chunks the head dim, which tensor "
@@ -343,16 +345,30 @@ def attn_variant(
 
 
 def merge_variant(sv: StepVariant, v_head_dim: int, *, sinks: bool, return_lse: bool) -> Optional[Variant]:
-    """The split-K merge of a step of ``sv`` (None without split-K): 4 warps, 1 stage."""
+    """The split-K merge of a step of ``sv`` (None without split-K): 4 warps, 1 stage, BLOCK_DV / BLOCK_C
+    column programs per query row and head (tuning.merge_columns; ``merge_grid``)."""
     if sv.num_splits <= 1:
         return None
     return Variant(
         "_merge_splits",
-        dict(DV=v_head_dim, BLOCK_DV=sv.bdv, NUM_SPLITS=sv.num_splits, HAS_SINKS=sinks, WRITE_LSE=return_lse),
+        dict(
+            DV=v_head_dim,
+            BLOCK_DV=sv.bdv,
+            BLOCK_C=_tuning.merge_columns(sv.num_splits, sv.bdv),
+            NUM_SPLITS=sv.num_splits,
+            HAS_SINKS=sinks,
+            WRITE_LSE=return_lse,
+        ),
         4,
         1,
         {},
     )
+
+
+def merge_grid(merge: Variant, total_q: int, num_q_heads: int) -> tuple[int, int, int]:
+    """The launch grid of a ``merge_variant``: (query rows, heads, column programs)."""
+    c = merge.constexprs
+    return (total_q, num_q_heads, c["BLOCK_DV"] // c["BLOCK_C"])
 
 
 def layer_points(
@@ -368,7 +384,7 @@ def layer_points(
     step is the same kernel) with descriptors as the device decides and, where the family has a pointer-load
     prefill, with pointer loads (big grids); batch-invariant mode has one point. ``reachable``: units -> split
     counts, where the caller caches tuning.reachable_splits (default: computed for ``compute_units``).
-    ``reachable``: (units, fill factor) -> split counts. ``kv_bytes``: the cache element width the split policy
+    ``reachable``: (units, fill factor, cap) -> split counts. ``kv_bytes``: the cache element width the split policy
     reads (tuning.split_fill; None: 1 for an FP8 ``kv_dtype`` of a LayerKind, else 2)."""
     tun = tables.tuning if tables.tuning is not None else _tuning.TUNING
     if call.batch_invariant:
@@ -381,7 +397,8 @@ def layer_points(
     if kv_bytes is None:
         kv_bytes = 1 if getattr(call, "kv_dtype", "bf16") in FP8_NAMES else 2
     fill = _tuning.split_fill(family, mla, kv_bytes)
-    counts = reachable(units, fill) if reachable is not None else reachable_splits(compute_units, units, fill)
+    cap = _tuning.max_splits(mla)
+    counts = reachable(units, fill, cap) if reachable is not None else reachable_splits(compute_units, units, fill, cap)
     out = [Point("decode", s) for s in counts]
     out.append(Point("prefill"))
     if not call.mla and "prefill_ptr" in tun[family]:
@@ -407,7 +424,14 @@ def launch_variant(
     use = point.desc if point.desc is not None else desc
     n = point.num_splits if point.num_splits is not None else (splits or (lambda units: 1))
     sv = step_variant(
-        family, kind, page_size=page_size, max_seqlen_q=point.max_seqlen_q, splits=n, desc=use, tables=tables
+        family,
+        kind,
+        page_size=page_size,
+        max_seqlen_q=point.max_seqlen_q,
+        splits=n,
+        desc=use,
+        tables=tables,
+        kv_bytes=1 if kind.kv_dtype in FP8_NAMES else 2,
     )
     attn = attn_variant(
         family,

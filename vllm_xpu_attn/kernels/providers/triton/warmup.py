@@ -22,7 +22,7 @@ from ...api import LayerConsts, LayerTensors, PagedStep
 from . import launch_config
 from .launch_config import LaunchConfig
 from .tiles import device_family
-from .tuning import SPLIT_FILL_DEFAULT, cdiv
+from .tuning import MAX_SPLITS, SPLIT_FILL_DEFAULT, cdiv
 from .tuning import reachable_splits as _reachable
 from .variants import layer_points
 
@@ -34,13 +34,13 @@ logger = logging.getLogger("vllm_xpu_attn")
 
 @functools.lru_cache(maxsize=None)
 def reachable_splits(
-    dev_type: str, index: Optional[int], units: int, fill: int = SPLIT_FILL_DEFAULT
+    dev_type: str, index: Optional[int], units: int, fill: int = SPLIT_FILL_DEFAULT, cap: int = MAX_SPLITS
 ) -> tuple[int, ...]:
     """Every split count the policy can pick for ``units`` (KV heads, or MLA head tiles) per sequence on this
-    device at fill factor ``fill``, over every batch and context length (tuning.reachable_splits; host math,
-    cached)."""
+    device at fill factor ``fill`` and split cap ``cap`` (tuning.max_splits), over every batch and context length
+    (tuning.reachable_splits; host math, cached)."""
     device = torch.device(dev_type, index) if index is not None else torch.device(dev_type)
-    return _reachable(launch_config.device_units(device), units, fill)
+    return _reachable(launch_config.device_units(device), units, fill, cap)
 
 
 def layer_steps(
@@ -54,7 +54,7 @@ def layer_steps(
         device_family(device),
         call,
         None,
-        reachable=lambda units, fill: reachable_splits(device.type, device.index, units, fill),
+        reachable=lambda units, fill, cap: reachable_splits(device.type, device.index, units, fill, cap),
         kv_bytes=kv_bytes,
     )
     steps = {q_len: _step(device, page_size, q_len) for q_len in {p.max_seqlen_q for p in points}}
