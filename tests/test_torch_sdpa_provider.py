@@ -545,3 +545,63 @@ def test_write_kv_structural_checks_after_a_passing_call():
         SDPA.write_kv(torch.tensor(1.0), v, kc, vc, slots)
     SDPA.write_kv(k, v, kc, vc, slots)
     assert torch.equal(kc.view(20, 2, 8)[slots], k)
+
+
+_GROUP_FIELDS = ("n", "lq", "lk", "q_rows", "q0", "q1", "slots", "pages", "seqs", "mask", "q_pos", "is_causal")
+_GROUP_FIELDS += ("drop", "dead", "unseen", "span", "plain", "fold")
+
+
+@pytest.mark.parametrize("rows_ok", [True, False])
+def test_one_decode_row_plan_is_the_general_plan(rows_ok, monkeypatch):
+    """A step of one decode row (batch-1 decode) is planned from host ints (``_one_decode_row``) into the group the
+    general ``_build`` makes: every field equal (gather choice, lk, slots or pages, span, mask, fold), and the same
+    output bits, for keys on one page, across consecutive pages, ending on a page boundary (whole pages, no unseen
+    key), or not (the general path then); scattered pages, a window or a second row take the general path."""
+    from vllm_xpu_attn.kernels.api import LayerConsts, PagedStep
+
+    taken = []
+    fast = cpu_sdpa.TorchSdpaLaunch._one_decode_row
+
+    def spy(self, cu, lens, rows_ok):
+        g = fast(self, cu, lens, rows_ok)
+        taken.append(g is not None)
+        return g
+
+    monkeypatch.setattr(cpu_sdpa.TorchSdpaLaunch, "_one_decode_row", spy)
+    g = torch.Generator().manual_seed(11)
+    page, hq, hkv, d, num_pages = 16, 6, 2, 8, 12
+    kv = torch.randn(num_pages, page, hkv, 2 * d, generator=g)
+    kc, vc = kv[..., :d], kv[..., d:]
+    cases = []
+    for ln in (1, 7, 16, 17, 29, 32, 33, 48):
+        cases.append((ln, [[3, 4, 5]], (-1, -1), True))
+    cases += [(29, [[3, 9, 5]], (-1, -1), False), (17, [[3, 9, 5]], (-1, -1), False), (29, [[3, 4, 5]], (8, 0), False)]
+    cases += [(33, [[2, 3, 4], [6, 7, 8]], (-1, -1), False)]
+    for ln, table, window, fast_expected in cases:
+        n = len(table)
+        lens = torch.tensor([ln] * n, dtype=torch.int32)
+        step = PagedStep(
+            torch.arange(n + 1, dtype=torch.int32), lens, torch.tensor(table, dtype=torch.int32), 1, 48, page
+        )
+        call = LayerConsts.make(hq, hkv, d, window=window)
+        got, want = SDPA.arm_paged(step, call), SDPA.arm_paged(step, call)
+        taken.clear()
+        got._build(num_pages, n, rows_ok)
+        keys = -(-ln // page) * page  # the row's pages' keys
+        expected = fast_expected and ((rows_ok and cpu_sdpa.decode_gathers_rows([ln], keys)) or ln == keys)
+        assert taken == [expected], (ln, table, window, rows_ok)
+        monkeypatch.setattr(cpu_sdpa.TorchSdpaLaunch, "_one_decode_row", lambda *a: None)
+        want._build(num_pages, n, rows_ok)
+        monkeypatch.setattr(cpu_sdpa.TorchSdpaLaunch, "_one_decode_row", spy)
+        assert len(got._groups) == len(want._groups) and got._plain == want._plain
+        assert got._zero_rows is None and want._zero_rows is None
+        for a, b in zip(got._groups, want._groups):
+            for f in _GROUP_FIELDS:
+                x, y = getattr(a, f), getattr(b, f)
+                same = torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else x == y
+                assert same, (f, x, y, ln, table, rows_ok)
+        q = torch.randn(n, hq, d, generator=g)
+        out, ref = torch.full((n, hq, d), float("nan")), torch.full((n, hq, d), float("nan"))
+        got.run(q, kc, vc, out)
+        want.run(q, kc, vc, ref)
+        assert torch.equal(out, ref)
