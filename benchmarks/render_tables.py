@@ -107,10 +107,16 @@ def spaced(case: str) -> str:
 ATTN = "docs/benchmarks-h200.json"
 
 
+def _engine_rows(rec: dict, phase: str) -> list[dict]:
+    """A bench_attention record's rows of ``phase`` through the engine path (its one-call rows left out)."""
+    return [x for x in rec[phase] if x.get("path", "engine") == "engine"]
+
+
 def _attn_caption(r: Records, base: str) -> str:
     rec = r.json(ATTN)
     return (
-        f"Path: ours through {ONE_CALL}; each peer through its engine's own call (`benchmarks/peers.py`). "
+        f"Path: ours through {ENGINE_PATH} (the record's one-call rows beside); each peer through its engine's own "
+        f"call (`benchmarks/peers.py`). "
         f"Machine: {rec['device']}, torch {rec['torch']}, Triton {rec['triton']}, copy {rec['copy_tbps']:.2f} "
         f"TB/s in the same run; {when(rec)}. Record: {link(ATTN, base)}."
     )
@@ -127,7 +133,7 @@ def attention_decode(r: Records) -> str:
             f"{d['sglang_decode_pct_copy']:.1f}",
             f"{d['flex_paged_tbps']:.2f}",
         ]
-        for d in rec["decode"]
+        for d in _engine_rows(rec, "decode")
     ]
     return (
         _attn_caption(r, "docs") + "\n\nDecode, % of copy bandwidth (ours: throughput / latency; peers: "
@@ -142,26 +148,6 @@ def attention_decode(r: Records) -> str:
             ],
             rows,
         )
-        + "\n\n"
-        + split_k_note(r, "docs")
-    )
-
-
-AB_LAYOUT = "docs/h200/ab-layout-kernels.jsonl"
-
-
-def _split_k_later(r: Records) -> list[float]:
-    """% of copy at 8 x 32768 in the other H200 runs: ab_kernel.py (one-call API) and fp8_plan.py (launch path)."""
-    vals = [x["pct_copy"] for x in r.jsonl(AB_LAYOUT) if x.get("case") == [8, 1, 32768]]
-    return vals + [_fp8_shipped(r.jsonl(FP8))[(8, 32768)]["bf16"]["pct_copy"]]
-
-
-def split_k_note(r: Records, base: str) -> str:
-    """The 8 x 32768 decode figure of the paged-attention record against the later runs of the same shape."""
-    return (
-        f"At 8 x 32768 (split-K) other H200 records measured {rng(_split_k_later(r), lambda x: f'{x:.1f}')} % "
-        f"of copy ({link(AB_LAYOUT, base)}, one-call API; {link(FP8, base)}, launch path): the records disagree "
-        f"at this shape."
     )
 
 
@@ -178,7 +164,7 @@ def attention_prefill(r: Records) -> str:
             f"{p['sdpa_cudnn_tflops']:.0f}",
             f"{p['sdpa_flash_tflops']:.0f}",
         ]
-        for p in rec["prefill"]
+        for p in _engine_rows(rec, "prefill")
     ]
     return (
         "Prefill, TFLOP/s (causal, bottom-right aligned; ours: throughput / latency; vLLM: throughput; "
@@ -210,7 +196,7 @@ def attention_agreement(r: Records) -> str:
             "sglang_decode_max_abs_diff": "SGLang",
             "flex_paged_max_abs_diff_vs_triton": "FlexAttention",
         }
-        vals = [f"{names[k]} {rng([row[k] for row in rec[phase]], sci)}" for k in keys]
+        vals = [f"{names[k]} {rng([row[k] for row in _engine_rows(rec, phase)], sci)}" for k in keys]
         parts.append(f"{phase} {', '.join(vals)}")
     return (
         "Max |difference| of each peer's bf16 output from ours on the same inputs (one call each, before "
@@ -283,9 +269,9 @@ def attention_engine(r: Records) -> str:
     )
 
 
-def fp8_engine(r: Records) -> str:
+def fp8_engine(r: Records, record: str = FP8_ENGINE) -> str:
     """FP8 KV decode through the engine path against the bf16 cache in the same run."""
-    rec = r.json(FP8_ENGINE)
+    rec = r.json(record)
     kinds = ["bf16", "e4m3", "e5m2", "e4m3 per-head"]
     cells: dict[tuple[int, int], dict[str, str]] = {}
     for x in rec["rows"]:
@@ -300,7 +286,7 @@ def fp8_engine(r: Records) -> str:
     equal = all(x.get("bitwise_equal_one_call") for x in rec["rows"] if "us" in x)
     return (
         f"FP8 KV decode through the engine path ({rec['path']}; `benchmarks/bench_fp8_engine.py`, {rec['device']}, "
-        f"copy {rec['copy_tbps']:.2f} TB/s, {when(rec)}, {link(FP8_ENGINE, 'docs')}): us per layer, % of copy by "
+        f"copy {rec['copy_tbps']:.2f} TB/s, {when(rec)}, {link(record, 'docs')}): us per layer, % of copy by "
         f"the bytes read, speed-up over the bf16 cache of the same run (per-tensor descales bound with "
         f"`ensure_bound`, per-head [batch, Hkv] with `bind`; every output "
         f"{'bitwise equal to' if equal else 'NOT equal to'} the one-call API's):\n\n"
@@ -338,7 +324,10 @@ def decode_grid(r: Records) -> str:
         f"a layer must read (a window reads its 1,024 keys); ours throughput / latency, peers throughput; n/a: the "
         f"peer's decode kernel has no such form (ALiBi or window in SGLang's). Peers' outputs within "
         f"{max(diffs) if diffs else float('nan'):.2g} of ours (max |diff|, bf16).\n\n"
-        + table(["layer", "batch x context", "heads, head dim", "**ours, engine path**", "vLLM Triton", "SGLang Triton"], rows)
+        + table(
+            ["layer", "batch x context", "heads, head dim", "**ours, engine path**", "vLLM Triton", "SGLang Triton"],
+            rows,
+        )
     )
 
 
@@ -381,64 +370,14 @@ def fp8_h100_note(r: Records) -> str:
     )
 
 
-# ------------------------------------------------------------------------------- FP8 decode (lab/fp8_plan.py)
+# ------------------------------------------------------------------------- FP8 decode on the H200 (bench_fp8_engine)
 
-FP8 = "benchmarks/lab/fp8_plan_h200_after.jsonl"
-
-
-def _fp8_shipped(rows: list[dict]) -> dict[tuple[int, int], dict[str, dict]]:
-    """Per shape and dtype, the row of the shipped configuration: the first row of each (shape, dtype), which
-    fp8_plan.py runs with the package's own tile table before trying its variants."""
-    out: dict[tuple[int, int], dict[str, dict]] = {}
-    for row in rows:
-        if "shape" in row and "us" in row:
-            out.setdefault(tuple(row["shape"]), {}).setdefault(row["dtype"], row)
-    return out
+FP8_H200 = "docs/h200/fp8-engine.json"
 
 
 def fp8_decode(r: Records) -> str:
-    """FP8 vs bf16 decode, both from the same run of fp8_plan.py."""
-    rows = r.jsonl(FP8)
-    copy = next(x["copy_tbps"] for x in rows if "copy_tbps" in x)
-    body, e4, e5 = [], [], []
-    for (b, c), d in _fp8_shipped(rows).items():
-        bf = d["bf16"]["us"]
-        e4.append(bf / d["e4m3"]["us"])
-        e5.append(bf / d["e5m2"]["us"])
-        body.append(
-            [
-                shape(b, c),
-                f"{bf:.0f} us ({d['bf16']['pct_copy']:.1f} %)",
-                f"{d['e4m3']['us']:.0f} us ({d['e4m3']['pct_copy']:.1f} %)",
-                f"{d['e5m2']['us']:.0f} us ({d['e5m2']['pct_copy']:.1f} %)",
-                f"{e4[-1]:.2f}x / {e5[-1]:.2f}x",
-            ]
-        )
-    return (
-        f"Path: {LAUNCH_PATH}, back-to-back (best of 3 x 100 calls), bf16 and FP8 in the same run. Machine: H200 "
-        f"(the file name; the record has no device field), copy {copy:.2f} TB/s in the same run; run date not "
-        f"recorded. Record: {link(FP8, 'docs')}. The package's shipped tiles (the first row of each shape and "
-        f"type in the record; the other rows are tile variants).\n\n"
-        + table(
-            [
-                "batch x context",
-                "bf16 (% of copy)",
-                "e4m3 (% of copy by bytes read)",
-                "e5m2 (same)",
-                "bf16 time / FP8 time (e4m3 / e5m2)",
-            ],
-            body,
-        )
-        + f"\n\nIn this run bf16 time / e4m3 time is {rng(e4, lambda x: f'{x:.2f}')} (below 1: e4m3 is slower) "
-        f"and bf16 / e5m2 {rng(e5, lambda x: f'{x:.2f}')}; the bf16 row at 8 x 32768 is "
-        f"{_fp8_shipped(rows)[(8, 32768)]['bf16']['pct_copy']:.1f} % of copy here, "
-        f"{_attn_row(r, 8, 32768)['triton_pct_copy']:.1f} % in the paged-attention record above "
-        f"(another path and another run): compare FP8 only with the bf16 column of this table."
-    )
-
-
-def _attn_row(r: Records, batch: int, ctx: int) -> dict:
-    return next(d for d in r.json(ATTN)["decode"] if (d["batch"], d["context"]) == (batch, ctx))
+    """FP8 vs bf16 decode on the H200 through the engine path, both from the same run of bench_fp8_engine.py."""
+    return fp8_engine(r, FP8_H200)
 
 
 # ------------------------------------------------------------------------------------- guards (bench_guards.py)
@@ -511,8 +450,8 @@ def host_cost(r: Records) -> str:
 
 # --------------------------------------------------------------------------------------------- MLA (bench_mla)
 
-MLA = "docs/mla-decode-h100.json"  # the page kernel's "tma" form (tuning.MLA_KERNEL_FORM); the H200 record
-# docs/h200/mla-decode.json timed the gather kernel that shipped before it
+MLA = "docs/h200/mla-decode.json"  # the page kernel's "tma" form, the column-program merge and MLA's 128-split cap
+# (tuning); docs/mla-decode-h100.json is the H100 record of the same kernel before those two
 
 
 def _mla_tflops(row: dict, latent: int = 512, rope: int = 64) -> float:
