@@ -213,6 +213,7 @@ async def run_load(base_url: str, model: str, reqs: list[Req], *, concurrency: i
         "output_tokens_per_s": round(sum(len(x.token_ids) for x in ok) / wall, 2) if wall else None,
         "latency_p50_s": _pct(lat, 50), "latency_p99_s": _pct(lat, 99),
         "ttft_p50_s": _pct([x.ttft_s for x in ok if x.ttft_s is not None], 50),
+        "ttft_p99_s": _pct([x.ttft_s for x in ok if x.ttft_s is not None], 99),
         "error_samples": [x.error for x in results if x.status == "error"][:5],
     }
     return {"summary": summary, "requests": [asdict(r) for r in reqs], "results": [asdict(x) for x in results]}

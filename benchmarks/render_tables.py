@@ -519,7 +519,6 @@ def compile_stalls(r: Records) -> str:
 # --------------------------------------------------------------------------- CPU provider (bench_cpu_provider)
 
 CPU = "docs/cpu/cpu_provider.json"
-CPU_OTHERS = ("docs/cpu/cpu_provider_first.json", "docs/cpu/cpu_provider_vllm_rerun.json")
 ENGINE_NAMES = {"vllm": ("vLLM", "CPU_ATTN"), "sglang": ("SGLang", "torch_native")}
 
 
@@ -544,33 +543,12 @@ def cpu_provider(r: Records) -> str:
                 f"({ours['ratio_decode']:.2f}x)",
             ]
         )
-    others = []
-    for rel in CPU_OTHERS:
-        o = r.json(rel)
-        for res in o["results"]:
-            ours = res["backends"]["ours"]
-            others.append(
-                f"{ENGINE_NAMES[res['engine']][0]} {ours['ratio_prefill']:.2f}x / "
-                f"{ours['ratio_decode']:.2f}x ({link(rel, 'docs')}, {o['date']})"
-            )
-    own_decode = {
-        e: [
-            res["backends"]["own"]["decode_ms_per_output_token"]
-            for x in (CPU,) + CPU_OTHERS
-            for res in r.json(x)["results"]
-            if res["engine"] == e
-        ]
-        for e in ENGINE_NAMES
-    }
-    spread = "; ".join(f"{ENGINE_NAMES[e][1]} {rng(v, lambda x: f'{x:.1f}')} ms" for e, v in own_decode.items() if v)
     return (
         f"Path: the engine end to end (each backend in its own engine process; ours is the `torch_sdpa` "
         f"provider). Machine: {_cpu_machine(rec)}; {rec['date']}. Median of {rec['reps']}. Record: "
         f"{link(CPU, 'docs')}.\n\n"
         + table(["engine", "prefill (ms per prompt token)", "decode (ms per output token)"], rows)
-        + f"\n\nGreedy tokens identical to the engine's own backend: {' and '.join(same)}. Other runs of the same "
-        f"command (prefill / decode ratio): {'; '.join(others)}. The engines' own decode in these runs: "
-        f"{spread} per output token."
+        + f"\n\nGreedy tokens identical to the engine's own backend: {' and '.join(same)}."
     )
 
 
@@ -614,46 +592,54 @@ def transformers_cb(r: Records) -> str:
     )
 
 
-# ------------------------------------------------------------------------------- HTTP load (serve_compare.py)
+# ------------------------------------------------------------------------- HTTP load (bench_http_load.py)
 
-LOAD = (
-    ("benchmarks/reports/load-vllm.json", "vLLM"),
-    ("benchmarks/reports/load-vllm-pressure.json", "vLLM, {blocks} x {bs}-token blocks (preemption)"),
-    ("benchmarks/reports/load-sglang.json", "SGLang"),
-    ("benchmarks/reports/load-sglang-pressure.json", "SGLang, {tokens}-token pool + retraction"),
-)
-
-
-def _flag(cmd: list[str], name: str) -> str:
-    return cmd[cmd.index(name) + 1] if name in cmd else "?"
+HTTP = "docs/cpu/http_load.json"  # benchmarks/bench_http_load.py: medians of alternating serve_compare.py runs
 
 
 def http_load(r: Records) -> str:
-    """Requests per second of each engine's server with its own backend and with ours, and token agreement."""
+    """Each engine's HTTP server under pressure with its own CPU backend and with ours: medians over alternating
+    runs of requests/s and time to first token, and greedy-token agreement."""
+    rec = r.json(HTTP)
     rows = []
-    for rel, label in LOAD:
-        rec = r.json(rel)
-        cmd = rec["backends"]["own"]["server"]["cmd"]
-        label = label.format(
-            blocks=_flag(cmd, "--num-gpu-blocks-override"),
-            bs=_flag(cmd, "--block-size"),
-            tokens=_flag(cmd, "--max-total-tokens"),
+    for e, v in rec["engines"].items():
+        med, runs = v["median"], v["runs"]
+        own_name = ENGINE_NAMES[e][1]
+        ok = [x for x in runs if x["rc"] == 0]
+        same = (
+            f"{sum(x['comparison']['identical'] for x in ok)}/{sum(x['comparison']['completed_by_both'] for x in ok)}"
         )
-        comp = rec["comparison"]
+        ev = lambda b: rng([x[b]["pressure_events"] for x in ok], lambda v: f"{v:.0f}")  # noqa: E731
         rows.append(
             [
-                label,
-                f"{rec['backends']['own']['summary']['requests_per_s']:.1f}",
-                f"{rec['backends']['ours']['summary']['requests_per_s']:.1f}",
-                f"{comp['identical']}/{comp['completed_by_both']}",
+                f"{ENGINE_NAMES[e][0]}: ours / {own_name}",
+                f"{med['ours']['requests_per_s']:.2f} / {med['own']['requests_per_s']:.2f} "
+                f"({med['ratio']['requests_per_s']:.2f}x)",
+                f"{med['ours']['ttft_p50_s']:.1f} / {med['own']['ttft_p50_s']:.1f} ({med['ratio']['ttft_p50']:.2f}x)",
+                f"{med['ours']['ttft_p99_s']:.1f} / {med['own']['ttft_p99_s']:.1f} ({med['ratio']['ttft_p99']:.2f}x)",
+                same,
+                f"{ev('ours')} / {ev('own')}",
+                f"{len(ok)} of {len(runs)}",
             ]
         )
     return (
-        "Path: the engine end to end (its OpenAI-compatible HTTP server; ours with the `reference` provider). "
-        "Machine: the CPU (the reports name no core count); run dates not recorded. Records: "
-        + ", ".join(link(rel, "docs") for rel, _ in LOAD)
-        + ".\n\n"
-        + table(["engine", "own backend req/s", "ours req/s", "identical greedy tokens"], rows)
+        f"Path: the engine end to end (its OpenAI-compatible HTTP server; ours is the `torch_sdpa` provider), "
+        f"{rec['model_name']} fp32, {'a KV pool too small for the load (vLLM preempts, SGLang retracts), ' if rec['pressure'] else ''}"
+        f"192 completions, 64 in flight. Machine: {_cpu_machine(rec)}; {rec['date_utc']} UTC. Medians of "
+        f"alternating runs (own first, then ours first, ...; engines interleaved). Record: {link(HTTP, 'docs')}.\n\n"
+        + table(
+            [
+                "engine",
+                "requests/s, ours / own (ratio)",
+                "TTFT p50, s, ours / own (ratio)",
+                "TTFT p99, s, ours / own (ratio)",
+                "identical greedy tokens",
+                "preemptions / retractions per run, ours / own",
+                "runs counted",
+            ],
+            rows,
+        )
+        + "\n\nRatios are oriented so that above 1 means ours is faster (requests/s ours / own; TTFT own / ours)."
     )
 
 

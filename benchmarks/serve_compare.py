@@ -269,7 +269,7 @@ def main():
     ap.add_argument("--out", default=None, help="default benchmarks/out/load-<engine>[-pressure].json")
     ap.add_argument("--summary-out", default=None,
                     help="also write the report without the per-request arrays (small; the committed copies in "
-                         "benchmarks/reports/ are these)")
+                         "docs/cpu/http_load-runs/ are these, via bench_http_load.py)")
     ap.add_argument("--seed", type=int, default=0)
     for k, v in DEFAULTS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=v)
