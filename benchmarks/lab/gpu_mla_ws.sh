@@ -3,6 +3,8 @@
 # against the shipped loop in the same call, "tma" form at 128 heads (64, 64, 8, 2) and 16 heads (16, 32, 4, 2),
 # bf16, 64 x 4096. About 2 minutes (repository root, $OUT set). Expected: within noise of the shipped loop or slower
 # (Hopper wgmma already overlaps inside one partition; prefill's loop showed no change), or a compile error, recorded.
+# AOT sm_90a with Triton 3.6.0 already shows the SASS identical to the shipped kernel's at both tiles
+# (benchmarks/lab/README.md): with that Triton the two rows time the same machine code.
 #   bash benchmarks/lab/gpu_mla_ws.sh
 set -u
 export PYTHONPATH=.:benchmarks PYTHONUNBUFFERED=1
