@@ -95,7 +95,7 @@ def test_priority_lists_and_the_usage_docs():
     (FA3 API, MLA decode) sit together at the head of the XPU list, each refusing the other's layers."""
     assert reg.PRIORITY["xpu"] == ["sgl_kernel", "sgl_kernel_mla", "vllm_xpu_kernels", "ipex", "triton", "reference"]
     assert reg.PRIORITY["cuda"] == ["triton", "reference"]
-    assert reg.PRIORITY["cpu"] == ["torch_sdpa", "reference"]
+    assert reg.PRIORITY["cpu"] == ["vllm_cpu", "torch_sdpa", "reference"]
     assert all(set(order) <= set(reg.provider_names()) for order in reg.PRIORITY.values())
     # a device lists only providers that declare it (an XPU-only wrapper first on CUDA would only ever refuse)
     wrong = [(dev, n) for dev, order in reg.PRIORITY.items() for n in order if dev not in get_provider(n).devices]

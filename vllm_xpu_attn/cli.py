@@ -129,7 +129,7 @@ def doctor(a: argparse.Namespace) -> int:
     for n in provider_names():
         p = get_provider(n)
         v = p.version()
-        if n in ("triton", "reference", "torch_sdpa"):
+        if n in ("triton", "reference", "torch_sdpa", "vllm_cpu"):  # not XPU libraries
             continue
         caps = "-"
         if p.unavailable_reason() is None:

@@ -71,7 +71,7 @@ def runs(models, whisper, tmp_path_factory):
 def test_parity(runs, arch, config):
     base, ours = runs["own"][f"{arch}/{config}"], runs["ours"][f"{arch}/{config}"]
     assert base["platform"] == "CpuPlatform" and ours["platform"] == "XpuAttnCpuPlatform"
-    assert ours["providers"] == ["torch_sdpa"]
+    assert ours["providers"] == ["vllm_cpu"]
     print(f"{arch}/{config}: max logprob diff {assert_parity(base, ours):.2e}")
     if config == "default":  # the reference (the oracle, CPU's second choice) stays covered end to end: forced
         ref = runs["reference"][arch]
@@ -102,7 +102,7 @@ def test_whisper_cross_attention(runs, whisper, page):
     to transformers' eager attention and to vLLM's own backend."""
     base, ours = runs["own"][f"whisper/page{page}"], runs["ours"][f"whisper/page{page}"]
     assert ours["block_size"] == page and 1500 % page
-    assert ours["providers"] == ["torch_sdpa"]
+    assert ours["providers"] == ["torch_sdpa", "vllm_cpu"]
     assert ours["served"].get("decoder", 0) > 0 and ours["served"].get("cross", 0) > 0, ours["served"]
     assert base["served"] == {}  # vLLM's own run: nothing went through this backend
     got = [o["token_ids"] for o in ours["outputs"]]
@@ -122,6 +122,6 @@ def test_multiprocess_engine_core_uses_backend(models, runs, tmp_path):
     log = ours["log"]
     assert "EngineCore" in log  # really multi-process
     assert "XpuAttnCpuPlatform routes attention to vllm_xpu_attn.vllm.backend.XpuAttnBackend" in log
-    assert "kernel provider 'torch_sdpa' serves" in log
+    assert "kernel provider 'vllm_cpu' serves" in log
     assert "kernel provider" not in base["log"]
     assert_parity(base, ours)

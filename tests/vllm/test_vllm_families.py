@@ -41,7 +41,7 @@ def runs(tmp_path_factory):
 def test_family_matches_transformers(runs, family):
     f = runs["fams"][family]
     ours, own = runs["ours"][family], runs["own"][family]
-    assert ours["platform"] == "XpuAttnCpuPlatform" and ours["providers"] == ["torch_sdpa"]
+    assert ours["platform"] == "XpuAttnCpuPlatform" and ours["providers"] == ["vllm_cpu"]
     n_layers = json.load(open(f"{f['path']}/config.json"))["num_hidden_layers"]
     assert ours["log"].count("vllm-xpu-attn: layer ") == n_layers, "this backend must serve every attention layer"
     got = [o["token_ids"] for o in ours["outputs"]]

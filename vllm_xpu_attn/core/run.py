@@ -70,6 +70,7 @@ def kernel_request(
         phase=phase,
         batch_invariant=spec.batch_invariant,
         mla=spec.mla is not None,
+        kv_layout=spec.kv_layout,
     )
 
 
@@ -161,6 +162,7 @@ class LayerRunner:
         self.spec_provider = (
             select_provider(kernel_request(spec, dev, 1, Phase.DECODE, True), override) if with_spec_decode else None
         )
+        self._check_cache_format()
         self._alibi = (
             torch.tensor(spec.alibi_slopes, dtype=torch.float32, device=self.device) if spec.alibi_slopes else None
         )
@@ -247,6 +249,18 @@ class LayerRunner:
             v_descale=v_descale,
         )
         self._cascade_args = self._args.without_sinks()  # the merge adds the sinks once
+
+    def _check_cache_format(self) -> None:
+        """A provider whose write_kv stores a format only it reads must serve every call of the layer (the
+        decode provider writes the cache every phase reads)."""
+        provs = {p.name: p for p in (self.prefill_provider, self.decode_provider, self.spec_provider) if p is not None}
+        owner = [n for n, p in provs.items() if p.owns_cache_format]
+        if owner and len(provs) > 1:
+            raise ValueError(
+                f"vllm-xpu-attn: kernel provider {owner[0]!r} writes its own cache format, so it must serve every "
+                f"phase of a layer, but this layer would also run {sorted(set(provs) - {owner[0]})} "
+                f"[{kernel_request(self.spec, self.device.type, self.page_size, Phase.ANY).describe()}]"
+            )
 
     def graph_capture_reason(self, *, mha_prefill: bool = True) -> Optional[str]:
         """None when every provider this layer may run can be captured in a graph, else why not

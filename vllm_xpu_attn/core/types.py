@@ -12,6 +12,7 @@ import torch
 from ..kernels.api import (  # PagedStep: the step tensors of one call, one type from core to kernel
     FLOAT_DTYPES,
     KV_DTYPES,
+    KVLayout,
     PagedStep,
     check_dims,
     check_heads,
@@ -100,6 +101,7 @@ class LayerSpec:
     kv_dtype: torch.dtype = torch.bfloat16
     batch_invariant: bool = False  # outputs bitwise independent of the batch and of prefill chunking
     mla: Optional[MLADims] = None  # an MLA layer: heads/dims below describe its absorbed latent attention
+    kv_layout: KVLayout = KVLayout.NHD  # how the engine allocates this layer's cache pages
 
     @staticmethod
     def for_mla(num_q_heads: int, dims: MLADims, scale: float, **kw) -> "LayerSpec":
@@ -125,6 +127,8 @@ class LayerSpec:
             raise TypeError(f"dtype {self.dtype} unsupported: use one of float32, float16, bfloat16")
         if self.kv_dtype not in KV_DTYPES:
             raise TypeError(f"kv_dtype {self.kv_dtype} unsupported: use the model dtype or float8_e4m3fn/float8_e5m2")
+        if not isinstance(self.kv_layout, KVLayout):
+            raise TypeError(f"kv_layout must be a KVLayout (NHD or HND), got {self.kv_layout!r}")
         if self.window_left < -1:
             raise ValueError(f"window_left must be >= -1 (-1 = no sliding window), got {self.window_left}")
         if self.softcap < 0:

@@ -41,7 +41,7 @@ class XpuAttnBackend(AttentionBackend):
 
     forward_includes_kv_cache_update: bool = False
     # vLLM 0.33+ (backend.py:73): may forward() run with key/value omitted after a fused op wrote the cache? No:
-    # vLLM's fused writer writes its own layout, not this backend's LBNHC pages (older releases ignore the flag)
+    # vLLM's fused writer writes its own layout, not this backend's pages (older releases ignore the flag)
     supports_kv_cache_update_bypass: bool = False
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
     supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
@@ -68,7 +68,9 @@ class XpuAttnBackend(AttentionBackend):
 
     @classmethod
     def supported_kv_cache_layouts(cls):
-        return (compat.KV_LAYOUT,)
+        from vllm.platforms import current_platform
+
+        return (compat.kv_layout(current_platform.device_type),)
 
     @classmethod
     def supports_sink(cls) -> bool:
@@ -338,6 +340,7 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
             dtype=model_dtype,
             kv_dtype=kv_dtype,
             batch_invariant=compat.vllm_batch_invariant() or batch_invariant_requested(),
+            kv_layout=compat.page_layout(current_platform.device_type),
         )
         page_size = compat.get_current_vllm_config().cache_config.block_size
         # Providers are chosen now, so an unservable layer fails at start-up with every reason.
@@ -361,7 +364,10 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         to every step's do_kv_cache_update and forward (the split costs ~10 us of Python a call on the CPU)."""
         split = getattr(self, "_split", None)
         if split is None or split[0] is not kv_cache:
-            split = self._split = (kv_cache, *compat.split_kv_cache(kv_cache, self.head_size, self.spec.kv_dtype))
+            split = self._split = (
+                kv_cache,
+                *compat.split_kv_cache(kv_cache, self.head_size, self.spec.kv_dtype, self.spec.kv_layout),
+            )
         return split[1], split[2]
 
     def _descales(self, layer) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:

@@ -25,6 +25,8 @@ from vllm.v1.kv_cache_interface import (  # noqa: F401
     KVCacheLayout,
 )
 
+from ..kernels.api import KVLayout
+
 # vLLM cache-dtype strings -> torch dtypes of the cache *values* (storage may be uint8).
 KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
     "auto": None,  # = model dtype
@@ -36,16 +38,32 @@ KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
     "fp8_e5m2": torch.float8_e5m2,
 }
 
-# Our per-layer cache: vLLM's logical [blocks, heads, block_size, 2 * head_size] stored as
-# LBNHC, i.e. each block is [block_size, heads, K | V] - the core's NHD pages, K and V
-# side by side in the last dim.
-KV_LAYOUT = KVCacheLayout.LBNHC
+
+# Our per-layer cache: vLLM's logical [blocks, heads, block_size, 2 * head_size], stored
+# - on accelerators as LBNHC: each block [block_size, heads, K | V], the core's NHD pages with K and V side by side
+#   in the last dim;
+# - on the CPU as LBHNC: each (block, head) one [2 * block_size, head_size] region, K rows then V rows: vLLM's own
+#   CPU layout (CPU_ATTN's), whose kernels (the vllm_cpu provider) read such pages in place.
+def kv_layout(device_type: str) -> KVCacheLayout:
+    return KVCacheLayout.LBHNC if device_type == "cpu" else KVCacheLayout.LBNHC
 
 
-def split_kv_cache(kv_cache: torch.Tensor, head_size: int, kv_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """vLLM's per-layer cache -> (k_cache, v_cache), each [num_pages, page_size, Hkv, D] views."""
+def page_layout(device_type: str) -> KVLayout:
+    """The core's name for kv_layout(device_type)'s pages."""
+    return KVLayout.HND if device_type == "cpu" else KVLayout.NHD
+
+
+def split_kv_cache(
+    kv_cache: torch.Tensor, head_size: int, kv_dtype: torch.dtype, layout: KVLayout
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's per-layer cache -> (k_cache, v_cache), each [num_pages, page_size, Hkv, D] views (``layout``'s
+    strides)."""
     if kv_cache.dtype == torch.uint8 and kv_dtype != torch.uint8:
         kv_cache = kv_cache.view(kv_dtype)  # FP8 caches are allocated as bytes
+    if layout == KVLayout.HND:
+        blocks, heads, page, _ = kv_cache.shape
+        kv = kv_cache.view(blocks, heads, 2 * page, head_size)
+        return kv[:, :, :page].transpose(1, 2), kv[:, :, page:].transpose(1, 2)
     k, v = kv_cache.transpose(1, 2).split(head_size, dim=-1)
     return k, v
 

@@ -4,7 +4,7 @@ Rooms (each module one job; none imports a provider, none imports an optional li
 
 * ``dtypes``: the float/FP8 dtypes of the contract;
 * ``types``: the vocabulary (``PagedStep``, ``LayerConsts``, ``LayerTensors``, ``KernelRequest``, ``Phase``,
-  ``Feature``);
+  ``Feature``, ``KVLayout``);
 * ``checks``: the input checks, each naming the argument;
 * ``base``: ``KernelProvider`` (declarations + the one-call contract) and ``PagedLaunch``;
 * ``registry``: priority per device, the env override, one explanatory error;
@@ -56,7 +56,17 @@ from .registry import (
     unregister_provider,
 )
 from .torch_ops import merge_state_torch, quantize_fp8, write_kv_torch
-from .types import NO_LAYER_TENSORS, Feature, KernelRequest, LayerConsts, LayerTensors, PagedStep, Phase, call_id
+from .types import (
+    NO_LAYER_TENSORS,
+    Feature,
+    KernelRequest,
+    KVLayout,
+    LayerConsts,
+    LayerTensors,
+    PagedStep,
+    Phase,
+    call_id,
+)
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -69,6 +79,7 @@ __all__ = [
     "Feature",
     "INDEX_DTYPES",
     "KV_DTYPES",
+    "KVLayout",
     "KernelProvider",
     "KernelRequest",
     "LayerConsts",

@@ -15,7 +15,7 @@ from ... import env
 from .checks import check_paged_layer, check_paged_step
 from .dtypes import FLOAT_DTYPES, dtype_name, is_fp8
 from .guard import FLAGS
-from .types import NO_LAYER_TENSORS, Feature, KernelRequest, LayerConsts, LayerTensors, PagedStep, Phase
+from .types import NO_LAYER_TENSORS, Feature, KernelRequest, KVLayout, LayerConsts, LayerTensors, PagedStep, Phase
 
 ENV_BATCH_INVARIANT = env.BATCH_INVARIANT
 
@@ -59,6 +59,11 @@ class KernelProvider:
     max_head_dim: ClassVar[Optional[int]] = None
     max_gqa_group: ClassVar[Optional[int]] = None
     features: ClassVar[frozenset[Feature]] = frozenset()
+    # the cache layouts whose pages it reads in place (KVLayout); other allocations are refused at set-up
+    kv_layouts: ClassVar[frozenset[KVLayout]] = frozenset({KVLayout.NHD})
+    # True: its write_kv stores pages in a format only its own kernels read (e.g. K transposed per page), so one
+    # layer's every phase must run on it (core.LayerRunner refuses a layer that would mix it with another)
+    owns_cache_format: ClassVar[bool] = False
     # None: its per-layer run launches kernels only (no host sync, no host-made tensors), so it may be
     # captured in a CUDA/XPU graph; else why not
     graph_capture_reason: ClassVar[Optional[str]] = "not verified under graph capture"
@@ -102,6 +107,10 @@ class KernelProvider:
             reasons.append(f"head dim {req.head_dim} > {self.max_head_dim}")
         if self.max_gqa_group is not None and req.gqa_group > self.max_gqa_group:
             reasons.append(f"GQA group {req.gqa_group} > {self.max_gqa_group}")
+        if req.kv_layout not in self.kv_layouts:
+            reasons.append(
+                f"KV cache layout {KVLayout(req.kv_layout).value} not in {sorted(x.value for x in self.kv_layouts)}"
+            )
         why = self.page_size_reason(req.page_size, req.phase)
         if why:
             reasons.append(why)
@@ -173,6 +182,7 @@ class KernelProvider:
             phase=Phase.DECODE if step.max_seqlen_q <= 1 else Phase.PREFILL,
             batch_invariant=call.batch_invariant,
             mla=call.mla,
+            kv_layout=KVLayout.of(k_cache),
         )
 
     def flash_attn_with_kvcache(

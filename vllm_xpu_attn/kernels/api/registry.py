@@ -24,18 +24,21 @@ _PROVIDER_PATHS: dict[str, str] = {
     "vllm_xpu_kernels": "vllm_xpu_attn.kernels.providers.xpu_libs.vllm_xpu_kernels:VllmXpuKernelsProvider",
     "ipex": "vllm_xpu_attn.kernels.providers.xpu_libs.ipex:IpexProvider",
     "triton": "vllm_xpu_attn.kernels.providers.triton.provider:TritonProvider",
+    "vllm_cpu": "vllm_xpu_attn.kernels.providers.vllm_cpu:VllmCpuProvider",
     "torch_sdpa": "vllm_xpu_attn.kernels.providers.cpu_sdpa:TorchSdpaProvider",
     "reference": "vllm_xpu_attn.kernels.providers.reference:ReferenceProvider",
 }
 
-# The order each device prefers: vendor libraries first where present. CPU: torch's fused flash-attention CPU
-# kernel (torch_sdpa), then the reference for what it refuses (softcap, batch-invariant); triton on CPU runs only
-# through its interpreter (tests), never by default. sgl_kernel (FA3 API) and sgl_kernel_mla (MLA decode) are two
-# operators of one library, each refusing the other's layers, so their order between themselves does not matter.
+# The order each device prefers: vendor libraries first where present. CPU: vLLM's own CPU kernels (vllm_cpu:
+# where vLLM's CPU build is installed and the engine allocates head-major pages, i.e. in vLLM), then torch's fused
+# flash-attention CPU kernel (torch_sdpa), then the reference for what they refuse (batch-invariant); triton on CPU
+# runs only through its interpreter (tests), never by default. sgl_kernel (FA3 API) and sgl_kernel_mla (MLA decode)
+# are two operators of one library, each refusing the other's layers, so their order between themselves does not
+# matter.
 PRIORITY: dict[str, list[str]] = {
     "xpu": ["sgl_kernel", "sgl_kernel_mla", "vllm_xpu_kernels", "ipex", "triton", "reference"],
     "cuda": ["triton", "reference"],  # sgl-kernel's wrappers here are for its XPU build (they declare xpu only)
-    "cpu": ["torch_sdpa", "reference"],
+    "cpu": ["vllm_cpu", "torch_sdpa", "reference"],
 }
 
 # Page size to use when the engine leaves it to the backend: one every provider of the device can

@@ -65,14 +65,32 @@ def write_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=N
     for name, new, cache, scale in (("k", k, k_cache, k_scale), ("v", v, v_cache, v_scale)):
         if new is None:
             continue
-        flat = cache.view(-1, *cache.shape[2:])
         slots = slot_mapping[keep].long()
         vals = new[keep]
-        if is_fp8(cache.dtype):
-            vals = quantize_fp8(vals, cache.dtype, scale)
-            flat.view(torch.uint8)[slots] = vals.view(torch.uint8)  # index_put lacks FP8 kernels on some devices
-        else:
-            flat[slots] = vals
+        if is_fp8(cache.dtype):  # index_put lacks FP8 kernels on some devices: stored as bytes
+            vals = quantize_fp8(vals, cache.dtype, scale).view(torch.uint8)
+            cache = cache.view(torch.uint8)
+        _put_rows(cache, slots, vals)
+
+
+def _slot_rows(cache: torch.Tensor) -> Optional[torch.Tensor]:
+    """cache [P, page, Hkv, D] as [P * page, Hkv, D] (a view) where a slot's row is one stride apart from the next
+    (NHD pages); None for head-major (HND) pages, whose slots are not."""
+    if cache.stride(0) == cache.shape[1] * cache.stride(1):
+        return cache.view(-1, cache.shape[2], cache.shape[3])
+    return None
+
+
+def _put_rows(cache: torch.Tensor, slots: torch.Tensor, vals: torch.Tensor) -> None:
+    """cache [P, page, Hkv, D] rows at ``slots`` (long [T], all in range) := vals [T, Hkv, D], any page layout."""
+    if vals.dtype != cache.dtype:
+        vals = vals.to(cache.dtype)
+    flat = _slot_rows(cache)
+    if flat is not None:
+        flat.index_copy_(0, slots, vals)
+    else:
+        page = cache.shape[1]
+        cache.index_put_((torch.div(slots, page, rounding_mode="floor"), slots.remainder(page)), vals)
 
 
 # this thread's last verdict of slots_in_range: (slot_mapping, its version, data_ptr, num_slots, long slots or None)
@@ -109,15 +127,13 @@ def _write_all_cpu(k, v, k_cache, v_cache, slots, k_scale, v_scale) -> None:
     slots long [T]. The fewest ops (each ~1-2 us of dispatch at batch 1): a flat view, and a cast only where the
     dtypes differ."""
     fp8 = is_fp8(k_cache.dtype)
-    shape = (-1, k_cache.shape[2], k_cache.shape[3])
     for new, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
         if new is None:
             continue
-        flat = cache.view(shape) if cache is k_cache else cache.view(-1, cache.shape[2], cache.shape[3])
         if fp8:
-            flat.view(torch.uint8).index_copy_(0, slots, quantize_fp8(new, cache.dtype, scale).view(torch.uint8))
+            _put_rows(cache.view(torch.uint8), slots, quantize_fp8(new, cache.dtype, scale).view(torch.uint8))
         else:
-            flat.index_copy_(0, slots, new if new.dtype == cache.dtype else new.to(cache.dtype))
+            _put_rows(cache, slots, new if new.dtype == cache.dtype else new.to(cache.dtype))
 
 
 def quantize_fp8(x: torch.Tensor, fp8_dtype: torch.dtype, scale) -> torch.Tensor:

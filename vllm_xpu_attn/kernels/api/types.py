@@ -214,6 +214,26 @@ class Phase(str, enum.Enum):
     ANY = "any"
 
 
+class KVLayout(str, enum.Enum):
+    """How a cache page is laid out in memory (a str enum). Every provider takes the caches as
+    [num_pages, page_size, Hkv, D] tensors; the layout says which of those views' strides the engine's
+    allocation gives, and so which kernels can read the pages in place.
+
+    NHD: token-major pages, a token's heads side by side (FlashAttention's; the default).
+    HND: head-major pages, each (page, KV head) one contiguous [page_size, D] block (vLLM's CPU layout).
+    """
+
+    NHD = "NHD"
+    HND = "HND"
+
+    @staticmethod
+    def of(k_cache: torch.Tensor) -> "KVLayout":
+        """The layout a [P, page, Hkv, D] cache view has: HND when a page's rows of one head are adjacent (row
+        stride D) and the heads are not (with one KV head and page 1 the two coincide: NHD)."""
+        d = k_cache.shape[3]
+        return KVLayout.HND if k_cache.stride(1) == d and k_cache.stride(2) != d else KVLayout.NHD
+
+
 class Feature(str, enum.Enum):
     """Optional capabilities a provider declares in ``features`` (str enum: "window" == Feature.WINDOW)."""
 
@@ -252,6 +272,7 @@ class KernelRequest:
     phase: Phase = Phase.ANY
     batch_invariant: bool = False  # bitwise the same output whatever else is in the batch / however chunked
     mla: bool = False  # MLA latent attention: one cache, V = K[..., :v_head_dim] (see core.MLADims)
+    kv_layout: KVLayout = KVLayout.NHD  # how the engine allocates the cache pages
 
     @property
     def gqa_group(self) -> int:
@@ -271,6 +292,8 @@ class KernelRequest:
             f"page={self.page_size}",
             f"phase={Phase(self.phase).value}",
         ]
+        if self.kv_layout != KVLayout.NHD:
+            parts.append(f"layout={KVLayout(self.kv_layout).value}")
         if self.v_head_dim not in (None, self.head_dim):
             parts.append(f"Dv={self.v_head_dim}")
         if self.has_window:

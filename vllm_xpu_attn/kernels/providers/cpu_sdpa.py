@@ -51,6 +51,7 @@ from ..api import (
     Feature,
     KernelProvider,
     KernelRequest,
+    KVLayout,
     LayerConsts,
     LayerTensors,
     PagedLaunch,
@@ -608,6 +609,7 @@ class TorchSdpaProvider(KernelProvider):
     devices = frozenset({"cpu"})
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
+    kv_layouts = frozenset({KVLayout.NHD, KVLayout.HND})  # any strides: pages are gathered by index
     features = frozenset(
         {
             Feature.WINDOW,

@@ -12,13 +12,14 @@ from ..api.checks import check_varlen
 from ..api.dtypes import FLOAT_DTYPES, FP8_DTYPES
 from ..api.oracle import attend_one_sequence, attend_rows_exactly, run_paged
 from ..api.torch_ops import merge_state_torch, write_kv_torch
-from ..api.types import Feature
+from ..api.types import Feature, KVLayout
 
 
 class ReferenceProvider(KernelProvider):
     name = "reference"
     description = "pure torch, one sequence at a time; the oracle for every other provider"
     devices = frozenset({"cpu", "cuda", "xpu"})
+    kv_layouts = frozenset({KVLayout.NHD, KVLayout.HND})  # any strides: pages are gathered by index
     dtypes = frozenset(FLOAT_DTYPES)
     kv_dtypes = frozenset(FLOAT_DTYPES + FP8_DTYPES)
     features = frozenset(Feature)  # every one
