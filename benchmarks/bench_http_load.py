@@ -51,6 +51,7 @@ def one_run(engine: str, python: str, model: str, order: str, pressure: bool, ou
         row[b] = {k: s.get(k) for k in FIELDS + ("completed", "cancelled", "errors", "lost")}
         row[b]["pressure_events"] = srv.get("pressure_events")
         row[b]["ours_served"] = srv.get("ours_served")
+        row[b]["providers"] = srv.get("providers")
     row["comparison"] = {k: rep.get("comparison", {}).get(k) for k in ("completed_by_both", "identical")}
     print(f"[http] {engine} {order}: rc {p.returncode}, own {row['own']['requests_per_s']} / ours "
           f"{row['ours']['requests_per_s']} req/s, identical {row['comparison']['identical']}/"

@@ -543,9 +543,14 @@ def cpu_provider(r: Records) -> str:
                 f"({ours['ratio_decode']:.2f}x)",
             ]
         )
+    provs = "; ".join(
+        f"{ENGINE_NAMES[res['engine']][0]} {', '.join(f'`{p}`' for p in res['backends']['ours'].get('providers') or [])}"
+        for res in rec["results"]
+    )
     return (
-        f"Path: the engine end to end (each backend in its own engine process; ours is the `torch_sdpa` "
-        f"provider). Machine: {_cpu_machine(rec)}; {rec['date']}. Median of {rec['reps']}. Record: "
+        f"Path: the engine end to end (each backend in its own engine process; ours is the engine's CPU default "
+        f"provider, as the run logged it: {provs}). Machine: {_cpu_machine(rec)}; {rec['date']}. Median of "
+        f"{rec['reps']}. Record: "
         f"{link(CPU, 'docs')}.\n\n"
         + table(["engine", "prefill (ms per prompt token)", "decode (ms per output token)"], rows)
         + f"\n\nGreedy tokens identical to the engine's own backend: {' and '.join(same)}."
@@ -597,6 +602,16 @@ def transformers_cb(r: Records) -> str:
 HTTP = "docs/cpu/http_load.json"  # benchmarks/bench_http_load.py: medians of alternating serve_compare.py runs
 
 
+def _http_providers(rec: dict) -> str:
+    """', as the runs logged it: vLLM `x`; SGLang `y`' where the record names them (older records do not)."""
+    said = []
+    for e, v in rec["engines"].items():
+        got = sorted({p for x in v["runs"] for p in (x.get("ours", {}).get("providers") or [])})
+        if got:
+            said.append(f"{ENGINE_NAMES[e][0]} {', '.join(f'`{p}`' for p in got)}")
+    return f", as the runs logged it: {'; '.join(said)}" if said else ""
+
+
 def http_load(r: Records) -> str:
     """Each engine's HTTP server under pressure with its own CPU backend and with ours: medians over alternating
     runs of requests/s and time to first token, and greedy-token agreement."""
@@ -623,7 +638,8 @@ def http_load(r: Records) -> str:
             ]
         )
     return (
-        f"Path: the engine end to end (its OpenAI-compatible HTTP server; ours is the `torch_sdpa` provider), "
+        f"Path: the engine end to end (its OpenAI-compatible HTTP server; ours is the engine's CPU default provider"
+        f"{_http_providers(rec)}), "
         f"{rec['model_name']} fp32, {'a KV pool too small for the load (vLLM preempts, SGLang retracts), ' if rec['pressure'] else ''}"
         f"192 completions, 64 in flight. Machine: {_cpu_machine(rec)}; {rec['date_utc']} UTC. Medians of "
         f"alternating runs (own first, then ours first, ...; engines interleaved). Record: {link(HTTP, 'docs')}.\n\n"

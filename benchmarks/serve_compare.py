@@ -181,6 +181,9 @@ def serve_and_load(engine: str, backend: str, model: str, workdir: Path, *, pres
         info["shutdown"] = stop(proc, STOP_SIGNAL[engine])
     log = log_path.read_text(errors="replace")
     info["ours_served"] = OURS_MARK[engine] in log and (engine != "vllm" or PROVIDER_MARK.search(log) is not None)
+    # which providers served (vLLM logs each choice; SGLang's plugin line lists the layer's providers)
+    info["providers"] = sorted(set(re.findall(r"kernel provider '(\w+)' serves", log))
+                               | set(re.findall(r"'(?:prefill|decode)': '(\w+)'", log)))
     lines = [re.sub(r"^.*?(vllm-xpu-attn:|vllm_xpu_attn:|xpu_attn \(SGLang\))", r"\1", ln.strip())
              for ln in log.splitlines() if "vllm-xpu-attn:" in ln or "vllm_xpu_attn:" in ln or "xpu_attn (SGLang)" in ln]
     info["plugin_lines"] = sorted(set(lines))[:8]

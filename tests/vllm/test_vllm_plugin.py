@@ -94,7 +94,11 @@ def test_backend_declarations():
 
     assert torch.float32 in B.supported_dtypes and "fp8_e5m2" in B.supported_kv_cache_dtypes
     assert B.supports_sink() and B.supports_sliding_window() and not B.is_mla()
-    assert B.supported_kv_cache_layouts() == (KVCacheLayout.LBNHC,)
+    # the CPU: vLLM's own CPU layout (head-major pages, read in place by the vllm_cpu provider); accelerators: NHD
+    assert B.supported_kv_cache_layouts() == (KVCacheLayout.LBHNC,)
+    from vllm_xpu_attn.vllm import compat
+
+    assert compat.kv_layout("xpu") == compat.kv_layout("cuda") == KVCacheLayout.LBNHC
     assert B.forward_includes_kv_cache_update is False
     assert (
         B.validate_configuration(

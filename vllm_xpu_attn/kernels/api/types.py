@@ -49,6 +49,25 @@ class PagedStep:
     def batch_size(self) -> int:
         return int(self.cache_seqlens.shape[0])
 
+    def int32_rows(self) -> "PagedStep":
+        """The index tensors int32 and contiguous, as compiled vendor kernels read them (row index x width); the
+        same step when they already are."""
+
+        def fix(t: torch.Tensor) -> torch.Tensor:
+            return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
+
+        if all(
+            t.dtype == torch.int32 and t.is_contiguous()
+            for t in (self.cu_seqlens_q, self.cache_seqlens, self.page_table)
+        ):
+            return self
+        return dataclasses.replace(
+            self,
+            cu_seqlens_q=fix(self.cu_seqlens_q),
+            cache_seqlens=fix(self.cache_seqlens),
+            page_table=fix(self.page_table),
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class LayerConsts:

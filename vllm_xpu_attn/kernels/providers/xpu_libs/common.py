@@ -166,20 +166,9 @@ def empty_result(q: torch.Tensor, out: torch.Tensor, lse: bool):
 
 
 def int32_contiguous(step: PagedStep) -> PagedStep:
-    """The step's index tensors as int32 and contiguous, as the vendor kernels read them (row index x
-    width; sgl-kernel-xpu mainloop.hpp:278, vllm-xpu-kernels flash_attn_interface). No-ops when they are."""
-
-    def fix(t):
-        return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
-
-    return PagedStep(
-        fix(step.cu_seqlens_q),
-        fix(step.cache_seqlens),
-        fix(step.page_table),
-        step.max_seqlen_q,
-        step.max_seqlen_k,
-        step.page_size,
-    )
+    """The step's index tensors as int32 and contiguous, as the vendor kernels read them (row index x width;
+    sgl-kernel-xpu mainloop.hpp:278, vllm-xpu-kernels flash_attn_interface). No-ops when they are."""
+    return step.int32_rows()
 
 
 class XpuLibProvider(KernelProvider):
