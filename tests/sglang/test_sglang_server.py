@@ -21,7 +21,7 @@ def unpressured(models, tmp_path_factory):
 
 def test_server_load_identical(unpressured):
     rep = unpressured
-    check_load(rep)
+    check_load(rep, "torch_sdpa")
     check_identical(rep)
     for b in ("own", "ours"):  # the shared prefixes were served from the radix cache
         assert rep["backends"][b]["server"]["cached_tokens_logged"] > 0
@@ -32,7 +32,7 @@ def test_server_load_under_retraction(models, unpressured, tmp_path):
     rep = serve_compare(
         "sglang", models["llama"], tmp_path / "load-sglang-pressure.json", pressure=True, reference=unpressured["_path"]
     )
-    check_load(rep)
+    check_load(rep, "torch_sdpa")
     check_identical(rep)
     for b in ("own", "ours"):
         srv = rep["backends"][b]["server"]

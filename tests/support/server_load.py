@@ -36,9 +36,10 @@ def serve_compare(
     return rep
 
 
-def check_load(rep: dict, min_concurrency: int = 64) -> None:
+def check_load(rep: dict, provider: str, min_concurrency: int = 64) -> None:
     """Both backends: every request completed or cancelled by the client, none errored or lost, >= 64 in
-    flight at once, the server idle afterwards (cancelled streams released), a clean exit; ours served."""
+    flight at once, the server idle afterwards (cancelled streams released), a clean exit; ours served, through
+    ``provider`` (the engine's CPU default: vLLM ``vllm_cpu``, SGLang ``torch_sdpa``)."""
     print(rep["_stdout"])
     reqs = rep["requests"]
     planned_cancel = {r["idx"] for r in reqs if r["cancel_after"]}
@@ -59,7 +60,7 @@ def check_load(rep: dict, min_concurrency: int = 64) -> None:
         sd = srv["shutdown"]
         assert sd["clean"] and sd["rc"] == 0 and not sd.get("forced") and not sd["leftover_children"], (b, sd)
         assert srv["ours_served"] == (b == "ours"), (b, srv["plugin_lines"])
-    assert any("'torch_sdpa' serves" in ln for ln in rep["backends"]["ours"]["server"]["plugin_lines"])
+    assert any(f"'{provider}' serves" in ln for ln in rep["backends"]["ours"]["server"]["plugin_lines"])
 
 
 def check_identical(rep: dict) -> None:

@@ -19,7 +19,7 @@ def unpressured(models, tmp_path_factory):
 
 def test_server_load_identical(unpressured):
     rep = unpressured
-    check_load(rep)
+    check_load(rep, "vllm_cpu")
     check_identical(rep)
     for b in ("own", "ours"):  # the shared prefixes were served from vLLM's prefix cache
         assert rep["backends"][b]["server"]["metrics_after_load"].get("vllm:prefix_cache_hits", 0) > 0
@@ -30,7 +30,7 @@ def test_server_load_under_preemption(models, unpressured, tmp_path):
     rep = serve_compare(
         "vllm", models["llama"], tmp_path / "load-vllm-pressure.json", pressure=True, reference=unpressured["_path"]
     )
-    check_load(rep)
+    check_load(rep, "vllm_cpu")
     check_identical(rep)
     for b in ("own", "ours"):
         srv = rep["backends"][b]["server"]
