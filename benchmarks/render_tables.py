@@ -557,6 +557,59 @@ def cpu_provider(r: Records) -> str:
     )
 
 
+# ---------------------------------------------------------------- CPU batch sizes (bench_cpu_batches.py)
+
+CPU_BATCHES = (
+    "docs/cpu/cpu_batches.json",
+    "docs/cpu/cpu_batches_2048.json",
+    "docs/cpu/cpu_batches_sglang.json",
+    "docs/cpu/cpu_batches_sglang_2048.json",
+)
+
+
+def cpu_batches(r: Records) -> str:
+    """Model-level ms per token at batch 1 / 8 / 32, short and 2,048-token prompts, both engines: ours / own."""
+    rows = []
+    for rel in CPU_BATCHES:
+        rec = r.json(rel)
+        name = ENGINE_NAMES[rec["engine"]][0]
+        ctx = f"{rec['context']:,}-token prompts" if rec.get("context") else "the main job's questions (28-50 tokens)"
+        for row in rec["rows"]:
+            o, w = row["ours"], row["own"]
+            rows.append(
+                [
+                    f"{name}: ours (`{'`, `'.join(rec.get('providers') or ['?'])}`) / {rec['own']}",
+                    ctx,
+                    str(row["batch"]),
+                    f"{o['prefill_ms_per_prompt_token']:.3f} / {w['prefill_ms_per_prompt_token']:.3f} "
+                    f"({row['ratio_prefill']:.2f}x)",
+                    f"{o['decode_ms_per_output_token']:.2f} / {w['decode_ms_per_output_token']:.2f} "
+                    f"({row['ratio_decode']:.2f}x)",
+                    row["identical_to_own"],
+                    f"{rec['date']}, {link(rel, 'docs')}",
+                ]
+            )
+    rec = r.json(CPU_BATCHES[0])
+    return (
+        f"Path: the engine end to end (offline `generate`; each backend in its own engine process, own and ours "
+        f"alternating, {rec['rounds']} rounds, medians; SmolLM2-135M-Instruct fp32, eager, no prefix / radix cache, "
+        f"greedy {rec['max_tokens']} tokens). Machine: {_cpu_machine(rec)}. Ratio = ours / the engine's own (below "
+        f"1 = ours faster).\n\n"
+        + table(
+            [
+                "engine",
+                "prompts",
+                "batch",
+                "prefill, ms per prompt token (ratio)",
+                "decode, ms per output token (ratio)",
+                "identical greedy tokens",
+                "run, record",
+            ],
+            rows,
+        )
+    )
+
+
 # -------------------------------------------------------------------- transformers CB (bench_transformers_cb)
 
 TCB = ("docs/h200/bench_transformers_cb_h200_5.17.json", "docs/h200/bench_transformers_cb_h200.json")
@@ -740,6 +793,7 @@ RENDERERS: dict[str, Callable[[Records], str]] = {
     "mla-decode": mla_decode,
     "compile-stalls": compile_stalls,
     "cpu-provider": cpu_provider,
+    "cpu-batches": cpu_batches,
     "transformers-cb": transformers_cb,
     "http-load": http_load,
     "readme-performance": readme_performance,
@@ -761,6 +815,7 @@ DOCS: dict[str, tuple[str, ...]] = {
         "mla-decode",
         "compile-stalls",
         "cpu-provider",
+        "cpu-batches",
         "transformers-cb",
         "http-load",
     ),

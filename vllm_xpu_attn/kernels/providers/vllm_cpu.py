@@ -102,6 +102,7 @@ class _Ops:
         self.attn_names: list[str] = []
         self.meta_names: list[str] = []
         self.write_names: list[str] = []
+        self.write_direct = False
         self._get_isa: Optional[Callable] = None
         self._isa_takes = 2
         self._isas: dict[tuple, str] = {}
@@ -141,6 +142,7 @@ class _Ops:
             if why:
                 return why
             setattr(self, attr, names)
+        self.write_direct = self.write_names == list(_WRITE_ARGS)  # vLLM 0.30-0.32: call it positionally
         try:
             backend = importlib.import_module(_BACKEND_MODULE)
             self._get_isa = backend._get_attn_isa
@@ -179,14 +181,13 @@ class VllmCpuLaunch(PagedLaunch):
     """One step's launch: the scheduler metadata (per query dtype, made by the first layer) and the op's
     argument template; ``run`` per layer fills in the layer's tensors and calls the op."""
 
-    __slots__ = ("_template", "_dtype", "_ops", "_pages_seen", "_alibi_at", "_sinks_at")
+    __slots__ = ("_template", "_dtype", "_ops", "_alibi_at", "_sinks_at")
 
     def __init__(self, provider: "VllmCpuProvider", step: PagedStep, call: LayerConsts):
         super().__init__(provider, step, call)
         self._ops = ops()
         self._template: Optional[list] = None
         self._dtype: Optional[torch.dtype] = None
-        self._pages_seen: Optional[tuple] = None
         names = self._ops.attn_names
         self._alibi_at, self._sinks_at = names.index("alibi_slopes"), names.index("s_aux")
 
@@ -223,19 +224,16 @@ class VllmCpuLaunch(PagedLaunch):
 
     def run(self, q, k_cache, v_cache, out, *, layer):
         self.check(q, k_cache, v_cache, out, layer)
-        strides = (k_cache.stride(), v_cache.stride(), q.stride(2))
-        if strides != self._pages_seen:
-            check_head_major(k_cache, v_cache)
-            if q.stride(2) != 1:
-                raise ValueError(f"q must have a contiguous head dim for the vllm_cpu provider, strides {q.stride()}")
-            self._pages_seen = strides
+        kt, vt = head_major(k_cache, v_cache)
+        if q.stride(2) != 1:
+            raise ValueError(f"q must have a contiguous head dim for the vllm_cpu provider, strides {q.stride()}")
         if q.shape[0] == 0 or self.step.batch_size == 0:
             return out
         if self._template is None or q.dtype != self._dtype:
             self._template = self._arm(q.dtype, k_cache.shape[1])
         args = list(self._template)
         dst = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype)  # the op writes [T, Hq, D]
-        args[0], args[1], args[2], args[3] = q, k_cache.transpose(1, 2), v_cache.transpose(1, 2), dst
+        args[0], args[1], args[2], args[3] = q, kt, vt, dst
         if layer.alibi_slopes is not None:
             args[self._alibi_at] = layer.alibi_slopes
         if layer.sinks is not None:
@@ -246,8 +244,12 @@ class VllmCpuLaunch(PagedLaunch):
         return out
 
 
-def check_head_major(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-    """The op reads a page's rows of one KV head as one [page, D] block, and V with K's strides."""
+def head_major(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The [P, Hkv, page, D] views the ops take of k_cache / v_cache ([P, page, Hkv, D] views of head-major pages),
+    checked and made once per cache view (kept on the view: an engine hands the same views to every step)."""
+    got = getattr(k_cache, "_vxa_head_major", None)
+    if got is not None and got[0] is v_cache:
+        return got[1], got[2]
     d = k_cache.shape[3]
     if k_cache.stride(1) != d or k_cache.stride(3) != 1:
         raise ValueError(
@@ -258,6 +260,9 @@ def check_head_major(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
         raise ValueError(
             f"v_cache strides {v_cache.stride()} differ from k_cache's {k_cache.stride()} (the op reads one)"
         )
+    kt, vt = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+    k_cache._vxa_head_major = (v_cache, kt, vt)
+    return kt, vt
 
 
 def _sinks(s: torch.Tensor) -> torch.Tensor:
@@ -337,14 +342,13 @@ class VllmCpuProvider(KernelProvider):
         if slots is None:  # some skipped (< 0) or out of range: the op skips the first, never checks the second
             check_write_kv_slots(slot_mapping, num_slots)
             slots = slot_mapping.long()
-        check_head_major(k_cache, v_cache)
+        kt, vt = head_major(k_cache, v_cache)
+        if k.stride(2) != 1 or v.stride(2) != 1:  # the op reads each row's head dim contiguously
+            k, v = k.contiguous(), v.contiguous()
         o = ops()
-        kw = dict(
-            key=k,
-            value=v,
-            key_cache=k_cache.transpose(1, 2),
-            value_cache=v_cache.transpose(1, 2),
-            slot_mapping=slots,
-            isa=o.isa_for(k.dtype, k_cache.shape[1], k_cache.shape[3]),
-        )
-        o.write.default(*[kw.get(n) for n in o.write_names])
+        isa = o.isa_for(k.dtype, k_cache.shape[1], k_cache.shape[3])
+        if o.write_direct:
+            o.write.default(k, v, kt, vt, slots, isa)
+        else:
+            kw = dict(key=k, value=v, key_cache=kt, value_cache=vt, slot_mapping=slots, isa=isa)
+            o.write.default(*[kw.get(n) for n in o.write_names])
