@@ -526,6 +526,16 @@ def _cpu_machine(rec: dict) -> str:
     return f"a {rec['cpu_count']}-core {rec['machine']} CPU"
 
 
+def _names(providers) -> list[str]:
+    """Provider names from a record's list: vLLM runs list names; SGLang's log line gives the layer's
+    "{'prefill': 'x', 'decode': 'y'}, page size N" (its names taken)."""
+    out: list[str] = []
+    for p in providers or []:
+        found = re.findall(r"'(?:prefill|decode)': '(\w+)'", p) or [p]
+        out += [n for n in found if n not in out]
+    return sorted(out)
+
+
 def cpu_provider(r: Records) -> str:
     """Ours (torch_sdpa) vs each engine's own CPU backend, end to end."""
     rec = r.json(CPU)
@@ -544,7 +554,7 @@ def cpu_provider(r: Records) -> str:
             ]
         )
     provs = "; ".join(
-        f"{ENGINE_NAMES[res['engine']][0]} {', '.join(f'`{p}`' for p in res['backends']['ours'].get('providers') or [])}"
+        f"{ENGINE_NAMES[res['engine']][0]} {', '.join(f'`{p}`' for p in _names(res['backends']['ours'].get('providers')))}"
         for res in rec["results"]
     )
     return (
@@ -578,7 +588,7 @@ def cpu_batches(r: Records) -> str:
             o, w = row["ours"], row["own"]
             rows.append(
                 [
-                    f"{name}: ours (`{'`, `'.join(rec.get('providers') or ['?'])}`) / {rec['own']}",
+                    f"{name}: ours (`{'`, `'.join(_names(rec.get('providers')) or ['?'])}`) / {rec['own']}",
                     ctx,
                     str(row["batch"]),
                     f"{o['prefill_ms_per_prompt_token']:.3f} / {w['prefill_ms_per_prompt_token']:.3f} "
@@ -659,7 +669,7 @@ def _http_providers(rec: dict) -> str:
     """', as the runs logged it: vLLM `x`; SGLang `y`' where the record names them (older records do not)."""
     said = []
     for e, v in rec["engines"].items():
-        got = sorted({p for x in v["runs"] for p in (x.get("ours", {}).get("providers") or [])})
+        got = _names([p for x in v["runs"] for p in (x.get("ours", {}).get("providers") or [])])
         if got:
             said.append(f"{ENGINE_NAMES[e][0]} {', '.join(f'`{p}`' for p in got)}")
     return f", as the runs logged it: {'; '.join(said)}" if said else ""

