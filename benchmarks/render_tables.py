@@ -573,7 +573,6 @@ CPU_BATCHES = (
     "docs/cpu/cpu_batches.json",
     "docs/cpu/cpu_batches_2048.json",
     "docs/cpu/cpu_batches_sglang.json",
-    "docs/cpu/cpu_batches_sglang_2048.json",
 )
 
 
