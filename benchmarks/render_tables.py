@@ -529,10 +529,9 @@ def _cpu_machine(rec: dict) -> str:
 def _names(providers) -> list[str]:
     """Provider names from a record's list: vLLM runs list names; SGLang's log line gives the layer's
     "{'prefill': 'x', 'decode': 'y'}, page size N" (its names taken)."""
-    out: list[str] = []
+    out: set[str] = set()
     for p in providers or []:
-        found = re.findall(r"'(?:prefill|decode)': '(\w+)'", p) or [p]
-        out += [n for n in found if n not in out]
+        out.update(re.findall(r"'(?:prefill|decode)': '(\w+)'", p) or [p])
     return sorted(out)
 
 
@@ -571,7 +570,6 @@ def cpu_provider(r: Records) -> str:
 
 CPU_BATCHES = (
     "docs/cpu/cpu_batches.json",
-    "docs/cpu/cpu_batches_2048.json",
     "docs/cpu/cpu_batches_sglang.json",
 )
 
@@ -671,7 +669,7 @@ def _http_providers(rec: dict) -> str:
         got = _names([p for x in v["runs"] for p in (x.get("ours", {}).get("providers") or [])])
         if got:
             said.append(f"{ENGINE_NAMES[e][0]} {', '.join(f'`{p}`' for p in got)}")
-    return f", as the runs logged it: {'; '.join(said)}" if said else ""
+    return f", as the runs logged it: {'; '.join(said)}" if said else "; the record does not name it"
 
 
 def http_load(r: Records) -> str:
