@@ -660,49 +660,59 @@ def transformers_cb(r: Records) -> str:
 # ------------------------------------------------------------------------- HTTP load (bench_http_load.py)
 
 HTTP = "docs/cpu/http_load.json"  # benchmarks/bench_http_load.py: medians of alternating serve_compare.py runs
+# records per engine, newest first: an engine's row comes from the first record that holds it
+HTTP_RECORDS = ("docs/cpu/http_load_vllm.json", HTTP)
 
 
-def _http_providers(rec: dict) -> str:
-    """', as the runs logged it: vLLM `x`; SGLang `y`' where the record names them (older records do not)."""
-    said = []
-    for e, v in rec["engines"].items():
-        got = _names([p for x in v["runs"] for p in (x.get("ours", {}).get("providers") or [])])
-        if got:
-            said.append(f"{ENGINE_NAMES[e][0]} {', '.join(f'`{p}`' for p in got)}")
-    return f", as the runs logged it: {'; '.join(said)}" if said else "; the record does not name it"
+def _http_providers(runs: list[dict]) -> str:
+    """The providers the runs' logs named for ours, or a dash (records older than that field)."""
+    got = _names([p for x in runs for p in (x.get("ours", {}).get("providers") or [])])
+    return ", ".join(f"`{p}`" for p in got) or "not recorded"
 
 
 def http_load(r: Records) -> str:
     """Each engine's HTTP server under pressure with its own CPU backend and with ours: medians over alternating
     runs of requests/s and time to first token, and greedy-token agreement."""
-    rec = r.json(HTTP)
-    rows = []
-    for e, v in rec["engines"].items():
-        med, runs = v["median"], v["runs"]
-        own_name = ENGINE_NAMES[e][1]
-        ok = [x for x in runs if x["rc"] == 0]
-        same = (
-            f"{sum(x['comparison']['identical'] for x in ok)}/{sum(x['comparison']['completed_by_both'] for x in ok)}"
-        )
-        ev = lambda b: rng([x[b]["pressure_events"] for x in ok], lambda v: f"{v:.0f}")  # noqa: E731
-        rows.append(
-            [
-                f"{ENGINE_NAMES[e][0]}: ours / {own_name}",
-                f"{med['ours']['requests_per_s']:.2f} / {med['own']['requests_per_s']:.2f} "
-                f"({med['ratio']['requests_per_s']:.2f}x)",
-                f"{med['ours']['ttft_p50_s']:.1f} / {med['own']['ttft_p50_s']:.1f} ({med['ratio']['ttft_p50']:.2f}x)",
-                f"{med['ours']['ttft_p99_s']:.1f} / {med['own']['ttft_p99_s']:.1f} ({med['ratio']['ttft_p99']:.2f}x)",
-                same,
-                f"{ev('ours')} / {ev('own')}",
-                f"{len(ok)} of {len(runs)}",
-            ]
-        )
+    rows, seen, used = [], set(), []
+    for rel in HTTP_RECORDS:
+        if not (ROOT / rel).exists():
+            continue
+        rec = r.json(rel)
+        for e, v in rec["engines"].items():
+            if e in seen:
+                continue
+            seen.add(e)
+            used.append((rel, rec))
+            med, runs = v["median"], v["runs"]
+            own_name = ENGINE_NAMES[e][1]
+            ok = [x for x in runs if x["rc"] == 0]
+            same = (
+                f"{sum(x['comparison']['identical'] for x in ok)}/"
+                f"{sum(x['comparison']['completed_by_both'] for x in ok)}"
+            )
+            ev = lambda b: rng([x[b]["pressure_events"] for x in ok], lambda v: f"{v:.0f}")  # noqa: E731
+            rows.append(
+                [
+                    f"{ENGINE_NAMES[e][0]}: ours ({_http_providers(runs)}) / {own_name}",
+                    f"{med['ours']['requests_per_s']:.2f} / {med['own']['requests_per_s']:.2f} "
+                    f"({med['ratio']['requests_per_s']:.2f}x)",
+                    f"{med['ours']['ttft_p50_s']:.1f} / {med['own']['ttft_p50_s']:.1f} "
+                    f"({med['ratio']['ttft_p50']:.2f}x)",
+                    f"{med['ours']['ttft_p99_s']:.1f} / {med['own']['ttft_p99_s']:.1f} "
+                    f"({med['ratio']['ttft_p99']:.2f}x)",
+                    same,
+                    f"{ev('ours')} / {ev('own')}",
+                    f"{len(ok)} of {len(runs)}",
+                    f"{rec['date_utc']} UTC, {link(rel, 'docs')}",
+                ]
+            )
+    rec = used[0][1]
+    pressure = "a KV pool too small for the load (vLLM preempts, SGLang retracts), " if rec["pressure"] else ""
     return (
-        f"Path: the engine end to end (its OpenAI-compatible HTTP server; ours is the engine's CPU default provider"
-        f"{_http_providers(rec)}), "
-        f"{rec['model_name']} fp32, {'a KV pool too small for the load (vLLM preempts, SGLang retracts), ' if rec['pressure'] else ''}"
-        f"192 completions, 64 in flight. Machine: {_cpu_machine(rec)}; {rec['date_utc']} UTC. Medians of "
-        f"alternating runs (own first, then ours first, ...; engines interleaved). Record: {link(HTTP, 'docs')}.\n\n"
+        f"Path: the engine end to end (its OpenAI-compatible HTTP server; ours is the engine's CPU default "
+        f"provider, as the runs logged it), {rec['model_name']} fp32, {pressure}192 completions, 64 in flight. "
+        f"Machine: {_cpu_machine(rec)}. Medians of alternating runs (own first, then ours first, ...; engines "
+        f"interleaved where one record holds both).\n\n"
         + table(
             [
                 "engine",
@@ -712,6 +722,7 @@ def http_load(r: Records) -> str:
                 "identical greedy tokens",
                 "preemptions / retractions per run, ours / own",
                 "runs counted",
+                "run, record",
             ],
             rows,
         )
