@@ -207,7 +207,7 @@ def _refuse_what_the_kernels_refuse(ap: argparse.ArgumentParser, a: argparse.Nam
     (``a.spec``, ``a.mla_spec``), so a value the kernels refuse never reaches a verdict."""
     from .core import LayerSpec, MLADims
     from .core.paging import check_page_size
-    from .kernels.api import check_count, check_dims, check_softcap, check_window
+    from .kernels.api import KVLayout, check_count, check_dims, check_softcap, check_window
 
     def refuse(flag, check, *args):
         try:
@@ -238,6 +238,7 @@ def _refuse_what_the_kernels_refuse(ap: argparse.ArgumentParser, a: argparse.Nam
             alibi_slopes=(1.0,) * a.q_heads if a.alibi else None,
             dtype=dtype,
             kv_dtype=kv,
+            kv_layout=KVLayout(a.kv_layout),
         ),
     )
     a.mla_spec = None
@@ -290,6 +291,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="sliding window: a query sees itself and the N keys before it (FlashAttention's left "
         "window; -1 or unset = none)",
+    )
+    d.add_argument(
+        "--kv-layout",
+        choices=["NHD", "HND"],
+        default="NHD",
+        help="the engine's cache pages: NHD (token-major: SGLang, transformers, vLLM on XPU/CUDA) or HND "
+        "(head-major: vLLM on the CPU)",
     )
     d.add_argument("--softcap", type=float, default=0.0, help="logit softcap value (0 = off)")
     d.add_argument("--sinks", action="store_true", help="attention sinks (one extra logit per head)")
