@@ -18,7 +18,7 @@ from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig, s
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
-from vllm_xpu_attn.vllm.backend import XpuAttnImpl, XpuAttnMetadataBuilder
+from vllm_xpu_attn.vllm.backend import XpuAttnBackend, XpuAttnImpl, XpuAttnMetadataBuilder
 
 assert getattr(vllm, "IS_VLLM_STUB", False), "expected the stand-in, found a real vLLM"
 dev = torch.device(sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -45,8 +45,14 @@ with set_current_vllm_config(cfg):
     # the vLLM layer as the impl reads it: its KV scales (1.0 unless FP8; the impl reads them since FP8 KV)
     layer = types.SimpleNamespace(_k_scale=torch.ones(1, device=dev), _v_scale=torch.ones(1, device=dev))
     assert impl.kv_quant_mode.name == "NONE"  # the verbatim AttentionImpl property vLLM's runner reads
-    # logical [blocks, heads, page, 2D] stored LBNHC: allocate [blocks, page, heads, 2D] and view it logical
-    kv_cache = torch.zeros(num_blocks, page, Hkv, 2 * D, dtype=dtype, device=dev).transpose(1, 2)
+    # logical [blocks, heads, page, 2D], stored as the backend declares (vLLM allocates so): LBNHC on accelerators,
+    # [blocks, page, heads, 2D] viewed logical; LBHNC on the CPU, the logical shape itself (vLLM's CPU pages)
+    layout = XpuAttnBackend.supported_kv_cache_layouts()[0].name
+    if layout == "LBNHC":
+        kv_cache = torch.zeros(num_blocks, page, Hkv, 2 * D, dtype=dtype, device=dev).transpose(1, 2)
+    else:
+        assert layout == "LBHNC" and dev.type == "cpu", (layout, dev)
+        kv_cache = torch.zeros(num_blocks, Hkv, page, 2 * D, dtype=dtype, device=dev)
 
     def step(ctx: list[int], n_pad: int) -> None:
         """One decode step: len(ctx) real requests (ctx keys each) padded to an n_pad-request graph."""
