@@ -1,19 +1,23 @@
 """Model-level time per token on the CPU at several batch sizes, in vLLM or SGLang: this backend vs the engine's
-own CPU backend (vLLM CPU_ATTN, SGLang torch_native), processes alternating (own, ours, own, ours, ...), medians
-over the rounds.
+own CPU backend (vLLM CPU_ATTN, SGLang torch_native), measured in pairs.
 
     python benchmarks/bench_cpu_batches.py --out docs/cpu/cpu_batches.json [--engine vllm|sglang]
-        [--batches 1 8 32] [--rounds 3] [--max-tokens 32] [--context N]
+        [--batches 1 8 32] [--reps 7] [--max-tokens 32] [--context N]
         [--real-model .venvs/smollm2-135m-instruct] [--vllm-python ...] [--sglang-python ...]
+
+Both engines stay up side by side, one process each (SmolLM2-135M-Instruct, fp32, eager, no prefix / radix
+cache), and take turns: per batch size both warm up, then each repetition times own and ours back to back (the
+order swapped every repetition), each with ``generate`` at max_tokens=1 (prefill: ms per prompt token) and at
+max_tokens=N (decode: (t_N - t_1) / (batch x (N - 1)) ms per output token). The idle engine waits on a pipe, so
+one engine runs at a time. Why pairs: on a shared machine the speed drifts by 10-40 % over minutes; two runs a
+few seconds apart see the same drift, so the ratio of a pair cancels it where medians of separate processes do
+not. Reported per batch size: the median over repetitions of the paired ratios ours / own (and their range),
+each backend's median time, and whether the greedy tokens are identical. Measures, never asserts. Writes the
+JSON and a PNG beside it (where matplotlib imports).
 
 The prompts are the main job's questions with the chat template (bench_cpu_provider.py's), cycled to the batch
 size (28-50 tokens each). ``--context N``: each prompt is instead its question after a shared-free filler of
 other questions, N tokens in all (long contexts; no prefix cache, so every token is prefilled and attended).
-Per round and backend one engine process (SmolLM2-135M-Instruct, fp32, eager, no prefix / radix cache) warms
-up, then per batch size times ``generate`` with max_tokens=1 (prefill: ms per prompt token) and with
-max_tokens=N (decode: (t_N - t_1) / (batch x (N - 1)) ms per output token). Reported: medians over the rounds,
-ours / own, and whether the greedy tokens are identical. Measures, never asserts. Writes the JSON and a PNG
-beside it (where matplotlib imports).
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+MARK = "@@bench_cpu_batches "  # a worker's answer line (engine logs share its stdout)
+HANDOVER_S = 0.5  # idle time between turns: the last engine's OpenMP threads stop spinning before the next runs
 
 
 def _prompts(a) -> list[list[int]]:
@@ -51,25 +56,10 @@ def _prompts(a) -> list[list[int]]:
     return out
 
 
-def _time_batches(a, generate) -> dict:
-    """Per batch size: warm-up, then generate with max_tokens=1 and max_tokens=N, timed."""
-    base = _prompts(a)
-    res = {}
-    for n in a.batches:
-        prompts = [base[i % len(base)] for i in range(n)]
-        generate(prompts, a.max_tokens)  # warm-up at this batch size
-        t0 = time.perf_counter()
-        generate(prompts, 1)
-        t1 = time.perf_counter()
-        ids = generate(prompts, a.max_tokens)
-        t2 = time.perf_counter()
-        res[str(n)] = {"t1": t1 - t0, "tn": t2 - t1, "prompt_tokens": sum(map(len, prompts)), "token_ids": ids}
-    return res
-
-
-def worker_vllm(a) -> dict:
+def engine_vllm(a):
+    """A vLLM engine in this process; returns generate(prompts, max_tokens) -> token ids per prompt."""
     os.environ["XPU_ATTN_ENABLE"] = "0" if a.backend == "own" else "1"
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(a.kv_space_gb))
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams
 
@@ -87,15 +77,18 @@ def worker_vllm(a) -> dict:
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
         return [list(o.outputs[0].token_ids) for o in outs]
 
-    res = _time_batches(a, generate)
-    if a.backend == "ours":
+    def providers():
+        if a.backend != "ours":
+            return None
         from vllm_xpu_attn.kernels.api import chosen_providers
 
-        res["providers"] = chosen_providers()
-    return res
+        return chosen_providers()
+
+    return generate, providers, lambda: None
 
 
-def worker_sglang(a) -> dict:
+def engine_sglang(a):
+    """An SGLang engine (its scheduler in a child process); the same generate as engine_vllm."""
     import sglang
 
     engine = sglang.Engine(
@@ -116,17 +109,78 @@ def worker_sglang(a) -> dict:
         sp = {"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True}
         return [r.get("output_ids") for r in engine.generate(input_ids=prompts, sampling_params=sp)]
 
-    try:
-        return _time_batches(a, generate)  # providers: from the scheduler process's log (main)
-    finally:
-        engine.shutdown()
+    return generate, lambda: None, engine.shutdown  # providers: from the scheduler's log (the driver reads it)
 
 
 def worker(a) -> int:
-    """One engine process: every batch size of ``a.batches``, once each after a warm-up."""
-    res = (worker_vllm if a.engine == "vllm" else worker_sglang)(a)
-    Path(a.out).write_text(json.dumps(res))
+    """One engine process serving the driver: a JSON command per stdin line, a MARK line per answer on stdout.
+
+    {"batch": n, "max_tokens": m} -> {"seconds": t, "prompt_tokens": p, "token_ids": [...]}; {"providers": 1};
+    EOF ends it."""
+    generate, providers, shutdown = (engine_vllm if a.engine == "vllm" else engine_sglang)(a)
+    base = _prompts(a)
+    print(MARK + json.dumps({"ready": True}), flush=True)
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if "providers" in cmd:
+                ans = {"providers": providers()}
+            else:
+                prompts = [base[i % len(base)] for i in range(cmd["batch"])]
+                t0 = time.perf_counter()
+                ids = generate(prompts, cmd["max_tokens"])
+                ans = {"seconds": time.perf_counter() - t0, "prompt_tokens": sum(map(len, prompts)), "token_ids": ids}
+            print(MARK + json.dumps(ans), flush=True)
+    finally:
+        shutdown()
     return 0
+
+
+class Engine:
+    """The driver's handle on one worker process; its stdout lines other than answers are kept as its log."""
+
+    def __init__(self, a, backend: str, env: dict, log: Path):
+        py = a.vllm_python if a.engine == "vllm" else a.sglang_python
+        cmd = [py, str(Path(__file__).resolve()), "--worker", "--engine", a.engine, "--backend", backend]
+        cmd += ["--context", str(a.context), "--model", a.model, "--max-tokens", str(a.max_tokens)]
+        cmd += ["--kv-space-gb", str(a.kv_space_gb)]
+        self.backend = backend
+        self.log_path = log
+        self.log: list[str] = []
+        self._err = open(log, "w")
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1
+        )
+
+    def answer(self, timeout_s: float = 3600) -> dict:
+        t0 = time.time()
+        for line in self.proc.stdout:
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK) :])
+            self.log.append(line.rstrip("\n"))
+            if time.time() - t0 > timeout_s:
+                break
+        self.close()
+        tail = "\n".join(self.log[-40:]) + "\n" + self.log_path.read_text()[-4000:]
+        raise SystemExit(f"the {self.backend} engine ended without an answer (rc {self.proc.poll()}):\n{tail}")
+
+    def ask(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self.answer()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=120)
+            except Exception:
+                self.proc.kill()
+        self._err.close()
+
+
+def _pair_stats(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
 
 
 def main() -> int:
@@ -138,8 +192,9 @@ def main() -> int:
     ap.add_argument("--context", type=int, default=0, help="pad each prompt to this many tokens (0: the questions)")
     ap.add_argument("--model", default=str(venvs / "smollm2-135m-instruct"))
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=7, help="timed pairs per batch size")
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--kv-space-gb", type=int, default=4, help="vLLM's VLLM_CPU_KVCACHE_SPACE per engine")
     ap.add_argument("--vllm-python", default=str(venvs / "vllm" / "bin" / "python"))
     ap.add_argument("--sglang-python", default=str(venvs / "sglang" / "bin" / "python"))
     ap.add_argument("--out", default=str(ROOT / "docs" / "cpu" / "cpu_batches.json"))
@@ -150,108 +205,113 @@ def main() -> int:
     if a.replot:
         plot(json.loads(Path(a.replot).read_text()), Path(a.replot).with_suffix(".png"))
         return 0
-    tmp = Path(tempfile.mkdtemp(prefix="bench_cpu_batches-"))
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     env.pop("XPU_ATTN_KERNEL", None)
     path = [str(ROOT)] + ([str(ROOT / "sglang_compat" / "cpu_shims")] if a.engine == "sglang" else [])
     env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    py = a.vllm_python if a.engine == "vllm" else a.sglang_python
-    raw: dict = {"own": [], "ours": []}
-    for r in range(a.rounds):
-        for backend in ("own", "ours"):
-            out = tmp / f"{backend}-{r}.json"
-            cmd = [
-                py,
-                str(Path(__file__).resolve()),
-                "--worker",
-                "--engine",
-                a.engine,
-                "--context",
-                str(a.context),
-                "--backend",
-                backend,
-                "--model",
-                a.model,
-                "--max-tokens",
-                str(a.max_tokens),
-                "--out",
-                str(out),
-                "--batches",
-                *map(str, a.batches),
-            ]
-            t0 = time.time()
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
-            if proc.returncode != 0 or not out.exists():
-                raise SystemExit(
-                    f"{backend} round {r} failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}"
-                )
-            got = json.loads(out.read_text())
-            if a.engine == "sglang" and backend == "ours":
-                log = proc.stdout + proc.stderr
-                said = [ln for ln in log.splitlines() if "xpu_attn (SGLang): providers" in ln]
-                got["providers"] = sorted({ln.split("providers", 1)[1].strip() for ln in said})
-            raw[backend].append(got)
-            print(f"[bench] round {r} {backend}: {time.time() - t0:.0f} s", flush=True)
-    rows = []
-    for n in a.batches:
-        row = {"batch": n}
-        for backend in ("own", "ours"):
-            runs = [x[str(n)] for x in raw[backend]]
-            pre = [x["t1"] / x["prompt_tokens"] * 1e3 for x in runs]
-            dec = [(x["tn"] - x["t1"]) / (n * (a.max_tokens - 1)) * 1e3 for x in runs]
-            row[backend] = {
-                "prefill_ms_per_prompt_token": statistics.median(pre),
-                "prefill_runs": pre,
-                "decode_ms_per_output_token": statistics.median(dec),
-                "decode_runs": dec,
-                "prompt_tokens": runs[0]["prompt_tokens"],
-            }
-        row["ratio_prefill"] = row["ours"]["prefill_ms_per_prompt_token"] / row["own"]["prefill_ms_per_prompt_token"]
-        row["ratio_decode"] = row["ours"]["decode_ms_per_output_token"] / row["own"]["decode_ms_per_output_token"]
-        own_ids, our_ids = raw["own"][0][str(n)]["token_ids"], raw["ours"][0][str(n)]["token_ids"]
-        row["identical_to_own"] = f"{sum(x == y for x, y in zip(own_ids, our_ids))}/{n}"
-        rows.append(row)
-        print(
-            f"batch {n:3}: prefill {row['ours']['prefill_ms_per_prompt_token']:.3f} vs "
-            f"{row['own']['prefill_ms_per_prompt_token']:.3f} ms/token (x{row['ratio_prefill']:.2f}), decode "
-            f"{row['ours']['decode_ms_per_output_token']:.3f} vs {row['own']['decode_ms_per_output_token']:.3f} "
-            f"ms/token (x{row['ratio_decode']:.2f}), identical {row['identical_to_own']}",
-            flush=True,
-        )
-    import platform
-
-    eng = subprocess.run(
-        [py, "-c", f"import torch, {a.engine} as e; print(torch.__version__, e.__version__)"],
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    own_name = "CPU_ATTN" if a.engine == "vllm" else "torch_native"
-    report = {
-        "what": f"{a.engine}, SmolLM2-135M-Instruct fp32: ms per token, medians of alternating rounds (one process "
-        f"each); ratio = this backend / {own_name} (the engine's own)",
-        "engine": a.engine,
-        "own": own_name,
-        "context": a.context or None,
-        "max_tokens": a.max_tokens,
-        "rounds": a.rounds,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-        "torch": eng[0] if eng else None,
-        a.engine: eng[1] if len(eng) > 1 else None,
-        "providers": raw["ours"][0].get("providers"),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "rows": rows,
-    }
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    engines = {}
+    try:
+        for backend in ("own", "ours"):  # one at a time: start-up is the heaviest part of a process
+            engines[backend] = Engine(a, backend, env, out.with_name(f"{out.stem}.{backend}.log"))
+            engines[backend].answer()
+            print(f"[bench] {backend} engine up after {time.time() - t_start:.0f} s", flush=True)
+        rows = [_measure(a, engines, n) for n in a.batches]
+        providers = engines["ours"].ask(providers=1)["providers"]
+    finally:
+        for e in engines.values():
+            e.close()
+    if a.engine == "sglang":  # the scheduler process logs what served
+        said = [ln for ln in engines["ours"].log if "xpu_attn (SGLang): providers" in ln]
+        providers = sorted({ln.split("providers", 1)[1].strip() for ln in said})
+    report = _report(a, rows, providers)
     out.write_text(json.dumps(report, indent=1))
-    print(f"[bench] wrote {out}")
+    print(f"[bench] wrote {out} ({time.time() - t_start:.0f} s)")
     try:
         plot(report, out.with_suffix(".png"))
         print(f"[bench] wrote {out.with_suffix('.png')}")
     except ImportError:
         print("[bench] matplotlib not importable here: no PNG (then --replot JSON where it is)")
     return 0
+
+
+def _measure(a, engines: dict, n: int) -> dict:
+    """One batch size: both warm up, then ``a.reps`` pairs (order swapped each repetition)."""
+    for e in engines.values():
+        e.ask(batch=n, max_tokens=a.max_tokens)  # warm-up at this batch size (and every compile it triggers)
+    runs: dict = {"own": [], "ours": []}
+    ids: dict = {}
+    for rep in range(a.reps):
+        order = ("own", "ours") if rep % 2 == 0 else ("ours", "own")
+        for backend in order:
+            time.sleep(HANDOVER_S)
+            e = engines[backend]
+            t1 = e.ask(batch=n, max_tokens=1)
+            tn = e.ask(batch=n, max_tokens=a.max_tokens)
+            ids.setdefault(backend, tn["token_ids"])
+            runs[backend].append(
+                {
+                    "prefill": t1["seconds"] / t1["prompt_tokens"] * 1e3,
+                    "decode": (tn["seconds"] - t1["seconds"]) / (n * (a.max_tokens - 1)) * 1e3,
+                    "prompt_tokens": t1["prompt_tokens"],
+                }
+            )
+    row: dict = {"batch": n}
+    for backend in ("own", "ours"):
+        rs = runs[backend]
+        row[backend] = {
+            "prefill_ms_per_prompt_token": statistics.median(r["prefill"] for r in rs),
+            "prefill_runs": [r["prefill"] for r in rs],
+            "decode_ms_per_output_token": statistics.median(r["decode"] for r in rs),
+            "decode_runs": [r["decode"] for r in rs],
+            "prompt_tokens": rs[0]["prompt_tokens"],
+        }
+    for phase in ("prefill", "decode"):
+        pairs = [o[phase] / w[phase] for o, w in zip(runs["ours"], runs["own"])]
+        row[f"pairs_{phase}"] = _pair_stats(pairs)
+        row[f"ratio_{phase}"] = row[f"pairs_{phase}"]["median"]
+    row["identical_to_own"] = f"{sum(x == y for x, y in zip(ids['own'], ids['ours']))}/{n}"
+    print(
+        f"batch {n:3}: prefill {row['ours']['prefill_ms_per_prompt_token']:.3f} vs "
+        f"{row['own']['prefill_ms_per_prompt_token']:.3f} ms/token (pairs x{row['ratio_prefill']:.3f}, "
+        f"{row['pairs_prefill']['min']:.2f}-{row['pairs_prefill']['max']:.2f}), decode "
+        f"{row['ours']['decode_ms_per_output_token']:.3f} vs {row['own']['decode_ms_per_output_token']:.3f} ms/token "
+        f"(pairs x{row['ratio_decode']:.3f}, {row['pairs_decode']['min']:.2f}-{row['pairs_decode']['max']:.2f}), "
+        f"identical {row['identical_to_own']}",
+        flush=True,
+    )
+    return row
+
+
+def _report(a, rows: list[dict], providers) -> dict:
+    import platform
+
+    py = a.vllm_python if a.engine == "vllm" else a.sglang_python
+    eng = subprocess.run(
+        [py, "-c", f"import torch, {a.engine} as e; print(torch.__version__, e.__version__)"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    own_name = "CPU_ATTN" if a.engine == "vllm" else "torch_native"
+    return {
+        "what": f"{a.engine}, SmolLM2-135M-Instruct fp32: ms per token; both engines up side by side, taking turns; "
+        f"ratio = median over repetitions of the paired ratio this backend / {own_name} (the engine's own)",
+        "engine": a.engine,
+        "own": own_name,
+        "method": "pairs",
+        "context": a.context or None,
+        "max_tokens": a.max_tokens,
+        "reps": a.reps,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "torch": eng[0] if eng else None,
+        a.engine: eng[1] if len(eng) > 1 else None,
+        "providers": providers,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "rows": rows,
+    }
 
 
 def plot(report: dict, path: Path) -> None:
@@ -270,7 +330,9 @@ def plot(report: dict, path: Path) -> None:
             ("decode_ms_per_output_token", "ratio_decode", "decode"),
         )
     ):
-        bars = ax.bar([x + i * w for x in range(len(rows))], [r[rk] for r in rows], w, label=label)
+        pk = "pairs_" + label
+        err = [[r[rk] - r[pk]["min"] for r in rows], [r[pk]["max"] - r[rk] for r in rows]]
+        bars = ax.bar([x + i * w for x in range(len(rows))], [r[rk] for r in rows], w, yerr=err, capsize=3, label=label)
         for bar, r in zip(bars, rows):
             ax.annotate(
                 f"x{r[rk]:.2f}\n{r['ours'][key]:.3g} vs {r['own'][key]:.3g} ms",
@@ -283,14 +345,14 @@ def plot(report: dict, path: Path) -> None:
     engine = report.get("engine", "vllm")
     ax.axhline(1.0, color="#aa0000", lw=1, ls="--", label=f"target: 1.0x {own}")
     ax.set_xticks([x + w / 2 for x in range(len(rows))], [f"batch {r['batch']}" for r in rows])
-    ax.set_ylabel(f"{'+'.join(report.get('providers') or ['ours'])} / {own} (time per token)")
-    ax.set_ylim(0, max(max(r["ratio_prefill"], r["ratio_decode"]) for r in rows) * 1.3)
+    ax.set_ylabel(f"ours / {own}, time per token (paired; bars: min-max)")
+    ax.set_ylim(0, max(max(r["pairs_prefill"]["max"], r["pairs_decode"]["max"]) for r in rows) * 1.3)
     ax.legend(fontsize=8)
     ax.set_title(
         f"{engine} {report.get(engine)}, SmolLM2-135M fp32"
         + (f", {report['context']}-token prompts" if report.get("context") else "")
         + f", {report['cpu_count']} cores, "
-        f"median of {report['rounds']} alternating rounds",
+        f"median of {report['reps']} paired runs",
         fontsize=9,
     )
     fig.tight_layout()

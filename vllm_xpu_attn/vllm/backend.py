@@ -400,7 +400,8 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
             self.runner.ensure_bound(layer, sinks=self.sinks, k_scale=layer._k_scale, v_scale=layer._v_scale)
         else:
             self.runner.ensure_bound(layer, sinks=self.sinks)
-        out = output.view(-1, self.num_heads, self.head_size)
+        # vLLM passes output as [T, Hq, D] already (Attention.forward views it): a view is ~3 us a layer on the CPU
+        out = output if output.dim() == 3 else output.view(-1, self.num_heads, self.head_size)
         plan = attn_metadata.plan
         if self._encoder:
             n = plan.num_tokens
