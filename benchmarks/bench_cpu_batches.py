@@ -2,18 +2,21 @@
 own CPU backend (vLLM CPU_ATTN, SGLang torch_native), measured in pairs.
 
     python benchmarks/bench_cpu_batches.py --out docs/cpu/cpu_batches.json [--engine vllm|sglang]
-        [--batches 1 8 32] [--reps 7] [--max-tokens 32] [--context N]
+        [--batches 1 8 32] [--reps 9] [--max-tokens 32] [--context N]
         [--real-model .venvs/smollm2-135m-instruct] [--vllm-python ...] [--sglang-python ...]
 
 Both engines stay up side by side, one process each (SmolLM2-135M-Instruct, fp32, eager, no prefix / radix
 cache), and take turns: per batch size both warm up, then each repetition times own and ours back to back (the
-order swapped every repetition), each with ``generate`` at max_tokens=1 (prefill: ms per prompt token) and at
-max_tokens=N (decode: (t_N - t_1) / (batch x (N - 1)) ms per output token). The idle engine waits on a pipe, so
-one engine runs at a time. Why pairs: on a shared machine the speed drifts by 10-40 % over minutes; two runs a
-few seconds apart see the same drift, so the ratio of a pair cancels it where medians of separate processes do
-not. Reported per batch size: the median over repetitions of the paired ratios ours / own (and their range),
-each backend's median time, and whether the greedy tokens are identical. Measures, never asserts. Writes the
-JSON and a PNG beside it (where matplotlib imports).
+order swapped every repetition), one call of every prompt at once with max_tokens=N each. The call is timed from
+inside (vLLM: its engine stepped here; SGLang: the stream of tokens): prefill = the time until every request has
+its first token, per prompt token; decode = the time from then to the last token, per token generated in it. So
+neither is a difference of two calls (at 2,048-token prompts the prefill is seconds and the decode a fraction of
+it). The idle engine waits on a pipe (SGLang's scheduler with sleep_on_idle: else it spins on a core), so one
+engine runs at a time. Why pairs: on a shared machine the speed drifts by 10-40 % over minutes; two runs a few
+seconds apart see the same drift, so the ratio of a pair cancels it where medians of separate processes do not.
+Reported per batch size: the median over repetitions of the paired ratios ours / own (and their range), each
+backend's median time, and whether the greedy tokens are identical. Measures, never asserts. Writes the JSON and
+a PNG beside it (where matplotlib imports).
 
 The prompts are the main job's questions with the chat template (bench_cpu_provider.py's), cycled to the batch
 size (28-50 tokens each). ``--context N``: each prompt is instead its question after a shared-free filler of
@@ -56,6 +59,35 @@ def _prompts(a) -> list[list[int]]:
     return out
 
 
+class Clock:
+    """One generate call's timeline: when every request had its first token (the batch's prefill, chunked or
+    not, with the first sampled token) and when the last one ended; the tokens generated between the two."""
+
+    def __init__(self, n: int):
+        self.t0 = time.perf_counter()
+        self.n = n
+        self.count = [0] * n
+        self.t_first = None  # seconds from t0 to the moment every request had a token
+        self.tokens_at_first = 0
+        self.t_end = 0.0
+
+    def tokens(self, i: int, count: int) -> None:
+        self.count[i] = count
+
+    def tick(self) -> None:
+        now = time.perf_counter() - self.t0
+        if self.t_first is None and min(self.count) > 0:
+            self.t_first, self.tokens_at_first = now, sum(self.count)
+        self.t_end = now
+
+    def result(self) -> dict:
+        return {
+            "prefill_s": self.t_first,
+            "decode_s": self.t_end - self.t_first,
+            "decode_tokens": sum(self.count) - self.tokens_at_first,
+        }
+
+
 def engine_vllm(a):
     """A vLLM engine in this process; returns generate(prompts, max_tokens) -> token ids per prompt."""
     os.environ["XPU_ATTN_ENABLE"] = "0" if a.backend == "own" else "1"
@@ -72,10 +104,25 @@ def engine_vllm(a):
         enable_prefix_caching=False,
     )
 
+    engine = llm.llm_engine
+    calls = iter(range(1 << 30))
+
     def generate(prompts, n):
+        """Every prompt at once, stepped here: the time of each step that gives a request a token is seen."""
         sp = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outs]
+        call = next(calls)
+        for i, p in enumerate(prompts):
+            engine.add_request(f"c{call}-{i}", {"prompt_token_ids": p}, sp)
+        clock = Clock(len(prompts))
+        ids: dict = {}
+        while engine.has_unfinished_requests():
+            outs = engine.step()
+            for o in outs:
+                i = int(o.request_id.rsplit("-", 1)[1])
+                ids[i] = list(o.outputs[0].token_ids)
+                clock.tokens(i, len(ids[i]))
+            clock.tick()
+        return [ids[i] for i in range(len(prompts))], clock
 
     def providers():
         if a.backend != "ours":
@@ -103,11 +150,23 @@ def engine_sglang(a):
         skip_server_warmup=True,
         disable_radix_cache=True,
         log_level="error",
+        sleep_on_idle=True,  # else the idle engine's scheduler spins on a core while the other one runs
     )
 
     def generate(prompts, n):
+        """Every prompt at once, streamed: each chunk is a request's new token(s) as the scheduler sends them."""
         sp = {"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True}
-        return [r.get("output_ids") for r in engine.generate(input_ids=prompts, sampling_params=sp)]
+        clock = Clock(len(prompts))
+        ids: dict = {}
+        for chunk in engine.generate(input_ids=prompts, sampling_params=sp, stream=True):
+            i, got = chunk.get("index", 0), chunk.get("output_ids") or []
+            done = chunk["meta_info"]["completion_tokens"]
+            ids[i] = list(got) if len(got) == done else ids.get(i, []) + list(got)  # cumulative or incremental
+            clock.tokens(i, done)
+            clock.tick()
+        if any(len(ids.get(i, ())) != n for i in range(len(prompts))):
+            raise RuntimeError(f"SGLang streamed {[len(ids.get(i, ())) for i in range(len(prompts))]} tokens, not {n}")
+        return [ids[i] for i in range(len(prompts))], clock
 
     return generate, lambda: None, engine.shutdown  # providers: from the scheduler's log (the driver reads it)
 
@@ -115,7 +174,8 @@ def engine_sglang(a):
 def worker(a) -> int:
     """One engine process serving the driver: a JSON command per stdin line, a MARK line per answer on stdout.
 
-    {"batch": n, "max_tokens": m} -> {"seconds": t, "prompt_tokens": p, "token_ids": [...]}; {"providers": 1};
+    {"batch": n, "max_tokens": m} -> {"prefill_s", "decode_s", "decode_tokens", "prompt_tokens", "token_ids"};
+    {"providers": 1};
     EOF ends it."""
     generate, providers, shutdown = (engine_vllm if a.engine == "vllm" else engine_sglang)(a)
     base = _prompts(a)
@@ -127,9 +187,8 @@ def worker(a) -> int:
                 ans = {"providers": providers()}
             else:
                 prompts = [base[i % len(base)] for i in range(cmd["batch"])]
-                t0 = time.perf_counter()
-                ids = generate(prompts, cmd["max_tokens"])
-                ans = {"seconds": time.perf_counter() - t0, "prompt_tokens": sum(map(len, prompts)), "token_ids": ids}
+                ids, clock = generate(prompts, cmd["max_tokens"])
+                ans = dict(clock.result(), prompt_tokens=sum(map(len, prompts)), token_ids=ids)
             print(MARK + json.dumps(ans), flush=True)
     finally:
         shutdown()
@@ -192,7 +251,7 @@ def main() -> int:
     ap.add_argument("--context", type=int, default=0, help="pad each prompt to this many tokens (0: the questions)")
     ap.add_argument("--model", default=str(venvs / "smollm2-135m-instruct"))
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--reps", type=int, default=7, help="timed pairs per batch size")
+    ap.add_argument("--reps", type=int, default=9, help="timed pairs per batch size")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--kv-space-gb", type=int, default=4, help="vLLM's VLLM_CPU_KVCACHE_SPACE per engine")
     ap.add_argument("--vllm-python", default=str(venvs / "vllm" / "bin" / "python"))
@@ -248,14 +307,13 @@ def _measure(a, engines: dict, n: int) -> dict:
         for backend in order:
             time.sleep(HANDOVER_S)
             e = engines[backend]
-            t1 = e.ask(batch=n, max_tokens=1)
-            tn = e.ask(batch=n, max_tokens=a.max_tokens)
-            ids.setdefault(backend, tn["token_ids"])
+            got = e.ask(batch=n, max_tokens=a.max_tokens)
+            ids.setdefault(backend, got["token_ids"])
             runs[backend].append(
                 {
-                    "prefill": t1["seconds"] / t1["prompt_tokens"] * 1e3,
-                    "decode": (tn["seconds"] - t1["seconds"]) / (n * (a.max_tokens - 1)) * 1e3,
-                    "prompt_tokens": t1["prompt_tokens"],
+                    "prefill": got["prefill_s"] / got["prompt_tokens"] * 1e3,
+                    "decode": got["decode_s"] / got["decode_tokens"] * 1e3,
+                    "prompt_tokens": got["prompt_tokens"],
                 }
             )
     row: dict = {"batch": n}
@@ -336,7 +394,7 @@ def plot(report: dict, path: Path) -> None:
         for bar, r in zip(bars, rows):
             ax.annotate(
                 f"x{r[rk]:.2f}\n{r['ours'][key]:.3g} vs {r['own'][key]:.3g} ms",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                (bar.get_x() + bar.get_width() / 2, r[pk]["max"]),  # above the range bar
                 ha="center",
                 va="bottom",
                 fontsize=7,
@@ -345,8 +403,8 @@ def plot(report: dict, path: Path) -> None:
     engine = report.get("engine", "vllm")
     ax.axhline(1.0, color="#aa0000", lw=1, ls="--", label=f"target: 1.0x {own}")
     ax.set_xticks([x + w / 2 for x in range(len(rows))], [f"batch {r['batch']}" for r in rows])
-    ax.set_ylabel(f"ours / {own}, time per token (paired; bars: min-max)")
-    ax.set_ylim(0, max(max(r["pairs_prefill"]["max"], r["pairs_decode"]["max"]) for r in rows) * 1.3)
+    ax.set_ylabel(f"ours / {own}, time per token\n(median of pairs; bar: min-max)")
+    ax.set_ylim(0, max(max(r["pairs_prefill"]["max"], r["pairs_decode"]["max"]) for r in rows) * 1.35)
     ax.legend(fontsize=8)
     ax.set_title(
         f"{engine} {report.get(engine)}, SmolLM2-135M fp32"

@@ -570,45 +570,54 @@ def cpu_provider(r: Records) -> str:
 
 CPU_BATCHES = (
     "docs/cpu/cpu_batches.json",
+    "docs/cpu/cpu_batches_2048.json",
     "docs/cpu/cpu_batches_sglang.json",
+    "docs/cpu/cpu_batches_sglang_2048.json",
 )
 
 
+def _paired(row: dict, phase: str) -> str:
+    """ "ours / own ms (paired ratio, its min-max over the repetitions)"."""
+    o, w = row["ours"], row["own"]
+    key = "prefill_ms_per_prompt_token" if phase == "prefill" else "decode_ms_per_output_token"
+    p = row[f"pairs_{phase}"]
+    return f"{o[key]:.3g} / {w[key]:.3g} ({p['median']:.2f}x; {p['min']:.2f}-{p['max']:.2f})"
+
+
 def cpu_batches(r: Records) -> str:
-    """Model-level ms per token at batch 1 / 8 / 32, short and 2,048-token prompts, both engines: ours / own."""
+    """Model-level ms per token at batch 1 / 8 / 32, short and 2,048-token prompts, both engines: ours / own,
+    paired."""
     rows = []
     for rel in CPU_BATCHES:
         rec = r.json(rel)
         name = ENGINE_NAMES[rec["engine"]][0]
-        ctx = f"{rec['context']:,}-token prompts" if rec.get("context") else "the main job's questions (28-50 tokens)"
+        ctx = f"{rec['context']:,} tokens each" if rec.get("context") else "the main job's questions (28-50 tokens)"
         for row in rec["rows"]:
-            o, w = row["ours"], row["own"]
             rows.append(
                 [
                     f"{name}: ours (`{'`, `'.join(_names(rec.get('providers')) or ['?'])}`) / {rec['own']}",
                     ctx,
                     str(row["batch"]),
-                    f"{o['prefill_ms_per_prompt_token']:.3f} / {w['prefill_ms_per_prompt_token']:.3f} "
-                    f"({row['ratio_prefill']:.2f}x)",
-                    f"{o['decode_ms_per_output_token']:.2f} / {w['decode_ms_per_output_token']:.2f} "
-                    f"({row['ratio_decode']:.2f}x)",
+                    _paired(row, "prefill"),
+                    _paired(row, "decode"),
                     row["identical_to_own"],
-                    f"{rec['date']}, {link(rel, 'docs')}",
+                    f"{rec['reps']} pairs, {rec['max_tokens']} tokens; {rec['date']}, {link(rel, 'docs')}",
                 ]
             )
     rec = r.json(CPU_BATCHES[0])
     return (
-        f"Path: the engine end to end (offline `generate`; each backend in its own engine process, own and ours "
-        f"alternating, {rec['rounds']} rounds, medians; SmolLM2-135M-Instruct fp32, eager, no prefix / radix cache, "
-        f"greedy {rec['max_tokens']} tokens). Machine: {_cpu_machine(rec)}. Ratio = ours / the engine's own (below "
-        f"1 = ours faster).\n\n"
+        "Path: the engine end to end (offline `generate`; SmolLM2-135M-Instruct fp32, eager, no prefix / radix "
+        "cache, greedy). Method: both engines (own and ours, one process each) stay up side by side and take turns; "
+        "each repetition times own and ours back to back, the order swapped every repetition. Ratio = the median over "
+        "the repetitions of the paired ratio ours / own (below 1 = ours faster), then its min-max; times are each "
+        f"backend's median. Machine: {_cpu_machine(rec)}.\n\n"
         + table(
             [
                 "engine",
                 "prompts",
                 "batch",
-                "prefill, ms per prompt token (ratio)",
-                "decode, ms per output token (ratio)",
+                "prefill: ms per prompt token, ours / own (ratio; range)",
+                "decode: ms per output token, ours / own (ratio; range)",
                 "identical greedy tokens",
                 "run, record",
             ],
