@@ -8,9 +8,11 @@ and a plot beside it.
         --vllm-python .venvs/vllm/bin/python --sglang-python .venvs/sglang/bin/python --out docs/cpu/http_load.json
 
 Ratios: requests/s ours / own (>= 0.95 is issue #48's target); time to first token p50 / p99 own / ours (the same
-orientation: above 1 = ours faster). A run that fails serve_compare's own checks (errors, lost requests, a greedy
-token differing, an unclean shutdown, no preemption / retraction under ``--pressure``) is kept in the record with
-its exit status and left out of the medians.
+orientation: above 1 = ours faster): of the medians (``ratio``), and the median of each run's own ratio with its
+range (``paired``: a run serves both backends minutes apart, so its ratio cancels the drift between runs). A run
+that fails serve_compare's own checks (errors, lost requests, a greedy token differing, an unclean shutdown, no
+preemption / retraction under ``--pressure``) is kept in the record with its exit status and left out of the
+medians.
 """
 
 from __future__ import annotations
@@ -72,7 +74,15 @@ def medians(runs: list[dict]) -> dict:
         "ttft_p50": med["own"]["ttft_p50_s"] / med["ours"]["ttft_p50_s"],
         "ttft_p99": med["own"]["ttft_p99_s"] / med["ours"]["ttft_p99_s"],
     }
-    return {"runs_counted": len(good), **med, "ratio": {k: round(v, 3) for k, v in ratio.items()}}
+    # each run serves both backends back to back: its own ratio cancels the machine's drift between runs
+    pairs = {
+        "requests_per_s": [r["ours"]["requests_per_s"] / r["own"]["requests_per_s"] for r in good],
+        "ttft_p50": [r["own"]["ttft_p50_s"] / r["ours"]["ttft_p50_s"] for r in good],
+        "ttft_p99": [r["own"]["ttft_p99_s"] / r["ours"]["ttft_p99_s"] for r in good],
+    }
+    paired = {k: {"median": round(statistics.median(v), 3), "min": round(min(v), 3), "max": round(max(v), 3)}
+              for k, v in pairs.items()}  # fmt: skip
+    return {"runs_counted": len(good), **med, "ratio": {k: round(v, 3) for k, v in ratio.items()}, "paired": paired}
 
 
 def plot(rec: dict, path: Path) -> None:

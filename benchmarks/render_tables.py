@@ -700,6 +700,16 @@ def http_load(r: Records) -> str:
                 f"{sum(x['comparison']['completed_by_both'] for x in ok)}"
             )
             ev = lambda b: rng([x[b]["pressure_events"] for x in ok], lambda v: f"{v:.0f}")  # noqa: E731
+            # each run served both backends back to back: its own ratio (req/s ours / own; TTFT own / ours)
+            per_run = [
+                (
+                    x["ours"]["requests_per_s"] / x["own"]["requests_per_s"],
+                    x["own"]["ttft_p50_s"] / x["ours"]["ttft_p50_s"],
+                    x["own"]["ttft_p99_s"] / x["ours"]["ttft_p99_s"],
+                )
+                for x in ok
+            ]
+            paired = " / ".join(f"{statistics.median(c):.2f}x ({min(c):.2f}-{max(c):.2f})" for c in zip(*per_run))
             rows.append(
                 [
                     f"{ENGINE_NAMES[e][0]}: ours ({_http_providers(runs)}) / {own_name}",
@@ -709,6 +719,7 @@ def http_load(r: Records) -> str:
                     f"({med['ratio']['ttft_p50']:.2f}x)",
                     f"{med['ours']['ttft_p99_s']:.1f} / {med['own']['ttft_p99_s']:.1f} "
                     f"({med['ratio']['ttft_p99']:.2f}x)",
+                    paired,
                     same,
                     f"{ev('ours')} / {ev('own')}",
                     f"{len(ok)} of {len(runs)}",
@@ -728,6 +739,7 @@ def http_load(r: Records) -> str:
                 "requests/s, ours / own (ratio)",
                 "TTFT p50, s, ours / own (ratio)",
                 "TTFT p99, s, ours / own (ratio)",
+                "per-run ratios, median (range): requests/s / TTFT p50 / TTFT p99",
                 "identical greedy tokens",
                 "preemptions / retractions per run, ours / own",
                 "runs counted",
