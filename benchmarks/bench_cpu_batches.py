@@ -36,6 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+LOGS = HERE / "out"  # each engine's stderr (git-ignored)
 MARK = "@@bench_cpu_batches "  # a worker's answer line (engine logs share its stdout)
 HANDOVER_S = 0.5  # idle time between turns: the last engine's OpenMP threads stop spinning before the next runs
 
@@ -70,14 +71,17 @@ class Clock:
         self.t_first = None  # seconds from t0 to the moment every request had a token
         self.tokens_at_first = 0
         self.t_end = 0.0
+        self.ticks = 0  # vLLM: engine steps (SGLang: streamed chunks)
+        self.ticks_to_first = None
 
     def tokens(self, i: int, count: int) -> None:
         self.count[i] = count
 
     def tick(self) -> None:
         now = time.perf_counter() - self.t0
+        self.ticks += 1
         if self.t_first is None and min(self.count) > 0:
-            self.t_first, self.tokens_at_first = now, sum(self.count)
+            self.t_first, self.tokens_at_first, self.ticks_to_first = now, sum(self.count), self.ticks
         self.t_end = now
 
     def result(self) -> dict:
@@ -85,6 +89,7 @@ class Clock:
             "prefill_s": self.t_first,
             "decode_s": self.t_end - self.t_first,
             "decode_tokens": sum(self.count) - self.tokens_at_first,
+            "ticks_to_first": self.ticks_to_first,
         }
 
 
@@ -253,6 +258,7 @@ def main() -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--reps", type=int, default=9, help="timed pairs per batch size")
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--start", choices=["own,ours", "ours,own"], default="own,ours", help="which engine starts first")
     ap.add_argument("--kv-space-gb", type=int, default=4, help="vLLM's VLLM_CPU_KVCACHE_SPACE per engine")
     ap.add_argument("--vllm-python", default=str(venvs / "vllm" / "bin" / "python"))
     ap.add_argument("--sglang-python", default=str(venvs / "sglang" / "bin" / "python"))
@@ -266,6 +272,7 @@ def main() -> int:
         return 0
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     env.pop("XPU_ATTN_KERNEL", None)
     path = [str(ROOT)] + ([str(ROOT / "sglang_compat" / "cpu_shims")] if a.engine == "sglang" else [])
@@ -273,8 +280,8 @@ def main() -> int:
     t_start = time.time()
     engines = {}
     try:
-        for backend in ("own", "ours"):  # one at a time: start-up is the heaviest part of a process
-            engines[backend] = Engine(a, backend, env, out.with_name(f"{out.stem}.{backend}.log"))
+        for backend in a.start.split(","):  # one at a time: start-up is the heaviest part of a process
+            engines[backend] = Engine(a, backend, env, LOGS / f"{out.stem}.{backend}.log")
             engines[backend].answer()
             print(f"[bench] {backend} engine up after {time.time() - t_start:.0f} s", flush=True)
         rows = [_measure(a, engines, n) for n in a.batches]
@@ -282,8 +289,10 @@ def main() -> int:
     finally:
         for e in engines.values():
             e.close()
-    if a.engine == "sglang":  # the scheduler process logs what served
-        said = [ln for ln in engines["ours"].log if "xpu_attn (SGLang): providers" in ln]
+    if a.engine == "sglang":  # the scheduler process logs what served (to stdout or stderr)
+        ours = engines["ours"]
+        lines = ours.log + ours.log_path.read_text().splitlines()
+        said = [ln for ln in lines if "xpu_attn (SGLang): providers" in ln]
         providers = sorted({ln.split("providers", 1)[1].strip() for ln in said})
     report = _report(a, rows, providers)
     out.write_text(json.dumps(report, indent=1))
@@ -314,6 +323,7 @@ def _measure(a, engines: dict, n: int) -> dict:
                     "prefill": got["prefill_s"] / got["prompt_tokens"] * 1e3,
                     "decode": got["decode_s"] / got["decode_tokens"] * 1e3,
                     "prompt_tokens": got["prompt_tokens"],
+                    "ticks_to_first": got["ticks_to_first"],
                 }
             )
     row: dict = {"batch": n}
@@ -325,6 +335,7 @@ def _measure(a, engines: dict, n: int) -> dict:
             "decode_ms_per_output_token": statistics.median(r["decode"] for r in rs),
             "decode_runs": [r["decode"] for r in rs],
             "prompt_tokens": rs[0]["prompt_tokens"],
+            "prefill_ticks": [r["ticks_to_first"] for r in rs],  # vLLM: steps until every request had a token
         }
     for phase in ("prefill", "decode"):
         pairs = [o[phase] / w[phase] for o, w in zip(runs["ours"], runs["own"])]
@@ -362,6 +373,7 @@ def _report(a, rows: list[dict], providers) -> dict:
         "context": a.context or None,
         "max_tokens": a.max_tokens,
         "reps": a.reps,
+        "started": a.start,
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
         "torch": eng[0] if eng else None,

@@ -572,7 +572,6 @@ CPU_BATCHES = (
     "docs/cpu/cpu_batches.json",
     "docs/cpu/cpu_batches_2048.json",
     "docs/cpu/cpu_batches_sglang.json",
-    "docs/cpu/cpu_batches_sglang_2048.json",
 )
 
 
@@ -582,6 +581,11 @@ def _paired(row: dict, phase: str) -> str:
     key = "prefill_ms_per_prompt_token" if phase == "prefill" else "decode_ms_per_output_token"
     p = row[f"pairs_{phase}"]
     return f"{o[key]:.3g} / {w[key]:.3g} ({p['median']:.2f}x; {p['min']:.2f}-{p['max']:.2f})"
+
+
+def _provs(rec: dict) -> str:
+    names = _names(rec.get("providers"))
+    return ", ".join(f"`{n}`" for n in names) if names else "providers not in the run's log"
 
 
 def cpu_batches(r: Records) -> str:
@@ -595,7 +599,7 @@ def cpu_batches(r: Records) -> str:
         for row in rec["rows"]:
             rows.append(
                 [
-                    f"{name}: ours (`{'`, `'.join(_names(rec.get('providers')) or ['?'])}`) / {rec['own']}",
+                    f"{name}: ours ({_provs(rec)}) / {rec['own']}",
                     ctx,
                     str(row["batch"]),
                     _paired(row, "prefill"),
