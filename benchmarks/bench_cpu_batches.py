@@ -3,7 +3,7 @@ own CPU backend (vLLM CPU_ATTN, SGLang torch_native), measured in pairs.
 
     python benchmarks/bench_cpu_batches.py --out docs/cpu/cpu_batches.json [--engine vllm|sglang]
         [--batches 1 8 32] [--reps 9] [--max-tokens 32] [--context N]
-        [--real-model .venvs/smollm2-135m-instruct] [--vllm-python ...] [--sglang-python ...]
+        [--start own,ours|ours,own] [--model .venvs/smollm2-135m-instruct] [--vllm-python ...] [--sglang-python ...]
 
 Both engines stay up side by side, one process each (SmolLM2-135M-Instruct, fp32, eager, no prefix / radix
 cache), and take turns: per batch size both warm up, then each repetition times own and ours back to back (the
