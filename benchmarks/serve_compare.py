@@ -43,7 +43,8 @@ sys.path.insert(0, str(HERE))
 import load_servers  # noqa: E402
 
 SERVED = "tiny"
-OURS_MARK = {"vllm": "routes attention to vllm_xpu_attn.vllm.backend.XpuAttnBackend",
+# vLLM: XpuAttnBackend on accelerators, XpuAttnCpuBackend on the CPU
+OURS_MARK = {"vllm": "routes attention to vllm_xpu_attn.vllm.backend.XpuAttn",
              "sglang": "xpu_attn (SGLang): providers"}
 PROVIDER_MARK = re.compile(r"kernel provider '\w+' serves")  # whichever provider the device's priority picks
 RETRACT_MARK = "KV cache pool is full. Retract requests."

@@ -121,7 +121,7 @@ def test_multiprocess_engine_core_uses_backend(models, runs, tmp_path):
     base = runs["own"]["llama/default"]
     log = ours["log"]
     assert "EngineCore" in log  # really multi-process
-    assert "XpuAttnCpuPlatform routes attention to vllm_xpu_attn.vllm.backend.XpuAttnBackend" in log
+    assert "XpuAttnCpuPlatform routes attention to vllm_xpu_attn.vllm.backend.XpuAttnCpuBackend" in log
     assert "kernel provider 'vllm_cpu' serves" in log
     assert "kernel provider" not in base["log"]
     assert_parity(base, ours)

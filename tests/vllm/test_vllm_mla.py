@@ -240,7 +240,7 @@ def test_platform_selects_our_mla_backend(vllm_cfg):
         head_size=576, dtype=torch.float32, kv_cache_dtype="auto", block_size=16, use_mla=True
     )
     assert P.get_attn_backend_cls(None, cfg) == "vllm_xpu_attn.vllm.mla.XpuAttnMLABackend"
-    assert P.get_attn_backend_cls(None, cfg._replace(use_mla=False, head_size=64)).endswith("backend.XpuAttnBackend")
+    assert P.get_attn_backend_cls(None, cfg._replace(use_mla=False, head_size=64)).endswith("backend.XpuAttnCpuBackend")
     with pytest.raises(NotImplementedError, match="sparse"):
         P.get_attn_backend_cls(None, cfg._replace(use_sparse=True))
     with pytest.raises(ValueError, match="kv_cache_dtype not supported"):

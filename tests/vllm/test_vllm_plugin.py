@@ -99,7 +99,13 @@ def test_backend_declarations():
     from vllm_xpu_attn.vllm import compat
 
     assert compat.kv_layout("xpu") == compat.kv_layout("cuda") == KVCacheLayout.LBNHC
+    # accelerators: vLLM's separate KV-write op (graph-captured, fusable); the CPU: written inside forward
     assert B.forward_includes_kv_cache_update is False
+    from vllm_xpu_attn.vllm.backend import XpuAttnCpuBackend, XpuAttnCpuImpl
+
+    assert XpuAttnCpuBackend.forward_includes_kv_cache_update is True
+    assert XpuAttnCpuBackend.get_impl_cls() is XpuAttnCpuImpl and XpuAttnCpuImpl.writes_kv_in_forward
+    assert XpuAttnCpuBackend.get_builder_cls() is B.get_builder_cls()
     assert (
         B.validate_configuration(
             head_size=64,

@@ -177,7 +177,7 @@ def test_openai_server_chat_completion(real, tmp_path, capsys):
     want = rm.answer_text(AutoTokenizer.from_pretrained(real.model), real.ref["tokens"][0])  # prompt 0: the question
     assert "Paris" in want
     r = chat_over_http("vllm", real.model, tmp_path, rm.PROMPTS[0][1])
-    assert "routes attention to vllm_xpu_attn.vllm.backend.XpuAttnBackend" in r["log"]
+    assert "routes attention to vllm_xpu_attn.vllm.backend.XpuAttnCpuBackend" in r["log"]
     assert "kernel provider '" in r["log"] and "' serves" in r["log"]
     assert r["plain"].strip() == want and r["finish"] == "stop", r["plain"]
     assert r["streamed"].strip() == want and r["chunks"] > 1, r["streamed"]

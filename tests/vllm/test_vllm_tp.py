@@ -48,7 +48,7 @@ def test_tp2_matches_tp1_and_cpu_attn(models, tmp_path, monkeypatch):
     for rank in (0, 1):
         assert f"world_size=2 rank={rank} " in tp2["log"] and "backend=gloo" in tp2["log"]
         assert f"(Worker_TP{rank} pid=" in tp2["log"]
-    assert tp2["log"].count("routes attention to vllm_xpu_attn.vllm.backend.XpuAttnBackend") >= 2
+    assert tp2["log"].count("routes attention to vllm_xpu_attn.vllm.backend.XpuAttnCpuBackend") >= 2
     assert "vllm-xpu-attn" not in tp2_base["log"]
 
     # the per-rank head counts our layers were built with

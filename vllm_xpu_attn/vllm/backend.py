@@ -286,6 +286,9 @@ _KINDS = {
 
 
 class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
+    # whether forward writes the step's new K/V first (its backend's forward_includes_kv_cache_update)
+    writes_kv_in_forward: ClassVar[bool] = False
+
     def __init__(
         self,
         num_heads: int,
@@ -410,6 +413,10 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
             )
             return output
         k_cache, v_cache = self._caches(kv_cache)
+        # key/value are None on a cross-attention decode step (the encoder's K/V are cached already)
+        if self.writes_kv_in_forward and key is not None and self.kv_sharing_target_layer_name is None:
+            k_scale, v_scale = self._descales(layer)
+            self.runner.write_kv(key, value, k_cache, v_cache, attn_metadata.slot_mapping, k_scale, v_scale)
         self.runner.forward(plan, query, k_cache, v_cache, out)
         return output
 
@@ -426,3 +433,26 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
         k_cache, v_cache = self._caches(kv_cache)
         k_scale, v_scale = self._descales(layer)
         self.runner.write_kv(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+
+
+class XpuAttnCpuBackend(XpuAttnBackend):
+    """vllm-xpu-attn for vLLM on the CPU: the same backend, with the KV write inside ``forward``.
+
+    vLLM calls attention on the CPU as opaque custom ops (``CpuPlatform.opaque_attention_op()``), and a separate
+    write is a second op per layer (``vllm::unified_kv_cache_update``): ~20-30 us of dispatch a layer, which
+    nothing on the CPU amortises (no graphs). Accelerators keep the separate write (False): it is captured in
+    graph pieces and vLLM's compile passes may fuse it with RoPE.
+    """
+
+    forward_includes_kv_cache_update: bool = True
+
+    @staticmethod
+    def get_impl_cls() -> type["XpuAttnCpuImpl"]:
+        return XpuAttnCpuImpl
+
+
+class XpuAttnCpuImpl(XpuAttnImpl):
+    """XpuAttnImpl writing the step's new K/V in ``forward`` (XpuAttnCpuBackend): vLLM then makes no
+    ``do_kv_cache_update`` call; a cross-attention layer's slots are its metadata's (vLLM's cross builder)."""
+
+    writes_kv_in_forward: ClassVar[bool] = True

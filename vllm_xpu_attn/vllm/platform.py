@@ -19,7 +19,9 @@ _made: dict[str, type] = {}
 
 
 def _route(base: type, name: str) -> type:
-    from .plugin import BACKEND_PATH
+    from .plugin import BACKEND_PATH, CPU_BACKEND_PATH
+
+    on_cpu = base.__name__ == "CpuPlatform"
 
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
         cfg = attn_selector_config
@@ -40,9 +42,9 @@ def _route(base: type, name: str) -> type:
 
             path = MLA_PATH
         else:
-            from .backend import XpuAttnBackend as Backend
+            from .backend import XpuAttnBackend, XpuAttnCpuBackend
 
-            path = BACKEND_PATH
+            Backend, path = (XpuAttnCpuBackend, CPU_BACKEND_PATH) if on_cpu else (XpuAttnBackend, BACKEND_PATH)
         reasons = Backend.validate_configuration(
             head_size=cfg.head_size,
             dtype=cfg.dtype,
@@ -77,7 +79,7 @@ def _route(base: type, name: str) -> type:
         "__module__": __name__,
         "__doc__": f"{base.__name__} with vllm-xpu-attn attention.",
     }
-    if base.__name__ == "CpuPlatform":
+    if on_cpu:
         attrs["check_and_update_config"] = classmethod(_cpu_check_and_update_config(base))
     return type(name, (base,), attrs)
 

@@ -25,6 +25,8 @@ from .. import env, versions
 logger = logging.getLogger("vllm_xpu_attn")
 
 BACKEND_PATH = "vllm_xpu_attn.vllm.backend.XpuAttnBackend"
+# what the CPU platform routes to: the same backend writing K/V inside forward (its docstring says why)
+CPU_BACKEND_PATH = "vllm_xpu_attn.vllm.backend.XpuAttnCpuBackend"
 # Said in the one start-up line on XPU until a run on Intel hardware is recorded (README says the same).
 XPU_CAVEAT = (
     "; not yet run on an Intel GPU (its kernels are compiled ahead of time and tested on CPUs and NVIDIA "
