@@ -571,7 +571,9 @@ def cpu_provider(r: Records) -> str:
 CPU_BATCHES = (
     "docs/cpu/cpu_batches.json",
     "docs/cpu/cpu_batches_2048.json",
+    "docs/cpu/cpu_batches_2048_ours_first.json",
     "docs/cpu/cpu_batches_sglang.json",
+    "docs/cpu/cpu_batches_sglang_2048.json",
 )
 
 
@@ -596,6 +598,8 @@ def cpu_batches(r: Records) -> str:
         rec = r.json(rel)
         name = ENGINE_NAMES[rec["engine"]][0]
         ctx = f"{rec['context']:,} tokens each" if rec.get("context") else "the main job's questions (28-50 tokens)"
+        if rec.get("started") == "ours,own":  # which engine started first (own first unless said)
+            ctx += ", ours started first"
         for row in rec["rows"]:
             rows.append(
                 [
