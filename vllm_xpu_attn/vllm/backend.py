@@ -439,9 +439,10 @@ class XpuAttnCpuBackend(XpuAttnBackend):
     """vllm-xpu-attn for vLLM on the CPU: the same backend, with the KV write inside ``forward``.
 
     vLLM calls attention on the CPU as opaque custom ops (``CpuPlatform.opaque_attention_op()``), and a separate
-    write is a second op per layer (``vllm::unified_kv_cache_update``): ~20-30 us of dispatch a layer, which
-    nothing on the CPU amortises (no graphs). Accelerators keep the separate write (False): it is captured in
-    graph pieces and vLLM's compile passes may fuse it with RoPE.
+    write is a second op per layer (``vllm::unified_kv_cache_update``), which nothing on the CPU amortises (no
+    graphs): without it, batch-1 decode went from parity to 0.83x CPU_ATTN's time (docs/cpu/profile.md, ninth
+    pass). Accelerators keep the separate write (False): it is captured in graph pieces and vLLM's compile passes
+    may fuse it with RoPE.
     """
 
     forward_includes_kv_cache_update: bool = True
