@@ -3,7 +3,8 @@ own CPU backend (vLLM CPU_ATTN, SGLang torch_native), measured in pairs.
 
     python benchmarks/bench_cpu_batches.py --out docs/cpu/cpu_batches.json [--engine vllm|sglang]
         [--batches 1 8 32] [--reps 9] [--max-tokens 32] [--context N]
-        [--start own,ours|ours,own] [--model .venvs/smollm2-135m-instruct] [--vllm-python ...] [--sglang-python ...]
+        [--start own,ours|ours,own] [--aa] [--model .venvs/smollm2-135m-instruct]
+        [--vllm-python ...] [--sglang-python ...]
 
 Both engines stay up side by side, one process each (SmolLM2-135M-Instruct, fp32, eager, no prefix / radix
 cache), and take turns: per batch size both warm up, then each repetition times own and ours back to back (the
@@ -21,6 +22,8 @@ a PNG beside it (where matplotlib imports).
 The prompts are the main job's questions with the chat template (bench_cpu_provider.py's), cycled to the batch
 size (28-50 tokens each). ``--context N``: each prompt is instead its question after a shared-free filler of
 other questions, N tokens in all (long contexts; no prefix cache, so every token is prefilled and attended).
+``--aa`` (A/A calibration): the "ours" slot runs the engine's own backend too, so the ratios show what the method
+reads for two identical engines: its own bias and spread at that shape.
 """
 
 from __future__ import annotations
@@ -205,7 +208,8 @@ class Engine:
 
     def __init__(self, a, backend: str, env: dict, log: Path):
         py = a.vllm_python if a.engine == "vllm" else a.sglang_python
-        cmd = [py, str(Path(__file__).resolve()), "--worker", "--engine", a.engine, "--backend", backend]
+        served = "own" if a.aa else backend  # --aa: both slots run the engine's own backend
+        cmd = [py, str(Path(__file__).resolve()), "--worker", "--engine", a.engine, "--backend", served]
         cmd += ["--context", str(a.context), "--model", a.model, "--max-tokens", str(a.max_tokens)]
         cmd += ["--kv-space-gb", str(a.kv_space_gb)]
         self.backend = backend
@@ -259,6 +263,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=9, help="timed pairs per batch size")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--start", choices=["own,ours", "ours,own"], default="own,ours", help="which engine starts first")
+    ap.add_argument("--aa", action="store_true", help="A/A calibration: both slots run the engine's own backend")
     ap.add_argument("--kv-space-gb", type=int, default=4, help="vLLM's VLLM_CPU_KVCACHE_SPACE per engine")
     ap.add_argument("--vllm-python", default=str(venvs / "vllm" / "bin" / "python"))
     ap.add_argument("--sglang-python", default=str(venvs / "sglang" / "bin" / "python"))
@@ -366,7 +371,12 @@ def _report(a, rows: list[dict], providers) -> dict:
     own_name = "CPU_ATTN" if a.engine == "vllm" else "torch_native"
     return {
         "what": f"{a.engine}, SmolLM2-135M-Instruct fp32: ms per token; both engines up side by side, taking turns; "
-        f"ratio = median over repetitions of the paired ratio this backend / {own_name} (the engine's own)",
+        + (
+            f"A/A calibration: ratio = median over repetitions of the paired ratio of a second {own_name} engine "
+            f"(the 'ours' slot) / {own_name}"
+            if a.aa
+            else f"ratio = median over repetitions of the paired ratio this backend / {own_name} (the engine's own)"
+        ),
         "engine": a.engine,
         "own": own_name,
         "method": "pairs",
@@ -374,6 +384,7 @@ def _report(a, rows: list[dict], providers) -> dict:
         "max_tokens": a.max_tokens,
         "reps": a.reps,
         "started": a.start,
+        "aa": a.aa,  # True: "ours" is a second engine on the engine's own backend (the method's null reading)
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
         "torch": eng[0] if eng else None,
@@ -415,7 +426,8 @@ def plot(report: dict, path: Path) -> None:
     engine = report.get("engine", "vllm")
     ax.axhline(1.0, color="#aa0000", lw=1, ls="--", label=f"target: 1.0x {own}")
     ax.set_xticks([x + w / 2 for x in range(len(rows))], [f"batch {r['batch']}" for r in rows])
-    ax.set_ylabel(f"ours / {own}, time per token\n(median of pairs; bar: min-max)")
+    slot = f"2nd {own} (A/A)" if report.get("aa") else "ours"  # --aa: the "ours" slot ran the engine's own
+    ax.set_ylabel(f"{slot} / {own}, time per token\n(median of pairs; bar: min-max)")
     ax.set_ylim(0, max(max(r["pairs_prefill"]["max"], r["pairs_decode"]["max"]) for r in rows) * 1.35)
     ax.legend(fontsize=8)
     ax.set_title(

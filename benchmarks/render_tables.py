@@ -572,8 +572,10 @@ CPU_BATCHES = (
     "docs/cpu/cpu_batches.json",
     "docs/cpu/cpu_batches_2048.json",
     "docs/cpu/cpu_batches_2048_ours_first.json",
+    "docs/cpu/cpu_batches_2048_b32.json",
     "docs/cpu/cpu_batches_sglang.json",
     "docs/cpu/cpu_batches_sglang_2048.json",
+    "docs/cpu/cpu_batches_sglang_2048_b32.json",
 )
 
 
