@@ -3,10 +3,10 @@ own CPU backend (vLLM CPU_ATTN, SGLang torch_native), measured in pairs.
 
     python benchmarks/bench_cpu_batches.py --out docs/cpu/cpu_batches.json [--engine vllm|sglang]
         [--batches 1 8 32] [--reps 9] [--max-tokens 32] [--context N]
-        [--start own,ours|ours,own] [--aa] [--model .venvs/smollm2-135m-instruct]
+        [--start own,ours|ours,own] [--aa] [--fresh [--warmup-batch K]] [--model .venvs/smollm2-135m-instruct]
         [--vllm-python ...] [--sglang-python ...]
 
-Both engines stay up side by side, one process each (SmolLM2-135M-Instruct, fp32, eager, no prefix / radix
+By default both engines stay up side by side, one process each (SmolLM2-135M-Instruct, fp32, eager, no prefix / radix
 cache), and take turns: per batch size both warm up, then each repetition times own and ours back to back (the
 order swapped every repetition), one call of every prompt at once with max_tokens=N each. The call is timed from
 inside (vLLM: its engine stepped here; SGLang: the stream of tokens): prefill = the time until every request has
@@ -24,6 +24,13 @@ size (28-50 tokens each). ``--context N``: each prompt is instead its question a
 other questions, N tokens in all (long contexts; no prefix cache, so every token is prefilled and attended).
 ``--aa`` (A/A calibration): the "ours" slot runs the engine's own backend too, so the ratios show what the method
 reads for two identical engines: its own bias and spread at that shape.
+
+``--fresh`` (for long prompts): no engine stays up. Every timed call gets a process of its own, alone on the
+machine: start, one warm-up call, the timed call, exit; a pair is two such processes back to back (the order swapped
+every repetition; ``--warmup-batch K``: the warm-up call runs K prompts, enough to meet every step shape of a long
+batch at a fraction of its time). It costs a start-up per call, and it is the method the A/A run reads at 1.0x
+where the side-by-side one does not: at batch 8 with 2,048-token prompts two identical vLLM engines read 1.10-1.19x
+side by side, 0.96-1.06x a process per call (docs/cpu/profile.md, tenth and eleventh passes).
 """
 
 from __future__ import annotations
@@ -264,6 +271,10 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--start", choices=["own,ours", "ours,own"], default="own,ours", help="which engine starts first")
     ap.add_argument("--aa", action="store_true", help="A/A calibration: both slots run the engine's own backend")
+    ap.add_argument("--fresh", action="store_true", help="a process per timed call, alone (no engine stays up)")
+    ap.add_argument(
+        "--warmup-batch", type=int, default=0, help="--fresh: the warm-up call's batch size (0: the timed one's)"
+    )
     ap.add_argument("--kv-space-gb", type=int, default=4, help="vLLM's VLLM_CPU_KVCACHE_SPACE per engine")
     ap.add_argument("--vllm-python", default=str(venvs / "vllm" / "bin" / "python"))
     ap.add_argument("--sglang-python", default=str(venvs / "sglang" / "bin" / "python"))
@@ -283,22 +294,10 @@ def main() -> int:
     path = [str(ROOT)] + ([str(ROOT / "sglang_compat" / "cpu_shims")] if a.engine == "sglang" else [])
     env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     t_start = time.time()
-    engines = {}
-    try:
-        for backend in a.start.split(","):  # one at a time: start-up is the heaviest part of a process
-            engines[backend] = Engine(a, backend, env, LOGS / f"{out.stem}.{backend}.log")
-            engines[backend].answer()
-            print(f"[bench] {backend} engine up after {time.time() - t_start:.0f} s", flush=True)
-        rows = [_measure(a, engines, n) for n in a.batches]
-        providers = engines["ours"].ask(providers=1)["providers"]
-    finally:
-        for e in engines.values():
-            e.close()
-    if a.engine == "sglang":  # the scheduler process logs what served (to stdout or stderr)
-        ours = engines["ours"]
-        lines = ours.log + ours.log_path.read_text().splitlines()
-        said = [ln for ln in lines if "xpu_attn (SGLang): providers" in ln]
-        providers = sorted({ln.split("providers", 1)[1].strip() for ln in said})
+    if a.fresh:
+        rows, providers = _fresh(a, env, out)
+    else:
+        rows, providers = _side_by_side(a, env, out, t_start)
     report = _report(a, rows, providers)
     out.write_text(json.dumps(report, indent=1))
     print(f"[bench] wrote {out} ({time.time() - t_start:.0f} s)")
@@ -310,18 +309,71 @@ def main() -> int:
     return 0
 
 
-def _measure(a, engines: dict, n: int) -> dict:
-    """One batch size: both warm up, then ``a.reps`` pairs (order swapped each repetition)."""
-    for e in engines.values():
-        e.ask(batch=n, max_tokens=a.max_tokens)  # warm-up at this batch size (and every compile it triggers)
+def _providers_said(e: Engine) -> list[str]:
+    """SGLang: the providers the scheduler process logged (to stdout or stderr) as it served."""
+    lines = e.log + e.log_path.read_text().splitlines()
+    said = [ln for ln in lines if "xpu_attn (SGLang): providers" in ln]
+    return sorted({ln.split("providers", 1)[1].strip() for ln in said})
+
+
+def _side_by_side(a, env: dict, out: Path, t_start: float) -> tuple[list[dict], object]:
+    """Both engines up for the whole run, taking turns."""
+    engines: dict = {}
+    try:
+        for backend in a.start.split(","):  # one at a time: start-up is the heaviest part of a process
+            engines[backend] = Engine(a, backend, env, LOGS / f"{out.stem}.{backend}.log")
+            engines[backend].answer()
+            print(f"[bench] {backend} engine up after {time.time() - t_start:.0f} s", flush=True)
+        rows = []
+        for n in a.batches:
+            for e in engines.values():
+                e.ask(batch=n, max_tokens=a.max_tokens)  # warm-up at this batch size (and every compile it triggers)
+            rows.append(_measure(a, n, lambda backend, n=n: engines[backend].ask(batch=n, max_tokens=a.max_tokens)))
+        providers = engines["ours"].ask(providers=1)["providers"]
+    finally:
+        for e in engines.values():
+            e.close()
+    if a.engine == "sglang":
+        providers = _providers_said(engines["ours"])
+    return rows, providers
+
+
+def _fresh(a, env: dict, out: Path) -> tuple[list[dict], object]:
+    """Every timed call in a process of its own, alone on the machine: start, warm up, time one call, exit."""
+    said: dict = {}
+
+    def call(backend: str, n: int) -> dict:
+        t0 = time.time()
+        e = Engine(a, backend, env, LOGS / f"{out.stem}.{backend}.log")
+        try:
+            e.answer()
+            e.ask(batch=a.warmup_batch or n, max_tokens=a.max_tokens)  # warm-up: every kernel and step shape once
+            got = e.ask(batch=n, max_tokens=a.max_tokens)
+            if backend == "ours" and a.engine == "vllm" and "providers" not in said:
+                said["providers"] = e.ask(providers=1)["providers"]
+        finally:
+            e.close()
+        if backend == "ours" and a.engine == "sglang":
+            said["providers"] = sorted(set(said.get("providers", [])) | set(_providers_said(e)))
+        print(f"[bench] batch {n} {backend}: one process, {time.time() - t0:.0f} s", flush=True)
+        time.sleep(HANDOVER_S)
+        return got
+
+    rows = [_measure(a, n, call) for n in a.batches]
+    return rows, said.get("providers")
+
+
+def _measure(a, n: int, call) -> dict:
+    """One batch size, warmed up: ``a.reps`` pairs (order swapped each repetition); ``call(backend, n)`` times one
+    generate call of that backend and returns the worker's answer."""
     runs: dict = {"own": [], "ours": []}
     ids: dict = {}
     for rep in range(a.reps):
         order = ("own", "ours") if rep % 2 == 0 else ("ours", "own")
         for backend in order:
-            time.sleep(HANDOVER_S)
-            e = engines[backend]
-            got = e.ask(batch=n, max_tokens=a.max_tokens)
+            if not a.fresh:
+                time.sleep(HANDOVER_S)
+            got = call(backend, n)
             ids.setdefault(backend, got["token_ids"])
             runs[backend].append(
                 {
@@ -370,7 +422,12 @@ def _report(a, rows: list[dict], providers) -> dict:
     ).stdout.split()
     own_name = "CPU_ATTN" if a.engine == "vllm" else "torch_native"
     return {
-        "what": f"{a.engine}, SmolLM2-135M-Instruct fp32: ms per token; both engines up side by side, taking turns; "
+        "what": f"{a.engine}, SmolLM2-135M-Instruct fp32: ms per token; "
+        + (
+            "a process per timed call, alone, two back to back a pair; "
+            if a.fresh
+            else "both engines up, taking turns; "
+        )
         + (
             f"A/A calibration: ratio = median over repetitions of the paired ratio of a second {own_name} engine "
             f"(the 'ours' slot) / {own_name}"
@@ -379,10 +436,11 @@ def _report(a, rows: list[dict], providers) -> dict:
         ),
         "engine": a.engine,
         "own": own_name,
-        "method": "pairs",
+        "method": "fresh pairs" if a.fresh else "pairs",  # fresh: a process per timed call
         "context": a.context or None,
         "max_tokens": a.max_tokens,
         "reps": a.reps,
+        "warmup_batch": (a.warmup_batch or "the timed batch") if a.fresh else "the timed batch, once per engine",
         "started": a.start,
         "aa": a.aa,  # True: "ours" is a second engine on the engine's own backend (the method's null reading)
         "cpu_count": os.cpu_count(),
@@ -434,7 +492,8 @@ def plot(report: dict, path: Path) -> None:
         f"{engine} {report.get(engine)}, SmolLM2-135M fp32"
         + (f", {report['context']}-token prompts" if report.get("context") else "")
         + f", {report['cpu_count']} cores, "
-        f"median of {report['reps']} paired runs",
+        f"median of {report['reps']} paired runs"
+        + ("\n(a process per timed call)" if report.get("method") == "fresh pairs" else ""),
         fontsize=9,
     )
     fig.tight_layout()

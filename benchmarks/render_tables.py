@@ -572,6 +572,7 @@ CPU_BATCHES = (
     "docs/cpu/cpu_batches.json",
     "docs/cpu/cpu_batches_2048.json",
     "docs/cpu/cpu_batches_2048_ours_first.json",
+    "docs/cpu/cpu_batches_2048_fresh.json",
     "docs/cpu/cpu_batches_2048_b32.json",
     "docs/cpu/cpu_batches_sglang.json",
     "docs/cpu/cpu_batches_sglang_2048.json",
@@ -602,6 +603,8 @@ def cpu_batches(r: Records) -> str:
         ctx = f"{rec['context']:,} tokens each" if rec.get("context") else "the main job's questions (28-50 tokens)"
         if rec.get("started") == "ours,own":  # which engine started first (own first unless said)
             ctx += ", ours started first"
+        if rec.get("method") == "fresh pairs":  # --fresh: a process per timed call, alone
+            ctx += ", a process per call"
         for row in rec["rows"]:
             rows.append(
                 [
@@ -618,7 +621,9 @@ def cpu_batches(r: Records) -> str:
     return (
         "Path: the engine end to end (offline `generate`; SmolLM2-135M-Instruct fp32, eager, no prefix / radix "
         "cache, greedy). Method: both engines (own and ours, one process each) stay up side by side and take turns; "
-        "each repetition times own and ours back to back, the order swapped every repetition. Ratio = the median over "
+        'each repetition times own and ours back to back, the order swapped every repetition; rows marked "a process '
+        'per call" instead start a fresh process for every timed call, alone on the machine (one warm-up call, then '
+        "the timed one), two back to back a pair. Ratio = the median over "
         "the repetitions of the paired ratio ours / own (below 1 = ours faster), then its min-max; times are each "
         f"backend's median. Machine: {_cpu_machine(rec)}.\n\n"
         + table(
