@@ -577,6 +577,8 @@ CPU_BATCHES = (
     "docs/cpu/cpu_batches_sglang.json",
     "docs/cpu/cpu_batches_sglang_2048.json",
     "docs/cpu/cpu_batches_sglang_2048_b32.json",
+    "docs/cpu/cpu_batches_sglang_2048_fresh.json",
+    "docs/cpu/cpu_batches_sglang_2048_b32_fresh.json",
 )
 
 
