@@ -574,6 +574,7 @@ CPU_BATCHES = (
     "docs/cpu/cpu_batches_2048_ours_first.json",
     "docs/cpu/cpu_batches_2048_fresh.json",
     "docs/cpu/cpu_batches_2048_b32.json",
+    "docs/cpu/cpu_batches_2048_b32_fresh.json",
     "docs/cpu/cpu_batches_sglang.json",
     "docs/cpu/cpu_batches_sglang_2048.json",
     "docs/cpu/cpu_batches_sglang_2048_b32.json",
