@@ -324,11 +324,16 @@ def _side_by_side(a, env: dict, out: Path, t_start: float) -> tuple[list[dict], 
             engines[backend] = Engine(a, backend, env, LOGS / f"{out.stem}.{backend}.log")
             engines[backend].answer()
             print(f"[bench] {backend} engine up after {time.time() - t_start:.0f} s", flush=True)
+
+        def call(backend: str, n: int) -> dict:
+            time.sleep(HANDOVER_S)
+            return engines[backend].ask(batch=n, max_tokens=a.max_tokens)
+
         rows = []
         for n in a.batches:
             for e in engines.values():
                 e.ask(batch=n, max_tokens=a.max_tokens)  # warm-up at this batch size (and every compile it triggers)
-            rows.append(_measure(a, n, lambda backend, n=n: engines[backend].ask(batch=n, max_tokens=a.max_tokens)))
+            rows.append(_measure(a, n, call))
         providers = engines["ours"].ask(providers=1)["providers"]
     finally:
         for e in engines.values():
@@ -371,8 +376,6 @@ def _measure(a, n: int, call) -> dict:
     for rep in range(a.reps):
         order = ("own", "ours") if rep % 2 == 0 else ("ours", "own")
         for backend in order:
-            if not a.fresh:
-                time.sleep(HANDOVER_S)
             got = call(backend, n)
             ids.setdefault(backend, got["token_ids"])
             runs[backend].append(
