@@ -157,3 +157,80 @@ def test_a_layer_never_mixes_the_owned_cache_format():
         kind=AttentionKind.CROSS,
     )
     assert LayerRunner(cross, "cpu", 32).providers_used()["decode"] == "torch_sdpa"
+
+
+def _impl(cls, shared_with):
+    return cls(
+        num_heads=4,
+        head_size=64,
+        scale=0.125,
+        num_kv_heads=2,
+        alibi_slopes=None,
+        sliding_window=None,
+        kv_cache_dtype="auto",
+        logits_soft_cap=None,
+        attn_type="decoder",
+        kv_sharing_target_layer_name=shared_with,
+    )
+
+
+@pytest.mark.parametrize("write", ["forward", "do_kv_cache_update"])
+def test_impl_writes_the_step_kv_once_and_never_into_a_shared_layers_cache(write):
+    """vLLM's CPU impl writes a step's new K/V inside forward (XpuAttnCpuBackend: no separate update op), the
+    accelerators' impl in do_kv_cache_update; either way a layer reading another layer's KV (KV sharing) writes
+    nothing. Checked through vLLM's own classes: a fresh 40-token prompt on two pages of 32, the owner's output
+    against the naive oracle over its rows, then a sharing layer handed different rows: the cache is unchanged
+    bit for bit and its output is still the oracle's over the owner's rows."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    from vllm_xpu_attn.core import Mode, StepInputs, plan_step
+    from vllm_xpu_attn.vllm.backend import XpuAttnCpuBackend, XpuAttnCpuImpl, XpuAttnImpl, XpuAttnMetadata
+
+    cfg = VllmConfig()
+    cfg.cache_config.block_size = 32
+    cfg.model_config = type("M", (), {"dtype": torch.float32})()  # the impl reads the model's dtype only
+    g = torch.Generator().manual_seed(3)
+    n, hq, hkv, d, page = 40, 4, 2, 64, 32
+    q, k, v = (
+        torch.randn(n, hq, d, generator=g),
+        torch.randn(n, hkv, d, generator=g),
+        torch.randn(n, hkv, d, generator=g),
+    )
+    table = torch.tensor([[2, 0]], dtype=torch.int32)
+    slots = torch.cat([2 * page + torch.arange(page), torch.arange(n - page)])
+    plan = plan_step(
+        StepInputs(
+            mode=Mode.MIXED,
+            seq_lens=torch.tensor([n], dtype=torch.int32),
+            max_seqlen_k=n,
+            num_tokens=n,
+            page_size=page,
+            cu_seqlens_q=torch.tensor([0, n], dtype=torch.int32),
+            max_seqlen_q=n,
+            page_table=table,
+        )
+    )
+    meta = XpuAttnMetadata(plan=plan, slot_mapping=slots)
+    # the oracle's own pages: plain [P, page, Hkv, D] rows at the same slots
+    kp, vp = torch.zeros(3 * page, hkv, d), torch.zeros(3 * page, hkv, d)
+    kp[slots], vp[slots] = k, v
+    want, _ = naive_paged_attention(
+        q, kp.view(3, page, hkv, d), vp.view(3, page, hkv, d), table, [n], [0, n], scale=0.125
+    )
+    layer = torch.nn.Module()
+    with set_current_vllm_config(cfg):
+        cls = XpuAttnCpuImpl if write == "forward" else XpuAttnImpl
+        owner, sharer = _impl(cls, None), _impl(cls, "model.layers.0.self_attn.attn")
+        assert XpuAttnCpuBackend.get_impl_cls().writes_kv_in_forward
+        kv_cache = torch.zeros(3, hkv, page, 2 * d)  # vLLM's CPU cache of one layer: [P, Hkv, page, 2 * D]
+        for impl, kk, vv in ((owner, k, v), (sharer, -k, v + 1)):
+            before = kv_cache.clone()
+            if write == "do_kv_cache_update":
+                impl.do_kv_cache_update(layer, kk, vv, kv_cache, slots)
+            out = torch.full((n, hq, d), float("nan"))
+            impl.forward(layer, q, kk, vv, kv_cache, meta, out)
+            assert_close_to(out, want, torch.float32)
+            if impl is sharer:
+                assert torch.equal(kv_cache, before)
+            else:
+                assert int((kv_cache != 0).sum()) == 2 * n * hkv * d  # every new row's K and V, nothing else

@@ -414,9 +414,8 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
             return output
         k_cache, v_cache = self._caches(kv_cache)
         # key/value are None on a cross-attention decode step (the encoder's K/V are cached already)
-        if self.writes_kv_in_forward and key is not None and self.kv_sharing_target_layer_name is None:
-            k_scale, v_scale = self._descales(layer)
-            self.runner.write_kv(key, value, k_cache, v_cache, attn_metadata.slot_mapping, k_scale, v_scale)
+        if self.writes_kv_in_forward and key is not None:
+            self._write_new_kv(layer, key, value, k_cache, v_cache, attn_metadata.slot_mapping)
         self.runner.forward(plan, query, k_cache, v_cache, out)
         return output
 
@@ -428,9 +427,13 @@ class XpuAttnImpl(AttentionImpl[XpuAttnMetadata]):
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
         if self._encoder:
             return  # encoder self-attention reads q/k/v directly
+        self._write_new_kv(layer, key, value, *self._caches(kv_cache), slot_mapping)
+
+    def _write_new_kv(self, layer, key, value, k_cache, v_cache, slot_mapping) -> None:
+        """The step's new key/value [T, Hkv, D] into the layer's cache at slot_mapping [T] (vLLM's separate
+        ``do_kv_cache_update`` or, on the CPU, ``forward`` itself): one write, one KV-sharing rule for both."""
         if self.kv_sharing_target_layer_name is not None:
             return  # another layer wrote this KV
-        k_cache, v_cache = self._caches(kv_cache)
         k_scale, v_scale = self._descales(layer)
         self.runner.write_kv(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)
 
