@@ -570,9 +570,12 @@ def cpu_provider(r: Records) -> str:
 
 CPU_BATCHES = (
     "docs/cpu/cpu_batches.json",
+    "docs/cpu/cpu_batches_pass12.json",
     "docs/cpu/cpu_batches_2048.json",
     "docs/cpu/cpu_batches_2048_ours_first.json",
+    "docs/cpu/cpu_batches_2048_b1_fresh.json",
     "docs/cpu/cpu_batches_2048_fresh.json",
+    "docs/cpu/cpu_batches_2048_fresh_pass12.json",
     "docs/cpu/cpu_batches_2048_b32.json",
     "docs/cpu/cpu_batches_2048_b32_fresh.json",
     "docs/cpu/cpu_batches_sglang.json",
