@@ -574,6 +574,7 @@ CPU_BATCHES = (
     "docs/cpu/cpu_batches_2048.json",
     "docs/cpu/cpu_batches_2048_ours_first.json",
     "docs/cpu/cpu_batches_2048_b1_fresh.json",
+    "docs/cpu/cpu_batches_2048_b1_fresh_2.json",
     "docs/cpu/cpu_batches_2048_fresh.json",
     "docs/cpu/cpu_batches_2048_fresh_pass12.json",
     "docs/cpu/cpu_batches_2048_b32.json",

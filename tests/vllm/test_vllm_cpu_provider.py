@@ -1,6 +1,10 @@
 """The vllm_cpu provider (vLLM's CPU_ATTN kernels: cpu_attn_reshape_and_cache + cpu_attention_with_kv_cache over
 head-major pages) against the naive oracle (tests/support/naive.py, fp64, shares no code with the package or with
-vLLM): every token written through the provider's write_kv, then read by its paged call; and what it refuses."""
+vLLM): every token written through the provider's write_kv, then read by its paged call; and what it refuses. Last,
+the vLLM impls' KV write (where each impl writes, and KV-sharing layers not at all), read back through this
+provider."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -175,20 +179,20 @@ def _impl(cls, shared_with):
 
 
 @pytest.mark.parametrize("write", ["forward", "do_kv_cache_update"])
-def test_impl_writes_the_step_kv_once_and_never_into_a_shared_layers_cache(write):
-    """vLLM's CPU impl writes a step's new K/V inside forward (XpuAttnCpuBackend: no separate update op), the
-    accelerators' impl in do_kv_cache_update; either way a layer reading another layer's KV (KV sharing) writes
-    nothing. Checked through vLLM's own classes: a fresh 40-token prompt on two pages of 32, the owner's output
-    against the naive oracle over its rows, then a sharing layer handed different rows: the cache is unchanged
-    bit for bit and its output is still the oracle's over the owner's rows."""
+def test_impl_writes_the_step_kv_in_one_place_and_never_into_a_shared_layers_cache(write):
+    """The vLLM impls under a VllmConfig: the CPU impl writes a step's new K/V inside forward (XpuAttnCpuBackend: no
+    separate update op), the accelerators' impl only in do_kv_cache_update (its forward, handed other rows, writes
+    nothing); either way a layer reading another layer's KV (KV sharing) writes nothing. A fresh 40-token prompt on
+    two pages of 32: the owner's output against the naive oracle over its rows, then a sharing layer handed
+    different rows: the cache is unchanged bit for bit and its output is still the oracle's over the owner's rows."""
     from vllm.config import VllmConfig, set_current_vllm_config
 
     from vllm_xpu_attn.core import Mode, StepInputs, plan_step
-    from vllm_xpu_attn.vllm.backend import XpuAttnCpuBackend, XpuAttnCpuImpl, XpuAttnImpl, XpuAttnMetadata
+    from vllm_xpu_attn.vllm.backend import XpuAttnCpuImpl, XpuAttnImpl, XpuAttnMetadata
 
     cfg = VllmConfig()
     cfg.cache_config.block_size = 32
-    cfg.model_config = type("M", (), {"dtype": torch.float32})()  # the impl reads the model's dtype only
+    cfg.model_config = SimpleNamespace(dtype=torch.float32)  # the impl reads the model's dtype only
     g = torch.Generator().manual_seed(3)
     n, hq, hkv, d, page = 40, 4, 2, 64, 32
     q, k, v = (
@@ -221,12 +225,12 @@ def test_impl_writes_the_step_kv_once_and_never_into_a_shared_layers_cache(write
     with set_current_vllm_config(cfg):
         cls = XpuAttnCpuImpl if write == "forward" else XpuAttnImpl
         owner, sharer = _impl(cls, None), _impl(cls, "model.layers.0.self_attn.attn")
-        assert XpuAttnCpuBackend.get_impl_cls().writes_kv_in_forward
         kv_cache = torch.zeros(3, hkv, page, 2 * d)  # vLLM's CPU cache of one layer: [P, Hkv, page, 2 * D]
         for impl, kk, vv in ((owner, k, v), (sharer, -k, v + 1)):
             before = kv_cache.clone()
             if write == "do_kv_cache_update":
                 impl.do_kv_cache_update(layer, kk, vv, kv_cache, slots)
+                kk, vv = kk + 1, -vv  # what forward is handed must not reach the cache: the update wrote it
             out = torch.full((n, hq, d), float("nan"))
             impl.forward(layer, q, kk, vv, kv_cache, meta, out)
             assert_close_to(out, want, torch.float32)
